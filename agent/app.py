@@ -1,0 +1,33 @@
+"""Wires the agent's parts together from a configuration (shared by ``serve`` and ``run``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.board import Board
+from agent.config import Config
+from agent.executor import Executor, GuardSettings
+from agent.history import History
+from collectors.host import HostCollector
+from collectors.nvml import NvmlCollector
+
+
+@dataclass
+class Components:
+    config: Config
+    history: History
+    board: Board
+    nvml: NvmlCollector
+    host: HostCollector
+    executor: Executor
+
+
+def build(config: Config) -> Components:
+    history = History(config.history)
+    board = Board.from_history(history)
+    nvml = NvmlCollector(config.hostname)
+    host = HostCollector(config.hostname)
+    executor = Executor(hostname=config.hostname, history=history, board=board, nvml=nvml, rapl=host.rapl,
+                        sample_hz=config.sample_hz,
+                        guard=GuardSettings(config.guard_enabled, config.guard_max_utilization))
+    return Components(config, history, board, nvml, host, executor)

@@ -1,0 +1,172 @@
+"""The metric catalog: every metric sixdim exports, defined once.
+
+The exporter renders these definitions; the dashboards and alert rules import
+them, so a name or a label changes in exactly one place.
+
+Label names follow NVIDIA dcgm-exporter where one exists (``gpu``, ``UUID``,
+``pci_bus_id``, ``hostname``) so that PromQL can join sixdim results with DCGM
+telemetry ``on(UUID)`` or ``on(hostname, gpu)``.  dcgm-exporter's ``modelName``
+is camelCase, which ``promtool check metrics`` rejects; sixdim exports it as
+``model_name`` by default and as ``modelName`` when the operator asks for
+dcgm-identical names (``--dcgm-label-names``), accepting that one lint warning.
+
+All values are in base units: seconds, bytes, watts, joules, hertz, FLOP/s,
+ratios in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["gauge", "counter", "info"]
+"""Counters are named with their ``_total`` suffix, as PromQL sees them; info metrics end in ``_info``."""
+
+# Label names.  The model label is the one name that depends on configuration.
+HOSTNAME = "hostname"
+GPU = "gpu"
+UUID = "UUID"
+MODEL_NAME = "model_name"
+MODEL_NAME_DCGM = "modelName"
+PCI_BUS_ID = "pci_bus_id"
+DEVICE_TYPE = "device_type"
+WORKLOAD = "workload"
+PRECISION = "precision"
+PARAMS = "params"
+STATUS = "status"
+DRIVER_VERSION = "driver_version"
+CUDA_VERSION = "cuda_version"
+TORCH_VERSION = "torch_version"
+
+DEVICE_LABELS: tuple[str, ...] = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DEVICE_TYPE)
+"""Which device a series describes (dcgm-exporter's join keys plus the device type)."""
+
+WORKLOAD_LABELS: tuple[str, ...] = DEVICE_LABELS + (WORKLOAD, PRECISION, PARAMS)
+"""Which measurement: the device plus the workload, its precision and parameters."""
+
+VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
+"""The software a result was measured under, so a driver upgrade shows as a new series."""
+
+RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
+
+RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric: its full name, type, help text and label names."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...]
+    figure: str | None = None
+    """For workload results: the key in a run's ``figures`` that holds the value."""
+
+
+# --- Workload results (one series per workload, device and parameter set) ---
+WORKLOAD_SECONDS = MetricDef(
+    "sixdim_workload_seconds", "gauge",
+    "Time of one operation of the workload (DeepSpark rule: mean of the middle 3 of 5 rounds), seconds.",
+    RESULT_LABELS, figure="seconds")
+WORKLOAD_FLOPS = MetricDef(
+    "sixdim_workload_flops", "gauge",
+    "Achieved floating-point operations per second of the workload, FLOP/s.",
+    RESULT_LABELS, figure="flops")
+WORKLOAD_POWER = MetricDef(
+    "sixdim_workload_power_watts", "gauge",
+    "Average device power over the measured window, watts (from the energy counter where the device has one).",
+    RESULT_LABELS, figure="power_watts")
+WORKLOAD_ENERGY = MetricDef(
+    "sixdim_workload_energy_joules", "gauge",
+    "Device energy consumed over the measured window, joules.",
+    RESULT_LABELS, figure="energy_joules")
+WORKLOAD_MEMORY = MetricDef(
+    "sixdim_workload_memory_bytes", "gauge",
+    "Average device memory in use over the measured window, bytes (worker resident memory on CPU).",
+    RESULT_LABELS, figure="memory_bytes")
+WORKLOAD_PEAK_MEMORY = MetricDef(
+    "sixdim_workload_peak_memory_bytes", "gauge",
+    "Peak device memory in use over the measured window, bytes (worker resident memory on CPU).",
+    RESULT_LABELS, figure="peak_memory_bytes")
+WORKLOAD_SM_CLOCK = MetricDef(
+    "sixdim_workload_sm_clock_hertz", "gauge",
+    "Average SM clock over the measured window, hertz (CPU core clock on CPU).",
+    RESULT_LABELS, figure="sm_clock_hertz")
+WORKLOAD_THROTTLED = MetricDef(
+    "sixdim_workload_throttled", "gauge",
+    "1 if a clock throttle reason other than idle was seen during the measured window, else 0.",
+    RESULT_LABELS, figure="throttled")
+WORKLOAD_SPREAD = MetricDef(
+    "sixdim_workload_seconds_iqr_ratio", "gauge",
+    "Spread of the timed rounds: interquartile range divided by the median, ratio.",
+    RESULT_LABELS, figure="seconds_iqr_ratio")
+WORKLOAD_LAST_RUN = MetricDef(
+    "sixdim_workload_last_run_timestamp_seconds", "gauge",
+    "Unix time at which the exported result's run ended, seconds.",
+    RESULT_LABELS, figure="ended_at")
+WORKLOAD_RUNS = MetricDef(
+    "sixdim_workload_runs_total", "counter",
+    "Runs of the workload by outcome (ok, failed, timeout, skipped), from the history.",
+    WORKLOAD_LABELS + (STATUS,))
+
+RESULT_METRICS: tuple[MetricDef, ...] = (
+    WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_MEMORY,
+    WORKLOAD_PEAK_MEMORY, WORKLOAD_SM_CLOCK, WORKLOAD_THROTTLED, WORKLOAD_SPREAD, WORKLOAD_LAST_RUN,
+)
+
+# --- Identity ---
+GPU_INFO = MetricDef(
+    "sixdim_gpu_info", "info",
+    "GPU identity and firmware/driver versions; always 1.",
+    (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DRIVER_VERSION, "cuda_driver_version", "vbios_version"))
+BUILD_INFO = MetricDef(
+    "sixdim_build_info", "info",
+    "sixdim build and the software it runs with; always 1.",
+    (HOSTNAME, "version", "python_version", TORCH_VERSION, "prometheus_client_version"))
+COLLECTOR_UP = MetricDef(
+    "sixdim_collector_up", "gauge",
+    "1 if the telemetry collector works on this host, 0 if unavailable (see the reason label).",
+    (HOSTNAME, "collector", "reason"))
+
+# --- Live GPU telemetry (NVML, read at scrape time) ---
+_GPU = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID)
+GPU_POWER = MetricDef("sixdim_gpu_power_watts", "gauge", "GPU power draw, watts.", _GPU)
+GPU_ENERGY = MetricDef(
+    "sixdim_gpu_energy_joules_total", "counter", "GPU energy consumed since the driver loaded, joules.", _GPU)
+GPU_MEMORY_USED = MetricDef("sixdim_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes.", _GPU)
+GPU_MEMORY_TOTAL = MetricDef("sixdim_gpu_memory_total_bytes", "gauge", "GPU memory installed, bytes.", _GPU)
+GPU_UTILIZATION = MetricDef(
+    "sixdim_gpu_utilization_ratio", "gauge", "Fraction of time a kernel ran on the GPU, ratio.", _GPU)
+GPU_SM_CLOCK = MetricDef("sixdim_gpu_sm_clock_hertz", "gauge", "GPU SM clock, hertz.", _GPU)
+GPU_MEMORY_CLOCK = MetricDef("sixdim_gpu_memory_clock_hertz", "gauge", "GPU memory clock, hertz.", _GPU)
+GPU_TEMPERATURE = MetricDef("sixdim_gpu_temperature_celsius", "gauge", "GPU core temperature, degrees Celsius.", _GPU)
+GPU_THROTTLE = MetricDef(
+    "sixdim_gpu_clock_throttle_active", "gauge",
+    "1 while the named clock throttle (clock event) reason is active, else 0.", _GPU + ("reason",))
+GPU_PROCESSES = MetricDef(
+    "sixdim_gpu_processes", "gauge", "Compute and graphics processes using the GPU.", _GPU)
+
+# --- Live host telemetry (psutil, RAPL) ---
+HOST_CPU = MetricDef("sixdim_host_cpu_utilization_ratio", "gauge", "Host CPU utilization, ratio.", (HOSTNAME,))
+HOST_MEMORY_USED = MetricDef("sixdim_host_memory_used_bytes", "gauge", "Host memory in use, bytes.", (HOSTNAME,))
+HOST_MEMORY_TOTAL = MetricDef("sixdim_host_memory_total_bytes", "gauge", "Host memory installed, bytes.", (HOSTNAME,))
+HOST_LOAD = MetricDef(
+    "sixdim_host_load_average", "gauge", "Host load average over the period (1m, 5m, 15m).", (HOSTNAME, "period"))
+HOST_RAPL_ENERGY = MetricDef(
+    "sixdim_host_rapl_energy_joules_total", "counter",
+    "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
+
+ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + (
+    WORKLOAD_RUNS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+    GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
+    GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
+    HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,
+)
+
+
+def exported_label(label: str, dcgm_label_names: bool) -> str:
+    """The label name as exported: ``model_name`` becomes ``modelName`` in dcgm mode."""
+    if dcgm_label_names and label == MODEL_NAME:
+        return MODEL_NAME_DCGM
+    return label

@@ -1,0 +1,226 @@
+"""The ``sixdim`` command line: serve, run, list.
+
+Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
+configuration, with a message naming the file or variable, the key and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Sequence
+
+from agent import __version__
+from agent.config import ConfigError, add_option_flags, is_device_selector, load
+from agent.devices import DeviceError
+from agent.history import HistoryError
+from agent.results import RunRecord
+from workloads import registry
+from workloads.spec import ParamError
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+_RUN_OPTION_KEYS = ("agent.history", "agent.hostname", "agent.log_level", "agent.sample_hz",
+                    "guard.enabled", "guard.max_utilization")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sixdim",
+        description="GPU fleet benchmark agent: runs benchmark workloads on a schedule, keeps their results "
+                    "in a SQLite history and exports them as Prometheus metrics.",
+        epilog="Every option is also a SIXDIM_* environment variable and a key of the TOML file; "
+               "flags win over variables, variables over the file. Exit codes: 0 ok, 1 a run failed, "
+               "2 bad usage or configuration.")
+    parser.add_argument("--version", action="version", version=f"sixdim {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", help="run the agent: scheduled suites, /metrics and /healthz",
+        description="Run the agent. Without --config it uses the embedded default: a quick GEMM suite every "
+                    "15 minutes on every GPU (or the CPU), listening on 0.0.0.0:9480.")
+    serve.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
+    add_option_flags(serve)
+
+    run = commands.add_parser(
+        "run", help="run workloads once now, print the results and record them in history",
+        description="Run workloads once, now, in a child process each; print a table (or JSON) and record "
+                    "the runs in the history. Exit code 1 if any run failed or timed out.")
+    run.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
+    run.add_argument("--workload", "-w", action="append", metavar="NAME",
+                     help="workload to run (repeatable; see 'sixdim list'); default: the suite's workloads")
+    run.add_argument("--suite", metavar="NAME", help="run this configured suite's workloads (default: the first)")
+    run.add_argument("--device", "-d", default="auto", metavar="auto|cpu|cuda:N",
+                     help="where to run: every GPU, else the CPU (auto); the CPU; or one GPU (default: auto)")
+    run.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a workload parameter, e.g. -p m=2048 (repeatable)")
+    run.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="stop a run that takes longer (default: the suite's timeout_seconds)")
+    run.add_argument("--json", action="store_true", help="print the run records as JSON")
+    add_option_flags(run, _RUN_OPTION_KEYS)
+
+    listing = commands.add_parser("list", help="list the workloads and their parameters",
+                                  description="List the workloads, their parameters and defaults per device.")
+    listing.add_argument("--json", action="store_true", help="print as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "list":
+            return command_list(args)
+        config = load(args.config, flags=args)
+        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.command == "serve":
+            from agent.serve import serve
+
+            return serve(config)
+        return command_run(args, config)
+    except (ConfigError, DeviceError, HistoryError, ParamError, OSError) as exc:
+        print(f"sixdim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+# ---------------------------------------------------------------------------- list
+
+def command_list(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps([{
+            "name": spec.name, "description": spec.description,
+            "params": [{"name": p.name, "type": p.kind.__name__, "cpu_default": p.cpu_default,
+                        "cuda_default": p.cuda_default, "choices": list(p.choices) if p.choices else None,
+                        "help": p.help} for p in spec.params],
+        } for spec in registry.WORKLOADS.values()], indent=2))
+        return EXIT_OK
+    for spec in registry.WORKLOADS.values():
+        print(f"{spec.name}: {spec.description}")
+        rows = [("parameter", "cpu default", "cuda default", "meaning")]
+        for p in spec.params:
+            meaning = p.help + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
+            rows.append((p.name, str(p.cpu_default), str(p.cuda_default), meaning))
+        print(_table(rows, indent="  "))
+        print()
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- run
+
+def _parse_params(pairs: list[str]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ParamError(f"--param {pair!r}: expected KEY=VALUE, e.g. m=2048")
+        params[key] = value
+    return params
+
+
+def command_run(args: argparse.Namespace, config: Any) -> int:
+    from agent import app, devices
+
+    if not is_device_selector(args.device):
+        raise DeviceError(f"--device {args.device!r}: expected 'auto', 'cpu' or 'cuda:N'")
+    suites = {s.name: s for s in config.suites}
+    if args.suite is not None and args.suite not in suites:
+        raise ConfigError(config.source, "suites", f"a suite named {args.suite!r}",
+                          detail=f"configured: {', '.join(suites) or 'none'}")
+    suite = suites[args.suite] if args.suite else (config.suites[0] if config.suites else None)
+    overrides = _parse_params(args.param)
+    if args.workload:
+        entries = [(registry.get(name), {}) for name in args.workload]
+    elif suite is not None:
+        entries = [(registry.get(e.name), dict(e.params)) for e in suite.workloads]
+    else:
+        entries = [(registry.get("gemm"), {})]
+    for spec, params in entries:  # validate every override before running anything
+        params.update(overrides)
+        spec.resolve(params, "cpu")
+    timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
+
+    parts = app.build(config)
+    targets = devices.resolve([args.device], parts.nvml)
+    progress = _Progress(sys.stderr)
+    records: list[RunRecord] = []
+    for device in targets:
+        for spec, params in entries:
+            progress.prefix = f"{spec.name} on {device.name}"
+            progress.update("starting worker")
+            records.append(parts.executor.execute(spec, params, device, suite=args.suite or "", timeout=timeout,
+                                                  on_progress=progress.update))
+            progress.clear()
+    parts.history.close()
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
+    else:
+        print(_results_table(records))
+        print(f"\nrecorded in {config.history}")
+    return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
+
+
+class _Progress:
+    """One status line on a terminal (stderr), rewritten in place; silent when not a terminal."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._tty = stream.isatty()
+        self.prefix = ""
+
+    def update(self, message: str) -> None:
+        if self._tty:
+            self._stream.write(f"\r\033[K[{self.prefix}] {message}")
+            self._stream.flush()
+
+    def clear(self) -> None:
+        if self._tty:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+
+
+def _si(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def _results_table(records: list[RunRecord]) -> str:
+    rows = [("workload", "device", "precision", "params", "status", "time", "FLOP/s", "power", "memory", "peak memory")]
+    notes = []
+    for r in records:
+        rows.append((r.workload, r.device, r.precision, r.params_label, r.status, _duration(r.value("seconds")),
+                     _si(r.value("flops"), "FLOP/s"), _si(r.value("power_watts"), "W"),
+                     _si(r.value("memory_bytes"), "B"), _si(r.value("peak_memory_bytes"), "B")))
+        if r.reason:
+            notes.append(f"{r.workload} on {r.device}: {r.reason}")
+    return _table(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

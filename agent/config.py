@@ -1,0 +1,408 @@
+"""Configuration: one schema, one loader.
+
+Precedence, lowest first: built-in defaults, the TOML file (``--config`` or
+``SIXDIM_CONFIG``; without one, the embedded ``default.toml``), ``SIXDIM_*``
+environment variables, command-line flags.  Every scalar option exists in all
+four places, as dcgm-exporter does; suites are tables and live in the file.
+
+Any error raises :class:`ConfigError`, whose message names where the bad value
+came from (file, environment variable or flag), the key, what was expected and
+what was found.  ``sixdim`` turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from workloads import registry
+from workloads.spec import ParamError
+
+DEFAULT_PORT = 9480
+"""Default listen port.  dcgm-exporter uses 9400; sixdim sits next to it at 9480."""
+
+
+class ConfigError(Exception):
+    """Bad configuration: the message says where, which key, what was expected."""
+
+    def __init__(self, source: str, key: str, expected: str, got: Any = None, *, detail: str = ""):
+        self.source, self.key, self.expected, self.got = source, key, expected, got
+        message = f"{source}: {key}: expected {expected}"
+        if got is not None:
+            message += f", got {got!r}"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- values
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) to (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError("HOST:PORT")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError("a port from 1 to 65535")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, port
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"}:
+        return True
+    if isinstance(value, str) and value.strip().lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("true or false")
+
+
+def default_history_path() -> Path:
+    """/var/lib/sixdim for root (a system service), the XDG data folder for a user."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/sixdim/history.db")
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "sixdim" / "history.db"
+
+
+def default_hostname() -> str:
+    """Kubernetes sets NODE_NAME through the downward API (as for dcgm-exporter); else the host name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+# --------------------------------------------------------------------------- schema
+
+@dataclass(frozen=True)
+class Option:
+    """One scalar option: its TOML key, flag, environment variable and checker."""
+
+    key: str
+    flag: str
+    env: str
+    help: str
+    parse: Callable[[Any], Any]
+    expected: str
+    default: Callable[[], Any]
+
+    @property
+    def dest(self) -> str:
+        return self.key.replace(".", "_")
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError
+    return value
+
+
+def _ratio(value: Any) -> float:
+    number = _number(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError
+    return number
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError
+    return float(value)
+
+
+def _sample_hz(value: Any) -> float:
+    number = _number(value)
+    if not 1.0 <= number <= 100.0:
+        raise ValueError
+    return number
+
+
+def _log_level(value: Any) -> str:
+    level = _str(value).lower()
+    if level not in {"debug", "info", "warning", "error"}:
+        raise ValueError
+    return level
+
+
+def _listen(value: Any) -> str:
+    parse_listen(_str(value))
+    return value
+
+
+def _path(value: Any) -> str:
+    text = _str(value)
+    if not text:
+        raise ValueError
+    return text
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("agent.listen", "--listen", "SIXDIM_LISTEN", "address of /metrics and /healthz",
+           _listen, "HOST:PORT with a port from 1 to 65535", lambda: f"0.0.0.0:{DEFAULT_PORT}"),
+    Option("agent.history", "--history", "SIXDIM_HISTORY", "SQLite history database file",
+           _path, "a file path", lambda: str(default_history_path())),
+    Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME", "the hostname label (default: $NODE_NAME or the host name)",
+           _str, "a string", default_hostname),
+    Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error",
+           _log_level, "one of debug, info, warning, error", lambda: "info"),
+    Option("agent.sample_hz", "--sample-hz", "SIXDIM_SAMPLE_HZ", "telemetry samples per second during a run",
+           _sample_hz, "a number from 1 to 100", lambda: 10.0),
+    Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
+           "export the model label as dcgm-exporter's modelName (promtool warns on camelCase)",
+           parse_bool, "true or false", lambda: False),
+    Option("guard.enabled", "--guard", "SIXDIM_GUARD",
+           "skip a GPU run while another process uses the GPU or it is busy",
+           parse_bool, "true or false", lambda: True),
+    Option("guard.max_utilization", "--guard-max-utilization", "SIXDIM_GUARD_MAX_UTILIZATION",
+           "skip a GPU run when the GPU's utilization is above this ratio",
+           _ratio, "a ratio from 0 to 1", lambda: 0.05),
+)
+
+_SECTIONS = {"agent", "guard", "suites"}
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A set of workloads run together on a schedule, on each of its devices."""
+
+    name: str
+    workloads: tuple[WorkloadEntry, ...]
+    interval_seconds: float | None = None
+    cron: str | None = None
+    devices: tuple[str, ...] = ("auto",)
+    timeout_seconds: float = 600.0
+    misfire_grace_seconds: float = 300.0
+    run_at_start: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: str
+    history: str
+    hostname: str
+    log_level: str
+    sample_hz: float
+    dcgm_label_names: bool
+    guard_enabled: bool
+    guard_max_utilization: float
+    suites: tuple[Suite, ...]
+    source: str = "<embedded default>"
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+# --------------------------------------------------------------------------- loader
+
+def add_option_flags(parser: argparse.ArgumentParser, keys: tuple[str, ...] | None = None) -> None:
+    """Add the schema's flags to a parser (all of them, or those whose keys are given)."""
+    group = parser.add_argument_group("options (each also a SIXDIM_* variable and a key in the TOML file)")
+    for opt in OPTIONS:
+        if keys is not None and opt.key not in keys:
+            continue
+        if opt.parse is parse_bool:
+            group.add_argument(opt.flag, dest=opt.dest, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{opt.help} [{opt.env}; {opt.key}]")
+        else:
+            group.add_argument(opt.flag, dest=opt.dest, default=None, metavar=opt.dest.split("_", 1)[-1].upper(),
+                               help=f"{opt.help} [{opt.env}; {opt.key}]")
+
+
+def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
+         flags: argparse.Namespace | None = None) -> Config:
+    """Build the configuration from defaults, file, environment and flags (in that order)."""
+    env = dict(os.environ) if env is None else env
+    config_path = config_path or env.get("SIXDIM_CONFIG") or None
+    if config_path:
+        source = str(config_path)
+        document = _read_toml_file(Path(config_path))
+    else:
+        source = "<embedded default>"
+        document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+
+    unknown = set(document) - _SECTIONS
+    if unknown:
+        raise ConfigError(source, sorted(unknown)[0], "one of the sections " + ", ".join(sorted(_SECTIONS)),
+                          detail="unknown top-level key")
+    for section in ("agent", "guard"):
+        if section in document and not isinstance(document[section], dict):
+            raise ConfigError(source, section, "a table", document[section])
+        known = {o.key.split(".", 1)[1] for o in OPTIONS if o.key.startswith(section + ".")}
+        for key in document.get(section, {}):
+            if key not in known:
+                raise ConfigError(source, f"{section}.{key}", "one of " + ", ".join(sorted(known)),
+                                  detail="unknown key")
+
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        section, name = opt.key.split(".", 1)
+        raw, where = None, None
+        if name in document.get(section, {}):
+            raw, where = document[section][name], source
+        if opt.env in env:
+            raw, where = env[opt.env], f"environment variable {opt.env}"
+        flag_value = getattr(flags, opt.dest, None) if flags is not None else None
+        if flag_value is not None:
+            raw, where = flag_value, f"command-line flag {opt.flag}"
+        if where is None:
+            values[opt.dest] = opt.default()
+            continue
+        try:
+            values[opt.dest] = opt.parse(raw)
+        except (ValueError, TypeError):
+            raise ConfigError(where, opt.key, opt.expected, raw) from None
+
+    if "suites" in document:
+        suites = _parse_suites(document["suites"], source)
+    else:
+        defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+        suites = _parse_suites(defaults["suites"], "<embedded default>")
+    return Config(suites=suites, source=source,
+                  **{k.replace("agent_", "", 1) if k.startswith("agent_") else k: v for k, v in values.items()})
+
+
+def _read_toml_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(str(path), "(file)", "an existing TOML file", detail="no such file") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", "a readable TOML file", detail=exc.strerror or str(exc)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "(syntax)", "valid TOML", detail=str(exc)) from None
+
+
+_SUITE_KEYS = {"name", "workloads", "interval_seconds", "cron", "devices", "timeout_seconds",
+               "misfire_grace_seconds", "run_at_start"}
+
+
+def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(source, "suites", "an array of tables ([[suites]])", raw)
+    suites: list[Suite] = []
+    for i, table in enumerate(raw):
+        where = f"suites[{i}]"
+        if not isinstance(table, dict):
+            raise ConfigError(source, where, "a table", table)
+        for key in table:
+            if key not in _SUITE_KEYS:
+                raise ConfigError(source, f"{where}.{key}", "one of " + ", ".join(sorted(_SUITE_KEYS)),
+                                  detail="unknown key")
+        name = table.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(source, f"{where}.name", "a non-empty string", name)
+        if name in {s.name for s in suites}:
+            raise ConfigError(source, f"{where}.name", "a name no other suite has", name)
+        suites.append(Suite(
+            name=name,
+            workloads=_parse_workloads(table.get("workloads"), source, f"{where}.workloads"),
+            interval_seconds=_positive(table, "interval_seconds", source, where, None),
+            cron=_cron(table.get("cron"), source, f"{where}.cron"),
+            devices=_devices(table.get("devices", ["auto"]), source, f"{where}.devices"),
+            timeout_seconds=_positive(table, "timeout_seconds", source, where, 600.0),
+            misfire_grace_seconds=_positive(table, "misfire_grace_seconds", source, where, 300.0),
+            run_at_start=_bool_key(table, "run_at_start", source, where, True),
+        ))
+        if (suites[-1].interval_seconds is None) == (suites[-1].cron is None):
+            raise ConfigError(source, where, "exactly one of interval_seconds or cron")
+    return tuple(suites)
+
+
+def _positive(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
+    if key not in table:
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(source, f"{where}.{key}", "a positive number of seconds", value)
+    return float(value)
+
+
+def _bool_key(table: dict, key: str, source: str, where: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(source, f"{where}.{key}", "true or false", value)
+    return value
+
+
+def _cron(value: Any, source: str, key: str) -> str | None:
+    if value is None:
+        return None
+    from apscheduler.triggers.cron import CronTrigger  # deferred: only suites with cron need it
+
+    if not isinstance(value, str):
+        raise ConfigError(source, key, "a crontab expression such as '0 3 * * *'", value)
+    try:
+        CronTrigger.from_crontab(value)
+    except ValueError as exc:
+        raise ConfigError(source, key, "a crontab expression such as '0 3 * * *'", value, detail=str(exc)) from None
+    return value
+
+
+def _devices(value: Any, source: str, key: str) -> tuple[str, ...]:
+    expected = "a list of 'auto', 'cpu' or 'cuda:N'"
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(source, key, expected, value)
+    for item in value:
+        if not isinstance(item, str) or not is_device_selector(item):
+            raise ConfigError(source, key, expected, item)
+    return tuple(value)
+
+
+def is_device_selector(text: str) -> bool:
+    """'auto', 'cpu' or 'cuda:N'."""
+    if text in {"auto", "cpu"}:
+        return True
+    prefix, _, index = text.partition(":")
+    return prefix == "cuda" and index.isdigit()
+
+
+def _parse_workloads(value: Any, source: str, key: str) -> tuple[WorkloadEntry, ...]:
+    expected = "a non-empty list of workload names or {name = ..., params = {...}} tables"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(source, key, expected, value)
+    entries = []
+    for i, item in enumerate(value):
+        item_key = f"{key}[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ConfigError(source, item_key, expected, item)
+        extra = set(item) - {"name", "params"}
+        if extra:
+            raise ConfigError(source, f"{item_key}.{sorted(extra)[0]}", "only name and params", detail="unknown key")
+        try:
+            spec = registry.get(item["name"])
+        except registry.UnknownWorkloadError as exc:
+            raise ConfigError(source, f"{item_key}.name", "a workload listed by 'sixdim list'", item["name"],
+                              detail=str(exc)) from None
+        params = item.get("params", {})
+        if not isinstance(params, dict):
+            raise ConfigError(source, f"{item_key}.params", "a table of parameter values", params)
+        try:
+            spec.resolve(params, "cpu")
+        except ParamError as exc:
+            raise ConfigError(source, f"{item_key}.params", "valid parameters", detail=str(exc)) from None
+        entries.append(WorkloadEntry(item["name"], dict(params)))
+    return tuple(entries)

@@ -1,0 +1,67 @@
+"""The one result schema: every run, whatever its workload or outcome, is a RunRecord."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agent import catalog
+
+
+@dataclass
+class RunRecord:
+    suite: str
+    workload: str
+    precision: str
+    params: dict[str, Any]
+    params_label: str
+    hostname: str
+    device_type: str
+    device: str
+    gpu: str
+    uuid: str
+    model_name: str
+    pci_bus_id: str
+    status: str  # one of catalog.RUN_STATUSES
+    reason: str
+    started_at: float  # Unix time
+    ended_at: float
+    figures: dict[str, float] = field(default_factory=dict)
+    """Exported values in base units, keyed by the catalog's ``figure`` names."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Kept in history only: the round distribution, telemetry extras, the worker's last output."""
+    environment: dict[str, Any] = field(default_factory=dict)
+    """Driver, CUDA runtime, cuDNN, NCCL, torch, Python and sixdim versions, and the device model."""
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in catalog.RUN_STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {catalog.RUN_STATUSES}")
+
+    def value(self, figure: str) -> float | None:
+        """A figure for export: a measured one, or the run's end time."""
+        if figure == "ended_at":
+            return self.ended_at
+        value = self.figures.get(figure)
+        return None if value is None else float(value)
+
+    def key(self) -> tuple[str, ...]:
+        """What one exported series stands for; versions are labels, not part of the key,
+        so a driver upgrade replaces the series rather than adding a stale one beside it."""
+        return (self.hostname, self.device_type, self.gpu, self.uuid, self.workload, self.precision,
+                self.params_label)
+
+    def workload_labels(self) -> dict[str, str]:
+        return {catalog.HOSTNAME: self.hostname, catalog.GPU: self.gpu, catalog.UUID: self.uuid,
+                catalog.MODEL_NAME: self.model_name, catalog.PCI_BUS_ID: self.pci_bus_id,
+                catalog.DEVICE_TYPE: self.device_type, catalog.WORKLOAD: self.workload,
+                catalog.PRECISION: self.precision, catalog.PARAMS: self.params_label}
+
+    def result_labels(self) -> dict[str, str]:
+        return {**self.workload_labels(),
+                catalog.DRIVER_VERSION: str(self.environment.get("driver", "")),
+                catalog.CUDA_VERSION: str(self.environment.get("cuda_runtime", "")),
+                catalog.TORCH_VERSION: str(self.environment.get("torch", ""))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

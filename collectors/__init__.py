@@ -1,0 +1,1 @@
+"""Telemetry collectors, each behind the small interface in ``collectors.base``."""

@@ -1,0 +1,215 @@
+"""NVIDIA GPU telemetry through NVML (the ``pynvml`` module of nvidia-ml-py).
+
+NVML never creates a CUDA context, so the daemon can read it while production
+jobs run.  Fields a GPU does not support (NVML_ERROR_NOT_SUPPORTED) are None
+and are not exported, rather than exported as zero.
+
+The ``module`` argument lets tests substitute a fake with the same functions,
+return shapes and ``NVMLError`` exceptions as pynvml; production passes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+from agent import catalog
+from collectors.base import Availability, LogOnce, Sample
+
+log = logging.getLogger(__name__)
+
+# Clock event ("throttle") reason bits, as in nvml.h (nvmlClocksEventReason*).
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x001: "gpu_idle",
+    0x002: "applications_clocks_setting",
+    0x004: "sw_power_cap",
+    0x008: "hw_slowdown",
+    0x010: "sync_boost",
+    0x020: "sw_thermal_slowdown",
+    0x040: "hw_thermal_slowdown",
+    0x080: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+SLOWDOWN_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
+                              "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+"""Reasons that mean the clocks were held down below what the workload asked for."""
+
+
+def reason_names(mask: int) -> list[str]:
+    """Names of the reason bits set in an NVML clock-event mask."""
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    vbios_version: str
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of a GPU, all in base units; None where the GPU does not report it."""
+
+    time: float  # time.monotonic()
+    energy_joules: float | None
+    power_watts: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    utilization_ratio: float | None
+    sm_clock_hertz: float | None
+    memory_clock_hertz: float | None
+    temperature_celsius: float | None
+    clock_event_mask: int | None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML's integer CUDA version (12040) as text ("12.4")."""
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+class NvmlCollector:
+    """Per-GPU telemetry, identity and versions from NVML."""
+
+    name = "nvml"
+
+    def __init__(self, hostname: str, module: ModuleType | Any | None = None):
+        self._hostname = hostname
+        self._log = LogOnce(log)
+        self._lock = threading.Lock()
+        self._gpus: list[GpuIdentity] = []
+        self._handles: list[Any] = []
+        self._driver_version = ""
+        self._cuda_driver_version = ""
+        try:
+            if module is None:
+                import pynvml as module
+            self._nv = module
+            self._nv.nvmlInit()
+            self._driver_version = _text(self._nv.nvmlSystemGetDriverVersion())
+            self._cuda_driver_version = cuda_version_text(self._nv.nvmlSystemGetCudaDriverVersion())
+            for index in range(self._nv.nvmlDeviceGetCount()):
+                handle = self._nv.nvmlDeviceGetHandleByIndex(index)
+                self._handles.append(handle)
+                self._gpus.append(GpuIdentity(
+                    index=index,
+                    uuid=_text(self._nv.nvmlDeviceGetUUID(handle)),
+                    name=_text(self._nv.nvmlDeviceGetName(handle)),
+                    pci_bus_id=_text(self._nv.nvmlDeviceGetPciInfo(handle).busId),
+                    vbios_version=self._optional(self._nv.nvmlDeviceGetVbiosVersion, handle, default=""),
+                ))
+            self._availability = Availability(True)
+        except Exception as exc:  # NVMLError, or ImportError where nvidia-ml-py is missing
+            self._availability = Availability(False, f"NVML unavailable: {exc}")
+            self._log.warning(f"{self._availability.reason}; GPU telemetry is off, workloads run on the CPU")
+
+    # ------------------------------------------------------------------ identity
+    def availability(self) -> Availability:
+        return self._availability
+
+    @property
+    def gpus(self) -> list[GpuIdentity]:
+        return list(self._gpus)
+
+    @property
+    def driver_version(self) -> str:
+        return self._driver_version
+
+    @property
+    def cuda_driver_version(self) -> str:
+        return self._cuda_driver_version
+
+    def gpu(self, index: int) -> GpuIdentity:
+        for gpu in self._gpus:
+            if gpu.index == index:
+                return gpu
+        raise LookupError(f"no NVIDIA GPU with index {index} (NVML sees {len(self._gpus)})")
+
+    # ------------------------------------------------------------------ readings
+    def _optional(self, fn: Callable[..., Any], *args: Any, default: Any = None) -> Any:
+        """Call an NVML function; a field this GPU lacks (or any NVML error) reads as ``default``."""
+        try:
+            value = fn(*args)
+        except self._nv.NVMLError as exc:
+            self._log.warning(f"NVML {getattr(fn, '__name__', fn)}: {exc}")
+            return default
+        return _text(value) if isinstance(value, bytes) else value
+
+    def sample(self, index: int) -> GpuSample:
+        """Read one GPU now."""
+        nv, handle = self._nv, self._handles[index]
+        with self._lock:
+            energy_mj = self._optional(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+            power_mw = self._optional(nv.nvmlDeviceGetPowerUsage, handle)
+            memory = self._optional(nv.nvmlDeviceGetMemoryInfo, handle)
+            utilization = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+            sm_mhz = self._optional(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
+            mem_mhz = self._optional(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM)
+            temperature = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+            events = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                nv.nvmlDeviceGetCurrentClocksThrottleReasons
+            mask = self._optional(events, handle)
+        return GpuSample(
+            time=time.monotonic(),
+            energy_joules=energy_mj / 1000.0 if energy_mj is not None else None,
+            power_watts=power_mw / 1000.0 if power_mw is not None else None,
+            memory_used_bytes=memory.used if memory is not None else None,
+            memory_total_bytes=memory.total if memory is not None else None,
+            utilization_ratio=utilization.gpu / 100.0 if utilization is not None else None,
+            sm_clock_hertz=sm_mhz * 1e6 if sm_mhz is not None else None,
+            memory_clock_hertz=mem_mhz * 1e6 if mem_mhz is not None else None,
+            temperature_celsius=float(temperature) if temperature is not None else None,
+            clock_event_mask=int(mask) if mask is not None else None,
+        )
+
+    def process_ids(self, index: int) -> list[int]:
+        """PIDs of compute and graphics processes on the GPU (as NVML sees them)."""
+        handle = self._handles[index]
+        with self._lock:
+            compute = self._optional(self._nv.nvmlDeviceGetComputeRunningProcesses, handle, default=[])
+            graphics = self._optional(self._nv.nvmlDeviceGetGraphicsRunningProcesses, handle, default=[])
+        return sorted({p.pid for p in list(compute) + list(graphics)})
+
+    # ------------------------------------------------------------------ export
+    def identity_labels(self, gpu: GpuIdentity) -> dict[str, str]:
+        return {catalog.HOSTNAME: self._hostname, catalog.GPU: str(gpu.index), catalog.UUID: gpu.uuid,
+                catalog.MODEL_NAME: gpu.name, catalog.PCI_BUS_ID: gpu.pci_bus_id}
+
+    def collect(self) -> list[Sample]:
+        if not self._availability.available:
+            return []
+        samples: list[Sample] = []
+        for gpu in self._gpus:
+            labels = self.identity_labels(gpu)
+            samples.append(Sample(catalog.GPU_INFO, {
+                **labels, catalog.DRIVER_VERSION: self._driver_version,
+                "cuda_driver_version": self._cuda_driver_version, "vbios_version": gpu.vbios_version}, 1.0))
+            reading = self.sample(gpu.index)
+            for metric, value in (
+                (catalog.GPU_POWER, reading.power_watts),
+                (catalog.GPU_ENERGY, reading.energy_joules),
+                (catalog.GPU_MEMORY_USED, reading.memory_used_bytes),
+                (catalog.GPU_MEMORY_TOTAL, reading.memory_total_bytes),
+                (catalog.GPU_UTILIZATION, reading.utilization_ratio),
+                (catalog.GPU_SM_CLOCK, reading.sm_clock_hertz),
+                (catalog.GPU_MEMORY_CLOCK, reading.memory_clock_hertz),
+                (catalog.GPU_TEMPERATURE, reading.temperature_celsius),
+            ):
+                if value is not None:
+                    samples.append(Sample(metric, labels, float(value)))
+            if reading.clock_event_mask is not None:
+                for bit, reason in CLOCK_EVENT_REASONS.items():
+                    samples.append(Sample(catalog.GPU_THROTTLE, {**labels, "reason": reason},
+                                          1.0 if reading.clock_event_mask & bit else 0.0))
+            samples.append(Sample(catalog.GPU_PROCESSES, labels, float(len(self.process_ids(gpu.index)))))
+        return samples

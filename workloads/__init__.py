@@ -1,0 +1,1 @@
+"""Benchmark workloads.  Importing this package never imports torch: see ``workloads.registry``."""

@@ -1,0 +1,46 @@
+"""Shared test helpers: tools that must exist in CI, free ports, a CPU-only environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+
+def required_tool(name: str) -> str:
+    """Path of an external tool; skip with a reason where it is missing, but fail in CI
+    (SIXDIM_REQUIRE_TOOLS=1), where .ci/run installs it, so a check never vanishes silently there."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (Debian package 'prometheus')"
+        if os.environ.get("SIXDIM_REQUIRE_TOOLS") == "1":
+            pytest.fail(message + " but SIXDIM_REQUIRE_TOOLS=1")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def promtool() -> str:
+    return required_tool("promtool")
+
+
+def promtool_check(promtool: str, text: str) -> subprocess.CompletedProcess:
+    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """Environment for running the sixdim CLI in a child: history under tmp_path, no user config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
+    env["SIXDIM_HISTORY"] = str(tmp_path / "history.db")
+    env["SIXDIM_LOG_LEVEL"] = "warning"
+    return env

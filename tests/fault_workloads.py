@@ -1,0 +1,45 @@
+"""Workloads that misbehave on purpose, run by the real worker in real child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from workloads.context import RunContext, WorkloadOutput
+
+
+def raises(params: dict, ctx: RunContext) -> WorkloadOutput:
+    raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
+
+
+def crashes(params: dict, ctx: RunContext) -> WorkloadOutput:
+    print("about to crash", flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
+    time.sleep(10)
+    raise AssertionError("unreachable")
+
+
+def exits(params: dict, ctx: RunContext) -> WorkloadOutput:
+    print("giving up", file=sys.stderr, flush=True)
+    os._exit(3)
+
+
+def hangs(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """Ignores SIGTERM and leaves a grandchild behind, the worst case for a timeout."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(params["pid_file"], "w") as handle:
+        handle.write(f"{os.getpid()} {child.pid}")
+    while True:
+        time.sleep(1)
+
+
+def succeeds(params: dict, ctx: RunContext) -> WorkloadOutput:
+    ctx.progress("working")
+    ctx.mark_window_start()
+    time.sleep(params.get("seconds", 0.3))
+    ctx.mark_window_end()
+    return WorkloadOutput(figures={"seconds": 0.25, "flops": 4.0e9}, details={"note": "fixed figures"})

@@ -1,0 +1,115 @@
+"""NVML collector and idle guard against a faithful fake of pynvml (no GPU here)."""
+
+import pynvml
+import pytest
+
+from agent import catalog
+from agent.board import Board
+from agent.devices import resolve
+from agent.executor import Executor, GuardSettings
+from agent.guard import busy_reason
+from agent.history import History
+from collectors.nvml import NvmlCollector
+from tests.fakenvml import FakeGpu, FakeNvml
+from workloads import registry
+
+
+def values(samples, metric, **labels):
+    return [s.value for s in samples if s.metric is metric and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def test_readings_are_converted_to_base_units():
+    nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(power_mw=312_500, energy_mj=5_000_000, sm_mhz=1755,
+                                                            utilization_gpu=42, memory_used=2 * 1024**3)]))
+    reading = nvml.sample(0)
+    assert reading.power_watts == 312.5
+    assert reading.energy_joules == 5000.0
+    assert reading.sm_clock_hertz == 1.755e9
+    assert reading.utilization_ratio == 0.42
+    assert reading.memory_used_bytes == 2 * 1024**3
+
+
+def test_identity_versions_and_exported_samples():
+    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-second", bus_id="00000000:2A:00.0")], driver="550.54.15",
+                    cuda=12040)
+    nvml = NvmlCollector("node1", module=fake)
+    assert [g.uuid for g in nvml.gpus] == ["GPU-8b2c4a1e-0000-1111-2222-333344445555", "GPU-second"]
+    assert nvml.driver_version == "550.54.15" and nvml.cuda_driver_version == "12.4"
+    samples = nvml.collect()
+    info = [s for s in samples if s.metric is catalog.GPU_INFO]
+    assert len(info) == 2
+    assert info[1].labels[catalog.PCI_BUS_ID] == "00000000:2A:00.0"
+    assert info[0].labels["cuda_driver_version"] == "12.4"
+    assert values(samples, catalog.GPU_POWER, gpu="1") == [70.0]
+    assert values(samples, catalog.GPU_THROTTLE, gpu="0", reason="gpu_idle") == [1.0]
+    assert values(samples, catalog.GPU_THROTTLE, gpu="0", reason="sw_power_cap") == [0.0]
+
+
+def test_unsupported_fields_are_absent_not_zero():
+    gpu = FakeGpu(unsupported={"nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"})
+    nvml = NvmlCollector("node1", module=FakeNvml([gpu]))
+    reading = nvml.sample(0)
+    assert reading.energy_joules is None and reading.power_watts is None
+    samples = nvml.collect()
+    assert values(samples, catalog.GPU_POWER) == [] and values(samples, catalog.GPU_ENERGY) == []
+    assert values(samples, catalog.GPU_TEMPERATURE) == [35.0]
+
+
+def test_missing_driver_makes_collector_unavailable_not_a_crash(caplog):
+    nvml = NvmlCollector("node1", module=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    availability = nvml.availability()
+    assert not availability.available
+    assert "NVML Shared Library Not Found" in availability.reason
+    assert nvml.collect() == []
+    assert sum("NVML unavailable" in r.message for r in caplog.records) == 1
+    # 'auto' falls back to the CPU; an explicit GPU is a clear error
+    assert [d.type for d in resolve(["auto"], nvml)] == ["cpu"]
+    with pytest.raises(ValueError, match="cuda:0.*NVML Shared Library Not Found"):
+        resolve(["cuda:0"], nvml)
+
+
+def test_the_real_pynvml_reports_unavailable_on_this_host():
+    nvml = NvmlCollector("node1")
+    if nvml.availability().available:
+        pytest.skip("this host has an NVIDIA driver")
+    assert "NVML" in nvml.availability().reason
+
+
+def test_auto_resolves_to_every_gpu():
+    nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-b")]))
+    devices = resolve(["auto"], nvml)
+    assert [d.name for d in devices] == ["cuda:0", "cuda:1"]
+    assert devices[1].worker_environment() == {"CUDA_VISIBLE_DEVICES": "GPU-b"}
+    assert devices[1].worker_device == "cuda:0"
+
+
+@pytest.mark.parametrize("gpu, expected", [
+    (FakeGpu(compute_pids=[4242]), "1 other process(es) on GPU 0 (pid 4242)"),
+    (FakeGpu(graphics_pids=[7, 8]), "2 other process(es)"),
+    (FakeGpu(utilization_gpu=87), "utilization 87% is above the guard's 5%"),
+])
+def test_guard_names_why_a_gpu_is_busy(gpu, expected):
+    nvml = NvmlCollector("node1", module=FakeNvml([gpu]))
+    assert expected in busy_reason(nvml, 0, 0.05)
+
+
+def test_guard_passes_an_idle_gpu():
+    nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(utilization_gpu=3)]))
+    assert busy_reason(nvml, 0, 0.05) is None
+
+
+def test_busy_gpu_run_is_skipped_and_recorded(tmp_path):
+    fake = FakeNvml([FakeGpu(compute_pids=[31337])])
+    nvml = NvmlCollector("node1", module=fake)
+    history = History(tmp_path / "h.db")
+    board = Board()
+    executor = Executor(hostname="node1", history=history, board=board, nvml=nvml, rapl=None,
+                        guard=GuardSettings(enabled=True, max_utilization=0.05))
+    device = resolve(["cuda:0"], nvml)[0]
+    record = executor.execute(registry.get("gemm"), {}, device, suite="quick")
+    assert record.status == "skipped"
+    assert "pid 31337" in record.reason
+    stored = list(History(tmp_path / "h.db"))
+    assert [(r.status, r.uuid, r.device) for r in stored] == [("skipped", fake.gpus[0].uuid, "cuda:0")]
+    assert [(r.status, n) for r, n in board.counts()] == [("skipped", 1)]
+    assert board.latest() == []  # a skip never replaces a result

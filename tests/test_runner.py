@@ -1,0 +1,72 @@
+"""The worker boundary, with real child processes: nothing a workload does can take the daemon down."""
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+
+from agent.runner import TERMINATE_GRACE_SECONDS, run_worker
+
+
+def test_successful_worker_returns_figures_window_and_environment():
+    progress = []
+    outcome = run_worker("tests.fault_workloads:succeeds", {"seconds": 0.2}, "cpu", 60, on_progress=progress.append)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.figures == {"seconds": 0.25, "flops": 4.0e9}
+    start, end = outcome.window
+    assert 0.19 < end - start < 2.0
+    assert outcome.environment["torch"]  # the worker reports the torch it ran with
+    assert progress == ["working"]
+
+
+def test_worker_that_raises_is_a_failure_with_the_exception():
+    outcome = run_worker("tests.fault_workloads:raises", {}, "cpu", 60)
+    assert outcome.status == "failed"
+    assert outcome.reason.startswith("RuntimeError: CUDA out of memory")
+    assert outcome.returncode == 1
+
+
+def test_worker_that_crashes_is_a_failure_naming_the_signal():
+    outcome = run_worker("tests.fault_workloads:crashes", {}, "cpu", 60)
+    assert outcome.status == "failed"
+    assert outcome.returncode == -signal.SIGSEGV
+    assert "SIGSEGV" in outcome.reason
+    assert "about to crash" in outcome.reason  # the last output line explains what happened
+
+
+def test_worker_that_exits_without_result_is_a_failure_with_its_code():
+    outcome = run_worker("tests.fault_workloads:exits", {}, "cpu", 60)
+    assert outcome.status == "failed"
+    assert "code 3" in outcome.reason and "giving up" in outcome.reason
+
+
+def test_hanging_worker_is_stopped_at_timeout_with_its_whole_process_group(tmp_path):
+    pid_file = tmp_path / "pids"
+    started = time.monotonic()
+    outcome = run_worker("tests.fault_workloads:hangs", {"pid_file": str(pid_file)}, "cpu", timeout=3.0)
+    elapsed = time.monotonic() - started
+    assert outcome.status == "timeout"
+    assert "3 s" in outcome.reason
+    # It ignores SIGTERM, so SIGKILL follows the grace period; no more than that.
+    assert 3.0 <= elapsed < 3.0 + TERMINATE_GRACE_SECONDS + 3.0
+    worker_pid, grandchild_pid = map(int, pid_file.read_text().split())
+    for pid in (worker_pid, grandchild_pid):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_event_interrupts_a_running_worker(tmp_path):
+    stop = threading.Event()
+    threading.Timer(1.5, stop.set).start()
+    started = time.monotonic()
+    outcome = run_worker("tests.fault_workloads:hangs", {"pid_file": str(tmp_path / "p")}, "cpu", 120, stop=stop)
+    assert outcome.status == "skipped" and "shutting down" in outcome.reason
+    assert time.monotonic() - started < 1.5 + TERMINATE_GRACE_SECONDS + 3.0
+
+
+def test_worker_runs_in_its_own_process_group():
+    groups = []
+    run_worker("tests.fault_workloads:succeeds", {"seconds": 0.5}, "cpu", 60,
+               on_start=lambda pid: groups.append(os.getpgid(pid)))
+    assert groups and groups[0] != os.getpgrp()

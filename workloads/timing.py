@@ -2,7 +2,8 @@
 
 - Warm-up first, for at least ``warmup_seconds`` and 3 calls, so clocks, caches,
   allocator and autotuners are settled before anything is timed.
-- Each round repeats the kernel enough times to last ``min_round_seconds``, so
+- Each round repeats the kernel enough times to last ``min_round_seconds`` (calibrated by
+  growing a block until it does, like blocked_autorange), so
   launch and timer overhead are negligible against the work.
 - On CUDA the round is timed on the device, with a pair of CUDA events around the
   repetitions; on CPU with ``time.perf_counter``.
@@ -27,20 +28,35 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def estimate_call_seconds(fn: Callable[[], object], device: torch.device, warmup_seconds: float) -> float:
-    """Warm up, then return the time of one call, measured over a short synchronized block."""
+def _timed_block(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _synchronize(device)
+    return time.perf_counter() - start
+
+
+def calibrate(fn: Callable[[], object], device: torch.device, warmup_seconds: float,
+              min_round_seconds: float) -> int:
+    """Warm up, then find how many calls make a round last ``min_round_seconds``.
+
+    As ``torch.utils.benchmark``'s blocked_autorange does, the block grows until it
+    really lasts the target, rather than trusting an estimate from a few cold calls.
+    """
     start = time.perf_counter()
     calls = 0
     while calls < 3 or time.perf_counter() - start < warmup_seconds:
         fn()
         _synchronize(device)
         calls += 1
-    block = 3
-    start = time.perf_counter()
-    for _ in range(block):
-        fn()
-    _synchronize(device)
-    return max((time.perf_counter() - start) / block, 1e-9)
+    block = 1
+    while True:
+        elapsed = _timed_block(fn, device, block)
+        if elapsed >= min_round_seconds or min_round_seconds <= 0:
+            return block
+        growth = min_round_seconds / elapsed * 1.1 if elapsed > 0 else 10.0
+        block = max(block + 1, min(block * 10, math.ceil(block * growth)))
 
 
 def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, rounds: int,
@@ -50,8 +66,7 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
     The measured window (``ctx`` marks) covers the timed rounds only, not warm-up.
     """
     ctx.progress("warming up")
-    per_call = estimate_call_seconds(fn, device, warmup_seconds)
-    iterations = max(1, math.ceil(min_round_seconds / per_call))
+    iterations = calibrate(fn, device, warmup_seconds, min_round_seconds)
     results: list[float] = []
     ctx.mark_window_start()
     for r in range(rounds):

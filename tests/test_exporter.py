@@ -1,0 +1,108 @@
+"""The exporter renders the catalog: names, labels, units, and promtool's lint."""
+
+import pynvml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent import catalog
+from agent.board import Board
+from agent.exporter import SixdimCollector
+from collectors.host import HostCollector, RaplReader
+from collectors.nvml import NvmlCollector
+from tests.conftest import promtool_check
+from tests.fakenvml import FakeGpu, FakeNvml
+from tests.helpers import make_record
+
+
+def scrape(board, collectors=(), dcgm=False) -> str:
+    registry = CollectorRegistry()
+    registry.register(SixdimCollector(board, list(collectors), "node1", dcgm))
+    return generate_latest(registry).decode()
+
+
+def samples(text):
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def find(text, name, **labels):
+    return [v for (n, ls), v in samples(text).items() if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
+
+
+def test_result_series_carry_dcgm_join_labels_and_versions():
+    board = Board()
+    board.add(make_record(seconds=0.002, power_watts=350.0, energy_joules=700.0, memory_bytes=1e9,
+                          peak_memory_bytes=2e9))
+    text = scrape(board)
+    [(name, labels)] = [k for k in samples(text) if k[0] == "sixdim_workload_seconds"]
+    assert dict(labels) == {
+        "hostname": "node1", "gpu": "0", "UUID": "GPU-a", "model_name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:17:00.0", "device_type": "cuda", "workload": "gemm", "precision": "bf16",
+        "params": "m=8,n=8,k=8", "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
+    assert find(text, "sixdim_workload_seconds") == [0.002]
+    assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
+    assert find(text, "sixdim_workload_power_watts") == [350.0]
+    assert find(text, "sixdim_workload_energy_joules") == [700.0]
+    assert find(text, "sixdim_workload_peak_memory_bytes") == [2e9]
+    assert find(text, "sixdim_workload_last_run_timestamp_seconds") == [2000.0]
+    assert find(text, "sixdim_build_info", version="0.1.0") == [1.0]
+
+
+def test_run_counts_by_status():
+    board = Board()
+    for status in ("ok", "failed", "timeout", "skipped", "skipped"):
+        board.add(make_record(status))
+    text = scrape(board)
+    for status, count in (("ok", 1), ("failed", 1), ("timeout", 1), ("skipped", 2)):
+        assert find(text, "sixdim_workload_runs_total", status=status) == [count]
+
+
+def test_dcgm_label_names_option_exports_modelName():
+    board = Board()
+    board.add(make_record())
+    text = scrape(board, dcgm=True)
+    [(_, labels)] = [k for k in samples(text) if k[0] == "sixdim_workload_flops"]
+    assert dict(labels)["modelName"] == "NVIDIA H100 80GB HBM3" and "model_name" not in dict(labels)
+
+
+def test_unavailable_nvml_is_a_metric_saying_so():
+    nvml = NvmlCollector("node1", module=FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
+    text = scrape(Board(), [nvml])
+    assert find(text, "sixdim_collector_up", collector="nvml") == [0.0]
+    assert "Driver Not Loaded" in [dict(k[1]) for k in samples(text) if k[0] == "sixdim_collector_up"][0]["reason"]
+    assert not any(name.startswith("sixdim_gpu_") for name, _ in samples(text))
+
+
+def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
+    powercap = tmp_path / "powercap" / "intel-rapl:0"
+    powercap.mkdir(parents=True)
+    (powercap / "name").write_text("package-0\n")
+    (powercap / "max_energy_range_uj").write_text("262143328850\n")
+    (powercap / "energy_uj").write_text("1000000\n")
+    host = HostCollector("node1", rapl=RaplReader(tmp_path / "powercap"))
+    (powercap / "energy_uj").write_text("3500000\n")
+    nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-b", compute_pids=[9])]))
+    board = Board()
+    board.add(make_record(power_watts=300.0, energy_joules=600.0, memory_bytes=1.0, peak_memory_bytes=2.0,
+                          sm_clock_hertz=1.9e9, throttled=0.0, seconds_iqr_ratio=0.01))
+    for status in ("failed", "timeout", "skipped"):
+        board.add(make_record(status))
+    text = scrape(board, [nvml, host])
+    exported = {name for name, _ in samples(text)}
+    for metric in catalog.ALL_METRICS:
+        assert metric.name in exported, metric.name
+    assert find(text, "sixdim_host_rapl_energy_joules_total", domain="package-0") == [2.5]
+    assert find(text, "sixdim_gpu_processes", gpu="1") == [1.0]
+    result = promtool_check(promtool, text)
+    assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
+
+
+def test_rapl_counter_wrap_is_corrected(tmp_path):
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "name").write_text("package-0")
+    (zone / "max_energy_range_uj").write_text("1000000")
+    (zone / "energy_uj").write_text("900000")
+    rapl = RaplReader(tmp_path)
+    (zone / "energy_uj").write_text("100000")  # wrapped: 100000 more to the top, 100000 after
+    assert rapl.read() == {"package-0": 0.2}

@@ -1,0 +1,81 @@
+"""GEMM on the CPU with real torch: its figures against independent computations."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from workloads import gemm, registry
+from workloads.context import RunContext
+from workloads.stats import deepspark_mean
+
+
+def test_gemm_figures_follow_from_its_rounds():
+    params = registry.get("gemm").resolve({"m": 128, "n": 64, "k": 256, "min_round_seconds": 0.02,
+                                           "warmup_seconds": 0.05}, "cpu")
+    ctx = RunContext(device="cpu")
+    output = gemm.run(params, ctx)
+    rounds = output.details["round_seconds"]
+    assert len(rounds) == 5
+    assert output.figures["seconds"] == pytest.approx(deepspark_mean(rounds))
+    assert output.figures["flops"] == pytest.approx(2 * 128 * 64 * 256 / output.figures["seconds"])
+    assert output.details["flop_count"] == 2 * 128 * 64 * 256
+    # the window covers the 5 timed rounds, each calibrated to last min_round_seconds
+    assert ctx.window_end - ctx.window_start >= 0.8 * 5 * 0.02
+    assert output.details["iterations_per_round"] * min(rounds) >= 0.8 * 0.02
+
+
+def test_cpu_defaults_are_small_and_gpu_defaults_large():
+    spec = registry.get("gemm")
+    cpu, cuda = spec.resolve({}, "cpu"), spec.resolve({}, "cuda")
+    assert cpu["m"] * cpu["n"] * cpu["k"] <= 1024**3 < cuda["m"] * cuda["n"] * cuda["k"]
+    assert (cpu["dtype"], cuda["dtype"]) == ("fp32", "bf16")
+
+
+def hand_timed_matmul_seconds(n: int) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(5):
+        torch.matmul(a, b)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10):
+            torch.matmul(a, b)
+        times.append((time.perf_counter() - start) / 10)
+    return sorted(times)[2]
+
+
+def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
+    result = subprocess.run([sys.executable, "-m", "agent", "run", "--workload", "gemm", "--device", "cpu", "--json"],
+                            capture_output=True, text=True, env=cli_env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    [record] = json.loads(result.stdout)
+    assert record["status"] == "ok" and record["device"] == "cpu"
+    m, n, k = (record["params"][x] for x in "mnk")
+    assert m == n == k
+    seconds, flops = record["figures"]["seconds"], record["figures"]["flops"]
+    assert seconds > 0 and flops == pytest.approx(2 * m * n * k / seconds)
+    by_hand = hand_timed_matmul_seconds(m)
+    assert 0.5 < seconds / by_hand < 2.0, (seconds, by_hand)
+    # measured conditions and environment travel with the result
+    assert record["figures"]["peak_memory_bytes"] >= record["figures"]["memory_bytes"] > 0
+    assert record["environment"]["torch"] == torch.__version__
+    assert record["environment"]["python"] and record["environment"]["sixdim"]
+    assert record["details"]["telemetry"]["telemetry_samples"] >= 5  # 10 Hz over a >= 1 s window
+
+
+def test_sixdim_run_table_and_history(cli_env, tmp_path):
+    args = [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
+            "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"]
+    result = subprocess.run(args, capture_output=True, text=True, env=cli_env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[:5] == ["workload", "device", "precision", "params", "status"]
+    assert row.split()[:5] == ["gemm", "cpu", "fp32", "m=64,n=64,k=64", "ok"]
+    from agent.history import History
+
+    [stored] = list(History(tmp_path / "history.db"))
+    assert stored.status == "ok" and stored.params["m"] == 64

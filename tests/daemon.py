@@ -1,0 +1,78 @@
+"""Start and stop a real ``sixdim serve`` in a child process for tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+class Daemon:
+    def __init__(self, config_path: Path, port: int, env: dict[str, str], log_path: Path):
+        self.port = port
+        self._log = open(log_path, "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "agent", "serve", "--config", str(config_path)],
+                                        env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.log_path = log_path
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.process.returncode}: {self.log_path.read_text()}")
+            try:
+                if self.get("/healthz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"daemon not ready within {timeout} s: {self.log_path.read_text()}")
+
+    def metrics(self) -> str:
+        return self.get("/metrics")[1]
+
+    def samples(self, name: str) -> list:
+        return [s for family in text_string_to_metric_families(self.metrics()) for s in family.samples
+                if s.name == name]
+
+    def wait_for(self, name: str, timeout: float = 60.0, count: int = 1) -> list:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.samples(name)
+            if len(found) >= count:
+                return found
+            time.sleep(0.5)
+        raise AssertionError(f"{name} not exported within {timeout} s: {self.log_path.read_text()}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+        code = self.process.wait(timeout=timeout)
+        self._log.close()
+        return code
+
+
+def write_config(path: Path, port: int, history: Path, suite: str) -> Path:
+    path.write_text(f'[agent]\nlisten = "127.0.0.1:{port}"\nhistory = "{history}"\nhostname = "testhost"\n\n{suite}')
+    return path
+
+
+FAST_GEMM_SUITE = """
+[[suites]]
+name = "fast"
+interval_seconds = 2
+devices = ["cpu"]
+timeout_seconds = 60
+workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, min_round_seconds = 0.02, warmup_seconds = 0.05}}]
+"""

@@ -1,0 +1,103 @@
+"""``sixdim serve`` for real: a child daemon, scraped over HTTP, restarted, stopped."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.history import History
+from tests.conftest import free_port, promtool_check
+from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+
+pytestmark = pytest.mark.slow
+
+EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
+                   "params", "driver_version", "cuda_version", "torch_version"}
+
+
+def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):
+    port, history = free_port(), tmp_path / "history.db"
+    config = write_config(tmp_path / "fast.toml", port, history, FAST_GEMM_SUITE)
+    daemon = Daemon(config, port, cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        started = time.monotonic()
+        [flops] = daemon.wait_for("sixdim_workload_flops", timeout=60)
+        assert time.monotonic() - started < 60
+        assert set(flops.labels) == EXPECTED_LABELS
+        assert flops.labels["workload"] == "gemm" and flops.labels["params"] == "m=128,n=128,k=128"
+        assert flops.labels["hostname"] == "testhost" and flops.labels["device_type"] == "cpu"
+        assert flops.value > 1e6
+        for name in ("sixdim_workload_seconds", "sixdim_workload_memory_bytes",
+                     "sixdim_workload_peak_memory_bytes", "sixdim_workload_last_run_timestamp_seconds"):
+            assert daemon.samples(name), name
+        assert daemon.samples("sixdim_workload_runs_total")[0].labels["status"] == "ok"
+        [nvml_up] = [s for s in daemon.samples("sixdim_collector_up") if s.labels["collector"] == "nvml"]
+        if nvml_up.value == 0:
+            assert nvml_up.labels["reason"].startswith("NVML unavailable")
+
+        check = promtool_check(promtool, daemon.metrics())
+        assert check.returncode == 0 and check.stdout + check.stderr == "", check.stdout + check.stderr
+
+        # light: under 100 MB resident, and no torch library mapped, even after runs
+        daemon.wait_for("sixdim_workload_runs_total")
+        process = psutil.Process(daemon.process.pid)
+        assert process.memory_info().rss < 100 * 2**20
+        maps = Path(f"/proc/{daemon.process.pid}/maps").read_text()
+        assert "torch" not in maps and "libcuda" not in maps
+        assert daemon.get("/healthz") == (200, "ok\n")
+    finally:
+        daemon.process.kill()  # killed, not stopped: the restart must not rely on a clean exit
+        daemon.process.wait()
+
+    [latest] = History(history).latest_ok()
+    runs_before = len(list(History(history)))
+    # restart with a schedule that will not run soon: the series must come back from history alone
+    quiet = FAST_GEMM_SUITE.replace("interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false")
+    config = write_config(tmp_path / "quiet.toml", port, history, quiet)
+    daemon = Daemon(config, port, cli_env, tmp_path / "serve2.log")
+    try:
+        daemon.wait_ready()
+        [flops] = daemon.samples("sixdim_workload_flops")
+        assert (flops.labels["params"], flops.value) == ("m=128,n=128,k=128", pytest.approx(latest.figures["flops"]))
+        [ended] = daemon.samples("sixdim_workload_last_run_timestamp_seconds")
+        assert ended.value == pytest.approx(latest.ended_at)
+        ok_runs = [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["status"] == "ok"]
+        assert ok_runs[0].value == sum(1 for r in History(history) if r.status == "ok")
+        assert len(list(History(history))) == runs_before  # no new run happened
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+
+
+def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_env):
+    port, history = free_port(), tmp_path / "history.db"
+    long_suite = FAST_GEMM_SUITE.replace("m = 128, n = 128, k = 128, min_round_seconds = 0.02",
+                                         "m = 512, n = 512, k = 512, min_round_seconds = 5.0")
+    config = write_config(tmp_path / "long.toml", port, history, long_suite)
+    daemon = Daemon(config, port, cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        deadline = time.monotonic() + 30
+        workers = []
+        while not workers and time.monotonic() < deadline:
+            workers = [p for p in psutil.Process(daemon.process.pid).children(recursive=True)
+                       if "agent.worker" in " ".join(p.cmdline())]
+            time.sleep(0.2)
+        assert workers, "no worker started"
+        time.sleep(2.0)  # the worker is importing torch or timing by now
+        started = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(timeout=15) == 0
+        assert time.monotonic() - started < 8.0
+        for worker in workers:
+            assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+        [record] = list(History(history))
+        assert record.status == "skipped" and "shutting down" in record.reason
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()

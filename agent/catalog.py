@@ -95,7 +95,7 @@ WORKLOAD_SM_CLOCK = MetricDef(
     RESULT_LABELS, figure="sm_clock_hertz")
 WORKLOAD_THROTTLED = MetricDef(
     "sixdim_workload_throttled", "gauge",
-    "1 if a clock throttle reason other than idle was seen during the measured window, else 0.",
+    "1 if the clocks were held down (power cap, thermal or hardware slowdown) during the measured window, else 0.",
     RESULT_LABELS, figure="throttled")
 WORKLOAD_SPREAD = MetricDef(
     "sixdim_workload_seconds_iqr_ratio", "gauge",

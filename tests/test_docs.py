@@ -1,0 +1,28 @@
+"""The docs match the code: every metric and option documented, README and CI agree."""
+
+import re
+from pathlib import Path
+
+from agent import catalog
+from agent.config import OPTIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_metric_and_option_is_in_the_architecture_doc():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    for metric in catalog.ALL_METRICS:
+        assert f"`{metric.name}`" in text, metric.name
+    for option in OPTIONS:
+        for name in (option.key, option.flag, option.env):
+            assert f"`{name}" in text, name
+
+
+def test_ci_runs_the_readme_install_and_test_commands():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    install = next(b.strip() for b in blocks if "pip install" in b)
+    test = next(b.strip() for b in blocks if "pytest" in b)
+    assert install.replace("python3 -m pip", "python -m pip") in ci.replace("python -m pip install -q", "python -m pip install")
+    assert test in ci

@@ -1,0 +1,58 @@
+"""A real Prometheus server scrapes a real agent and can query its GEMM series."""
+
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.conftest import free_port, required_tool
+from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def query(port: int, promql: str) -> list:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_prometheus_scrapes_the_agent(tmp_path, cli_env):
+    prometheus = required_tool("prometheus")
+    agent_port, prom_port = free_port(), free_port()
+    daemon = Daemon(write_config(tmp_path / "a.toml", agent_port, tmp_path / "h.db", FAST_GEMM_SUITE),
+                    agent_port, cli_env, tmp_path / "serve.log")
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    try:
+        daemon.wait_ready()
+        deadline, result = time.monotonic() + 90, []
+        while time.monotonic() < deadline and not result:
+            time.sleep(1)
+            try:
+                result = query(prom_port, 'sixdim_workload_flops{workload="gemm",device_type="cpu"}')
+            except OSError:
+                continue
+        assert result, (tmp_path / "prometheus.log").read_text()[-2000:]
+        labels = result[0]["metric"]
+        assert labels["job"] == "sixdim" and labels["hostname"] == "testhost"
+        assert labels["params"] == "m=128,n=128,k=128" and labels["precision"] == "fp32"
+        assert float(result[0]["value"][1]) > 1e6
+        [up] = query(prom_port, 'up{job="sixdim"}')
+        assert up["value"][1] == "1"
+        # the counter is queryable as a counter
+        assert query(prom_port, 'sixdim_workload_runs_total{status="ok"}')
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        daemon.stop()

@@ -80,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load(args.config, flags=args)
         logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if config.log_level != "debug":  # APScheduler logs every job start and end at INFO
+            logging.getLogger("apscheduler").setLevel(logging.WARNING)
         if args.command == "serve":
             from agent.serve import serve
 

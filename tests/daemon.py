@@ -15,8 +15,9 @@ class Daemon:
     def __init__(self, config_path: Path, port: int, env: dict[str, str], log_path: Path):
         self.port = port
         self._log = open(log_path, "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "agent", "serve", "--config", str(config_path)],
-                                        env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agent", "serve", "--config", str(config_path), "--listen", f"127.0.0.1:{port}"],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.log_path = log_path
 
     def get(self, path: str) -> tuple[int, str]:
@@ -63,8 +64,9 @@ class Daemon:
         return code
 
 
-def write_config(path: Path, port: int, history: Path, suite: str) -> Path:
-    path.write_text(f'[agent]\nlisten = "127.0.0.1:{port}"\nhistory = "{history}"\nhostname = "testhost"\n\n{suite}')
+def write_config(path: Path, history: Path, suite: str) -> Path:
+    """A config file; the listen address comes from the --listen flag, as an operator would give it."""
+    path.write_text(f'[agent]\nhistory = "{history}"\nhostname = "testhost"\n\n{suite}')
     return path
 
 

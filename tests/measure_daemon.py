@@ -38,7 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
-        config = write_config(Path(tmp) / "c.toml", port, Path(tmp) / "h.db", SUITE)
+        config = write_config(Path(tmp) / "c.toml", Path(tmp) / "h.db", SUITE)
         daemon = Daemon(config, port, env, Path(tmp) / "serve.log")
         try:
             daemon.wait_ready()

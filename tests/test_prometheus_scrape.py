@@ -25,7 +25,7 @@ def query(port: int, promql: str) -> list:
 def test_prometheus_scrapes_the_agent(tmp_path, cli_env):
     prometheus = required_tool("prometheus")
     agent_port, prom_port = free_port(), free_port()
-    daemon = Daemon(write_config(tmp_path / "a.toml", agent_port, tmp_path / "h.db", FAST_GEMM_SUITE),
+    daemon = Daemon(write_config(tmp_path / "a.toml", tmp_path / "h.db", FAST_GEMM_SUITE),
                     agent_port, cli_env, tmp_path / "serve.log")
     (tmp_path / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"

@@ -20,7 +20,7 @@ EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "devic
 
 def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):
     port, history = free_port(), tmp_path / "history.db"
-    config = write_config(tmp_path / "fast.toml", port, history, FAST_GEMM_SUITE)
+    config = write_config(tmp_path / "fast.toml", history, FAST_GEMM_SUITE)
     daemon = Daemon(config, port, cli_env, tmp_path / "serve.log")
     try:
         daemon.wait_ready()
@@ -57,7 +57,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
     runs_before = len(list(History(history)))
     # restart with a schedule that will not run soon: the series must come back from history alone
     quiet = FAST_GEMM_SUITE.replace("interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false")
-    config = write_config(tmp_path / "quiet.toml", port, history, quiet)
+    config = write_config(tmp_path / "quiet.toml", history, quiet)
     daemon = Daemon(config, port, cli_env, tmp_path / "serve2.log")
     try:
         daemon.wait_ready()
@@ -78,7 +78,7 @@ def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_e
     port, history = free_port(), tmp_path / "history.db"
     long_suite = FAST_GEMM_SUITE.replace("m = 128, n = 128, k = 128, min_round_seconds = 0.02",
                                          "m = 512, n = 512, k = 512, min_round_seconds = 5.0")
-    config = write_config(tmp_path / "long.toml", port, history, long_suite)
+    config = write_config(tmp_path / "long.toml", history, long_suite)
     daemon = Daemon(config, port, cli_env, tmp_path / "serve.log")
     try:
         daemon.wait_ready()

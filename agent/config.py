@@ -99,7 +99,14 @@ class Option:
 
     @property
     def dest(self) -> str:
+        """The argparse destination, e.g. ``guard_max_utilization``."""
         return self.key.replace(".", "_")
+
+    @property
+    def field(self) -> str:
+        """The :class:`Config` attribute: ``agent.*`` keys drop their section (``listen``)."""
+        section, name = self.key.split(".", 1)
+        return name if section == "agent" else f"{section}_{name}"
 
 
 def _str(value: Any) -> str:
@@ -263,10 +270,10 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         if flag_value is not None:
             raw, where = flag_value, f"command-line flag {opt.flag}"
         if where is None:
-            values[opt.dest] = opt.default()
+            values[opt.field] = opt.default()
             continue
         try:
-            values[opt.dest] = opt.parse(raw)
+            values[opt.field] = opt.parse(raw)
         except (ValueError, TypeError):
             raise ConfigError(where, opt.key, opt.expected, raw) from None
 
@@ -275,8 +282,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
     else:
         defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
         suites = _parse_suites(defaults["suites"], "<embedded default>")
-    return Config(suites=suites, source=source,
-                  **{k.replace("agent_", "", 1) if k.startswith("agent_") else k: v for k, v in values.items()})
+    return Config(suites=suites, source=source, **values)
 
 
 def _read_toml_file(path: Path) -> dict[str, Any]:

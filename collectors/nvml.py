@@ -156,9 +156,11 @@ class NvmlCollector:
             sm_mhz = self._optional(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
             mem_mhz = self._optional(nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_MEM)
             temperature = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
-            events = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                nv.nvmlDeviceGetCurrentClocksThrottleReasons
-            mask = self._optional(events, handle)
+            mask = None
+            # The "event" name is newer (driver 535+); older drivers only have the "throttle" symbol.
+            for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                if mask is None and hasattr(nv, name):
+                    mask = self._optional(getattr(nv, name), handle)
         return GpuSample(
             time=time.monotonic(),
             energy_joules=energy_mj / 1000.0 if energy_mj is not None else None,

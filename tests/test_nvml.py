@@ -113,3 +113,11 @@ def test_busy_gpu_run_is_skipped_and_recorded(tmp_path):
     assert [(r.status, r.uuid, r.device) for r in stored] == [("skipped", fake.gpus[0].uuid, "cuda:0")]
     assert [(r.status, n) for r, n in board.counts()] == [("skipped", 1)]
     assert board.latest() == []  # a skip never replaces a result
+
+
+def test_older_drivers_fall_back_to_the_throttle_reasons_symbol():
+    gpu = FakeGpu(clock_event_mask=0x40, unsupported={"nvmlDeviceGetCurrentClocksEventReasons"})
+    fake = FakeNvml([gpu])
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: 0x40  # the old symbol still answers
+    nvml = NvmlCollector("node1", module=fake)
+    assert nvml.sample(0).clock_event_mask == 0x40

@@ -32,7 +32,9 @@ PCI_BUS_ID = "pci_bus_id"
 DEVICE_TYPE = "device_type"
 WORKLOAD = "workload"
 PRECISION = "precision"
-PARAMS = "params"
+SHAPE = "shape"
+MODE = "mode"
+PASS = "pass"
 STATUS = "status"
 DRIVER_VERSION = "driver_version"
 CUDA_VERSION = "cuda_version"
@@ -41,15 +43,18 @@ TORCH_VERSION = "torch_version"
 DEVICE_LABELS: tuple[str, ...] = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DEVICE_TYPE)
 """Which device a series describes (dcgm-exporter's join keys plus the device type)."""
 
-WORKLOAD_LABELS: tuple[str, ...] = DEVICE_LABELS + (WORKLOAD, PRECISION, PARAMS)
-"""Which measurement: the device plus the workload, its precision and parameters."""
+WORKLOAD_LABELS: tuple[str, ...] = DEVICE_LABELS + (WORKLOAD, PRECISION, SHAPE, MODE, PASS)
+"""Which measurement: the device plus the workload, its precision, shape, mode (training or
+inference) and pass (forward, backward_data, backward_weight, ...)."""
 
 VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
 """The software a result was measured under, so a driver upgrade shows as a new series."""
 
 RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
 
-RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped")
+RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped", "unsupported", "incorrect")
+"""``unsupported``: the device lacks what the case needs (a precision, a second GPU).
+``incorrect``: the output failed its check against a float64 reference: the worst regression."""
 
 
 @dataclass(frozen=True)
@@ -101,18 +106,49 @@ WORKLOAD_SPREAD = MetricDef(
     "sixdim_workload_seconds_iqr_ratio", "gauge",
     "Spread of the timed rounds: interquartile range divided by the median, ratio.",
     RESULT_LABELS, figure="seconds_iqr_ratio")
+WORKLOAD_BANDWIDTH = MetricDef(
+    "sixdim_workload_bytes_per_second", "gauge",
+    "Bytes moved per second: copy bandwidth, or all-reduce algorithm bandwidth (bytes / time).",
+    RESULT_LABELS, figure="bytes_per_second")
+WORKLOAD_BUS_BANDWIDTH = MetricDef(
+    "sixdim_workload_bus_bytes_per_second", "gauge",
+    "All-reduce bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n, bytes per second.",
+    RESULT_LABELS, figure="bus_bytes_per_second")
+WORKLOAD_SPEEDUP = MetricDef(
+    "sixdim_workload_speedup_ratio", "gauge",
+    "Sparse GEMM: time of the same GEMM dense divided by the sparse time, ratio.",
+    RESULT_LABELS, figure="speedup")
+WORKLOAD_ERROR = MetricDef(
+    "sixdim_workload_max_relative_error", "gauge",
+    "Largest error of the sampled output against a float64 reference, relative to the reference's magnitude.",
+    RESULT_LABELS, figure="max_relative_error")
+WORKLOAD_LATENCY_P50 = MetricDef(
+    "sixdim_workload_latency_p50_seconds", "gauge",
+    "Median latency of a single synchronized call (inference suite), seconds.",
+    RESULT_LABELS, figure="latency_p50_seconds")
+WORKLOAD_LATENCY_P99 = MetricDef(
+    "sixdim_workload_latency_p99_seconds", "gauge",
+    "99th-percentile latency of a single synchronized call (inference suite), seconds.",
+    RESULT_LABELS, figure="latency_p99_seconds")
+WORKLOAD_PEAK_RATIO = MetricDef(
+    "sixdim_workload_peak_ratio", "gauge",
+    "Achieved FLOP/s (or bytes/s) divided by the GPU's published dense peak for the precision; "
+    "absent for a GPU not in the peak table.",
+    RESULT_LABELS, figure="peak_ratio")
 WORKLOAD_LAST_RUN = MetricDef(
     "sixdim_workload_last_run_timestamp_seconds", "gauge",
     "Unix time at which the exported result's run ended, seconds.",
     RESULT_LABELS, figure="ended_at")
 WORKLOAD_RUNS = MetricDef(
     "sixdim_workload_runs_total", "counter",
-    "Runs of the workload by outcome (ok, failed, timeout, skipped), from the history.",
+    "Runs of the workload by outcome (ok, failed, timeout, skipped, unsupported, incorrect), from the history.",
     WORKLOAD_LABELS + (STATUS,))
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_MEMORY,
-    WORKLOAD_PEAK_MEMORY, WORKLOAD_SM_CLOCK, WORKLOAD_THROTTLED, WORKLOAD_SPREAD, WORKLOAD_LAST_RUN,
+    WORKLOAD_PEAK_MEMORY, WORKLOAD_SM_CLOCK, WORKLOAD_THROTTLED, WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
+    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P99,
+    WORKLOAD_PEAK_RATIO, WORKLOAD_LAST_RUN,
 )
 
 # --- Identity ---

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Sequence
 
 from agent import __version__
-from agent.config import ConfigError, add_option_flags, is_device_selector, load
+from agent.config import ConfigError, Suite, preset_entries, add_option_flags, is_device_selector, load
 from agent.devices import DeviceError
 from agent.history import HistoryError
 from agent.results import RunRecord
@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
     run.add_argument("--workload", "-w", action="append", metavar="NAME",
                      help="workload to run (repeatable; see 'sixdim list'); default: the suite's workloads")
-    run.add_argument("--suite", metavar="NAME", help="run this configured suite's workloads (default: the first)")
+    run.add_argument("--suite", metavar="NAME",
+                     help="run a configured suite, or a built-in one: quick, full, inference "
+                          "(default: the first configured suite)")
     run.add_argument("--device", "-d", default="auto", metavar="auto|cpu|cuda:N",
                      help="where to run: every GPU, else the CPU (auto); the CPU; or one GPU (default: auto)")
     run.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
@@ -65,12 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list the workloads and their parameters",
                                   description="List the workloads, their parameters and defaults per device.")
     listing.add_argument("--json", action="store_true", help="print as JSON")
+    listing.add_argument("--shapes", action="store_true",
+                         help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except BrokenPipeError:  # `sixdim list | head`: the reader left, which is fine
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -88,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve(config)
         return command_run(args, config)
     except (ConfigError, DeviceError, HistoryError, ParamError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
         print(f"sixdim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -98,6 +112,7 @@ def command_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{
             "name": spec.name, "description": spec.description,
+            "shapes": spec.shapes_help,
             "params": [{"name": p.name, "type": p.kind.__name__, "cpu_default": p.cpu_default,
                         "cuda_default": p.cuda_default, "choices": list(p.choices) if p.choices else None,
                         "help": p.help} for p in spec.params],
@@ -105,13 +120,38 @@ def command_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     for spec in registry.WORKLOADS.values():
         print(f"{spec.name}: {spec.description}")
+        if spec.shapes_help:
+            print(f"  shapes: {spec.shapes_help}")
         rows = [("parameter", "cpu default", "cuda default", "meaning")]
         for p in spec.params:
             meaning = p.help + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
-            rows.append((p.name, str(p.cpu_default), str(p.cuda_default), meaning))
+            rows.append((p.name, _show(p.cpu_default), _show(p.cuda_default), meaning))
         print(_table(rows, indent="  "))
         print()
+        if args.shapes:
+            _print_shapes(spec)
+    print("built-in suites (sixdim run --suite NAME; preset = NAME in a [[suites]] table):")
+    for name, entries in registry.SUITES.items():
+        parts = [f"{workload}({', '.join(f'{k}={_show(v)}' for k, v in params.items())})" for workload, params in entries]
+        print(f"  {name}: {'; '.join(parts)}")
     return EXIT_OK
+
+
+def _print_shapes(spec: Any) -> None:
+    names = [p for p in spec.params if p.name == "set"]
+    for set_name in (names[0].choices if names else ("",)):
+        if set_name == "full":
+            continue
+        overrides = {"set": set_name} if set_name else {}
+        labels = list(dict.fromkeys(f"{c.shape} [{c.mode or '-'}]" for c in spec.cases(overrides, "cuda")))
+        print(f"  {set_name or 'cases'} ({len(labels)}):")
+        for label in labels:
+            print(f"    {label}")
+    print()
+
+
+def _show(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 # ---------------------------------------------------------------------------- run
@@ -133,8 +173,11 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         raise DeviceError(f"--device {args.device!r}: expected 'auto', 'cpu' or 'cuda:N'")
     suites = {s.name: s for s in config.suites}
     if args.suite is not None and args.suite not in suites:
-        raise ConfigError(config.source, "suites", f"a suite named {args.suite!r}",
-                          detail=f"configured: {', '.join(suites) or 'none'}")
+        if args.suite not in registry.SUITES:
+            raise ConfigError(config.source, "suites", f"a configured suite or a built-in one "
+                              f"({', '.join(registry.SUITES)})", args.suite,
+                              detail=f"configured: {', '.join(suites) or 'none'}")
+        suites[args.suite] = Suite(name=args.suite, workloads=preset_entries(args.suite), interval_seconds=1.0)
     suite = suites[args.suite] if args.suite else (config.suites[0] if config.suites else None)
     overrides = _parse_params(args.param)
     if args.workload:
@@ -143,9 +186,14 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         entries = [(registry.get(e.name), dict(e.params)) for e in suite.workloads]
     else:
         entries = [(registry.get("gemm"), {})]
+    for key in overrides:
+        if not any(p.name == key for spec, _ in entries for p in spec.params):
+            raise ParamError(f"--param {key}: none of the workloads to run ({', '.join(s.name for s, _ in entries)}) "
+                             f"has a parameter {key!r}; 'sixdim list' shows them")
     for spec, params in entries:  # validate every override before running anything
-        params.update(overrides)
-        spec.resolve(params, "cpu")
+        params.update({key: value for key, value in overrides.items() if any(p.name == key for p in spec.params)}
+                      if len(entries) > 1 else overrides)
+        spec.cases(params, "cpu")
     timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
 
     parts = app.build(config)
@@ -156,7 +204,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         for spec, params in entries:
             progress.prefix = f"{spec.name} on {device.name}"
             progress.update("starting worker")
-            records.append(parts.executor.execute(spec, params, device, suite=args.suite or "", timeout=timeout,
+            records.extend(parts.executor.execute(spec, params, device, suite=args.suite or "", timeout=timeout,
                                                   on_progress=progress.update))
             progress.clear()
     parts.history.close()
@@ -207,15 +255,22 @@ def _duration(seconds: float | None) -> str:
 
 
 def _results_table(records: list[RunRecord]) -> str:
-    rows = [("workload", "device", "precision", "params", "status", "time", "FLOP/s", "power", "memory", "peak memory")]
+    rows = [("workload", "device", "precision", "shape", "mode", "pass", "status", "time", "rate", "power",
+             "memory", "peak memory")]
     notes = []
     for r in records:
-        rows.append((r.workload, r.device, r.precision, r.params_label, r.status, _duration(r.value("seconds")),
-                     _si(r.value("flops"), "FLOP/s"), _si(r.value("power_watts"), "W"),
+        rows.append((r.workload, r.device, r.precision, r.shape, r.mode or "-", r.kernel_pass, r.status,
+                     _duration(r.value("seconds")),
+                     _si(r.value("flops"), "FLOP/s") if r.value("flops") is not None
+                     else _si(r.value("bytes_per_second"), "B/s"), _si(r.value("power_watts"), "W"),
                      _si(r.value("memory_bytes"), "B"), _si(r.value("peak_memory_bytes"), "B")))
         if r.reason:
-            notes.append(f"{r.workload} on {r.device}: {r.reason}")
-    return _table(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+            notes.append(f"{r.workload} on {r.device}, {r.status}: {r.reason}")
+    counted: dict[str, int] = {}
+    for note in notes:
+        counted[note] = counted.get(note, 0) + 1
+    lines = [note + (f" (x{n})" if n > 1 else "") for note, n in counted.items()]
+    return _table(rows) + ("\n\n" + "\n".join(lines) if lines else "")
 
 
 def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:

@@ -195,6 +195,7 @@ class Suite:
     cron: str | None = None
     devices: tuple[str, ...] = ("auto",)
     timeout_seconds: float = 600.0
+    """Per case: a case that runs longer is stopped (the clock restarts with each case)."""
     misfire_grace_seconds: float = 300.0
     run_at_start: bool = True
 
@@ -298,7 +299,7 @@ def _read_toml_file(path: Path) -> dict[str, Any]:
         raise ConfigError(str(path), "(syntax)", "valid TOML", detail=str(exc)) from None
 
 
-_SUITE_KEYS = {"name", "workloads", "interval_seconds", "cron", "devices", "timeout_seconds",
+_SUITE_KEYS = {"name", "workloads", "preset", "interval_seconds", "cron", "devices", "timeout_seconds",
                "misfire_grace_seconds", "run_at_start"}
 
 
@@ -319,9 +320,18 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
             raise ConfigError(source, f"{where}.name", "a non-empty string", name)
         if name in {s.name for s in suites}:
             raise ConfigError(source, f"{where}.name", "a name no other suite has", name)
+        if ("preset" in table) == ("workloads" in table):
+            raise ConfigError(source, where, "exactly one of preset (" + ", ".join(registry.SUITES)
+                              + ") or workloads")
+        if "preset" in table:
+            if table["preset"] not in registry.SUITES:
+                raise ConfigError(source, f"{where}.preset", "one of " + ", ".join(registry.SUITES), table["preset"])
+            workloads = preset_entries(table["preset"])
+        else:
+            workloads = _parse_workloads(table.get("workloads"), source, f"{where}.workloads")
         suites.append(Suite(
             name=name,
-            workloads=_parse_workloads(table.get("workloads"), source, f"{where}.workloads"),
+            workloads=workloads,
             interval_seconds=_positive(table, "interval_seconds", source, where, None),
             cron=_cron(table.get("cron"), source, f"{where}.cron"),
             devices=_devices(table.get("devices", ["auto"]), source, f"{where}.devices"),
@@ -332,6 +342,11 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
         if (suites[-1].interval_seconds is None) == (suites[-1].cron is None):
             raise ConfigError(source, where, "exactly one of interval_seconds or cron")
     return tuple(suites)
+
+
+def preset_entries(preset: str) -> tuple[WorkloadEntry, ...]:
+    """The workloads of a built-in suite (quick, full, inference)."""
+    return tuple(WorkloadEntry(name, dict(params)) for name, params in registry.SUITES[preset])
 
 
 def _positive(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
@@ -407,7 +422,7 @@ def _parse_workloads(value: Any, source: str, key: str) -> tuple[WorkloadEntry, 
         if not isinstance(params, dict):
             raise ConfigError(source, f"{item_key}.params", "a table of parameter values", params)
         try:
-            spec.resolve(params, "cpu")
+            spec.cases(params, "cpu")
         except ParamError as exc:
             raise ConfigError(source, f"{item_key}.params", "valid parameters", detail=str(exc)) from None
         entries.append(WorkloadEntry(item["name"], dict(params)))

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from agent.results import RunRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS runs (
     workload TEXT NOT NULL,
     precision TEXT NOT NULL,
     params TEXT NOT NULL,
-    params_label TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    mode TEXT NOT NULL DEFAULT '',
+    kernel_pass TEXT NOT NULL DEFAULT 'forward',
     hostname TEXT NOT NULL,
     device_type TEXT NOT NULL,
     device TEXT NOT NULL,
@@ -41,12 +43,22 @@ CREATE TABLE IF NOT EXISTS runs (
     details TEXT NOT NULL,
     environment TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS runs_by_series ON runs (hostname, device_type, gpu, uuid, workload, precision,
-                                                   params_label, status);
+CREATE INDEX IF NOT EXISTS runs_by_series_v2 ON runs (hostname, device_type, gpu, uuid, workload, precision,
+                                                      shape, mode, kernel_pass, status);
 """
 
+_MIGRATIONS = {
+    # version 1 -> 2: the "params" label became "shape"; "mode" and "pass" labels were added.
+    1: """
+ALTER TABLE runs RENAME COLUMN params_label TO shape;
+ALTER TABLE runs ADD COLUMN mode TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN kernel_pass TEXT NOT NULL DEFAULT 'forward';
+DROP INDEX IF EXISTS runs_by_series;
+""",
+}
+
 _JSON_COLUMNS = ("params", "figures", "details", "environment")
-_SERIES = "hostname, device_type, gpu, uuid, workload, precision, params_label"
+_SERIES = "hostname, device_type, gpu, uuid, workload, precision, shape, mode, kernel_pass"
 
 
 class HistoryError(RuntimeError):
@@ -65,6 +77,9 @@ class History:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise HistoryError(f"{self.path}: written by a newer sixdim (schema {version} > {SCHEMA_VERSION})")
+            for old in range(version, SCHEMA_VERSION) if version > 0 else ():  # 0: a new, empty file
+                if old in _MIGRATIONS:
+                    self._db.executescript(_MIGRATIONS[old])
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.commit()

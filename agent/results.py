@@ -14,7 +14,9 @@ class RunRecord:
     workload: str
     precision: str
     params: dict[str, Any]
-    params_label: str
+    shape: str
+    mode: str
+    kernel_pass: str
     hostname: str
     device_type: str
     device: str
@@ -49,13 +51,14 @@ class RunRecord:
         """What one exported series stands for; versions are labels, not part of the key,
         so a driver upgrade replaces the series rather than adding a stale one beside it."""
         return (self.hostname, self.device_type, self.gpu, self.uuid, self.workload, self.precision,
-                self.params_label)
+                self.shape, self.mode, self.kernel_pass)
 
     def workload_labels(self) -> dict[str, str]:
         return {catalog.HOSTNAME: self.hostname, catalog.GPU: self.gpu, catalog.UUID: self.uuid,
                 catalog.MODEL_NAME: self.model_name, catalog.PCI_BUS_ID: self.pci_bus_id,
                 catalog.DEVICE_TYPE: self.device_type, catalog.WORKLOAD: self.workload,
-                catalog.PRECISION: self.precision, catalog.PARAMS: self.params_label}
+                catalog.PRECISION: self.precision, catalog.SHAPE: self.shape, catalog.MODE: self.mode,
+                catalog.PASS: self.kernel_pass}
 
     def result_labels(self) -> dict[str, str]:
         return {**self.workload_labels(),

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agent.worker import PROGRESS_PREFIX
+from agent.worker import CASE_DONE_PREFIX, PROGRESS_PREFIX
 
 TERMINATE_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the worker group has before SIGKILL."""
@@ -29,15 +29,24 @@ STDERR_TAIL_LINES = 20
 
 
 @dataclass
-class WorkerOutcome:
-    """How a worker ended, and what it reported if it reported anything."""
+class CaseResult:
+    """What the worker reported for one case."""
 
-    status: str  # ok, failed, timeout, skipped
+    status: str  # ok, failed, unsupported, incorrect
     reason: str = ""
     figures: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     window: tuple[float, float] | None = None
+
+
+@dataclass
+class WorkerOutcome:
+    """How a worker ended: the cases it reported, and why the rest (if any) have no result."""
+
+    cases: dict[int, CaseResult] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"  # for the first case without a result: failed, timeout or skipped
+    reason: str = ""
     returncode: int | None = None
     output_tail: list[str] = field(default_factory=list)
 
@@ -64,62 +73,72 @@ class _OutputReader(threading.Thread):
         self._stream = stream
         self._on_progress = on_progress
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.last_case_done = time.monotonic()
 
     def run(self) -> None:
         for raw in self._stream:
             line = raw.decode(errors="replace").rstrip("\n")
-            if line.startswith(PROGRESS_PREFIX):
+            if line.startswith(CASE_DONE_PREFIX):
+                self.last_case_done = time.monotonic()
+            elif line.startswith(PROGRESS_PREFIX):
                 if self._on_progress is not None:
                     self._on_progress(line[len(PROGRESS_PREFIX):])
             else:
                 self.tail.append(line)
 
 
-def run_worker(entry: str, params: dict[str, Any], device: str, timeout: float, *,
+def run_worker(entry: str, cases: list[dict[str, Any]], device: str, timeout: float, *,
                env: dict[str, str] | None = None,
                on_start: Callable[[int], None] | None = None,
                on_progress: Callable[[str], None] | None = None,
                stop: threading.Event | None = None) -> WorkerOutcome:
-    """Run ``entry`` (``module:function``) with ``params`` on ``device`` in a child process.
+    """Run ``entry`` (``module:function``) on each case's parameters on ``device`` in one child process.
 
-    ``env`` is added to the child's environment (CUDA_VISIBLE_DEVICES, for one).
-    ``on_start`` gets the child's PID (for telemetry).  Setting ``stop`` ends the
-    child early; the outcome is then ``skipped`` with reason "interrupted".
+    ``timeout`` applies per case: it restarts each time a case finishes, so a long
+    suite is not cut short while a hung case is still stopped.  ``env`` is added to
+    the child's environment (CUDA_VISIBLE_DEVICES, for one).  ``on_start`` gets the
+    child's PID (for telemetry).  Setting ``stop`` ends the child early; the cases
+    left are then ``skipped`` with reason "interrupted".
     """
     with tempfile.TemporaryDirectory(prefix="sixdim-run-") as workdir:
         request_path = os.path.join(workdir, "request.json")
-        result_path = os.path.join(workdir, "result.json")
+        results_path = os.path.join(workdir, "results.jsonl")
         with open(request_path, "w") as handle:
-            json.dump({"entry": entry, "params": params, "device": device}, handle)
+            json.dump({"entry": entry, "cases": cases, "device": device}, handle)
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         process = subprocess.Popen(
-            [sys.executable, "-m", "agent.worker", request_path, result_path],
+            [sys.executable, "-m", "agent.worker", request_path, results_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=child_env, start_new_session=True)
         reader = _OutputReader(process.stdout, on_progress)
         reader.start()
         if on_start is not None:
             on_start(process.pid)
-        ended_by = _wait(process, timeout, stop)
+        ended_by = _wait(process, timeout, stop, reader)
         _kill_group(process.pid, signal.SIGKILL)  # anything the worker left behind
         reader.join(timeout=2.0)
-        tail = list(reader.tail)
-        outcome = _classify(process.returncode, ended_by, timeout, result_path, tail)
-        outcome.output_tail = tail
+        outcome = _read_results(results_path)
+        outcome.returncode = process.returncode
+        outcome.output_tail = list(reader.tail)
+        if len(outcome.cases) < len(cases):
+            outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
+                                                            outcome.output_tail)
         return outcome
 
 
-def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None) -> str:
+def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader) -> str:
     """Wait for the child; returns 'exit', 'timeout' or 'stop', having stopped it if needed."""
-    deadline = time.monotonic() + timeout
     while True:
         try:
             process.wait(timeout=0.1)
             return "exit"
         except subprocess.TimeoutExpired:
             pass
-        reason = "timeout" if time.monotonic() >= deadline else "stop" if stop is not None and stop.is_set() else None
-        if reason is None:
+        if time.monotonic() - reader.last_case_done >= timeout:
+            reason = "timeout"
+        elif stop is not None and stop.is_set():
+            reason = "stop"
+        else:
             continue
         _kill_group(process.pid, signal.SIGTERM)
         try:
@@ -130,20 +149,11 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
         return reason
 
 
-def _classify(returncode: int, ended_by: str, timeout: float, result_path: str, tail: list[str]) -> WorkerOutcome:
+def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[str]) -> tuple[str, str]:
     if ended_by == "timeout":
-        return WorkerOutcome("timeout", f"did not finish within its timeout of {timeout:g} s; stopped",
-                             returncode=returncode)
+        return "timeout", f"did not finish within its timeout of {timeout:g} s; stopped"
     if ended_by == "stop":
-        return WorkerOutcome("skipped", "interrupted: the agent is shutting down", returncode=returncode)
-    result = _read_result(result_path)
-    if result is not None:
-        window = result.get("window") or [None, None]
-        return WorkerOutcome(
-            status=result["status"], reason=result.get("reason", ""),
-            figures=result.get("figures", {}), details=result.get("details", {}),
-            window=(window[0], window[1]) if None not in window else None,
-            environment=result.get("environment", {}), returncode=returncode)
+        return "skipped", "interrupted: the agent is shutting down"
     last = next((line for line in reversed(tail) if line.strip()), "")
     if returncode < 0:
         name = _signal_name(-returncode)
@@ -155,12 +165,27 @@ def _classify(returncode: int, ended_by: str, timeout: float, result_path: str, 
         reason = "worker exited without writing a result"
     if last:
         reason += f"; last output: {last[-300:]}"
-    return WorkerOutcome("failed", reason, returncode=returncode)
+    return "failed", reason
 
 
-def _read_result(path: str) -> dict[str, Any] | None:
+def _read_results(path: str) -> WorkerOutcome:
+    """Parse the streamed results; a torn last line (the worker died mid-write) is ignored."""
+    outcome = WorkerOutcome()
     try:
         with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+            lines = handle.read().splitlines()
+    except OSError:
+        return outcome
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("kind") == "environment":
+            outcome.environment = record["environment"]
+        elif record.get("kind") == "case":
+            window = record.get("window") or [None, None]
+            outcome.cases[record["index"]] = CaseResult(
+                status=record["status"], reason=record.get("reason", ""), figures=record.get("figures", {}),
+                details=record.get("details", {}), window=None if None in window else (window[0], window[1]))
+    return outcome

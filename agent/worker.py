@@ -1,13 +1,15 @@
-"""The worker: the child process that runs one workload and writes its result.
+"""The worker: the child process that runs the cases of one workload run.
 
-Run as ``python -m agent.worker REQUEST.json RESULT.json``.  This is the only
+Run as ``python -m agent.worker REQUEST.json RESULTS.jsonl``.  This is the only
 place torch is imported; the daemon never imports this module, it starts it.
 
-The result file is written atomically (temporary file, then rename), so the
-daemon either finds a complete result or none.  An exception in the workload
-becomes a ``failed`` result with its reason; a crash leaves no file, and the
-daemon records the signal or exit code instead.  Progress goes to stderr as
-lines starting with :data:`PROGRESS_PREFIX`.
+Results are streamed: the software environment first, then one JSON line per
+case as soon as it finishes (flushed and fsynced), so that a crash or a timeout
+in case 7 loses nothing of cases 1 to 6.  An exception in a case becomes that
+case's ``failed`` result (``unsupported`` for :class:`workloads.context.Unsupported`)
+and the worker goes on with the next case.  Progress goes to stderr as lines
+starting with :data:`PROGRESS_PREFIX`; each finished case also prints
+:data:`CASE_DONE_PREFIX`, which restarts the daemon's per-case timeout.
 """
 
 from __future__ import annotations
@@ -17,15 +19,11 @@ import json
 import os
 import platform
 import sys
-import time
 import traceback
-from typing import Any
+from typing import IO, Any
 
 PROGRESS_PREFIX = "sixdim-progress: "
-
-
-def progress(message: str) -> None:
-    print(PROGRESS_PREFIX + message, file=sys.stderr, flush=True)
+CASE_DONE_PREFIX = "sixdim-case-done: "
 
 
 def software_environment(device: str) -> dict[str, Any]:
@@ -47,42 +45,60 @@ def software_environment(device: str) -> dict[str, Any]:
         except Exception:  # NCCL absent from this build
             env["nccl"] = ""
         env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        env["compute_capability"] = f"{major}.{minor}"
     return env
 
 
-def write_result(path: str, result: dict[str, Any]) -> None:
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(result, handle)
-    os.replace(temporary, path)
+def _emit(stream: IO[str], record: dict[str, Any]) -> None:
+    stream.write(json.dumps(record) + "\n")
+    stream.flush()
+    os.fsync(stream.fileno())
+
+
+def run_case(workload: Any, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """One case: its result line, whatever happened inside."""
+    from workloads.context import Unsupported
+
+    try:
+        output = workload(params, ctx)
+        result = {"status": output.status, "reason": output.reason, "figures": output.figures,
+                  "details": output.details}
+    except Unsupported as exc:
+        result = {"status": "unsupported", "reason": str(exc)}
+    except Exception as exc:  # the case's failure is its result; the next case still runs
+        result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+                  "details": {"traceback": traceback.format_exc(limit=8)}}
+    result["window"] = [ctx.window_start, ctx.window_end]
+    return result
 
 
 def main(argv: list[str]) -> int:
-    request_path, result_path = argv[1], argv[2]
+    request_path, results_path = argv[1], argv[2]
     with open(request_path) as handle:
         request = json.load(handle)
     from workloads.context import RunContext
 
-    ctx = RunContext(device=request["device"], progress=progress)
-    result: dict[str, Any] = {"pid": os.getpid()}
-    try:
+    cases = request["cases"]
+    with open(results_path, "a") as results:
+        try:
+            environment = software_environment(request["device"])
+        except Exception as exc:
+            environment = {"error": f"{type(exc).__name__}: {exc}"}
+        _emit(results, {"kind": "environment", "environment": environment})
         module_name, _, function_name = request["entry"].partition(":")
         workload = getattr(importlib.import_module(module_name), function_name)
-        output = workload(request["params"], ctx)
-        result.update(status="ok", figures=output.figures, details=output.details)
-        code = 0
-    except BaseException as exc:  # the workload's failure is the result, whatever it was
-        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc(limit=8))
-        code = 1
-    result["window"] = [ctx.window_start, ctx.window_end]
-    result["finished_monotonic"] = time.monotonic()
-    try:
-        result["environment"] = software_environment(request["device"])
-    except Exception as exc:
-        result["environment"] = {"error": f"{type(exc).__name__}: {exc}"}
-    write_result(result_path, result)
-    return code
+        for index, params in enumerate(cases):
+            prefix = f"case {index + 1}/{len(cases)}: " if len(cases) > 1 else ""
+
+            def progress(message: str, prefix: str = prefix) -> None:
+                print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
+
+            ctx = RunContext(device=request["device"], progress=progress)
+            result = run_case(workload, params, ctx)
+            _emit(results, {"kind": "case", "index": index, **result})
+            print(f"{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
+    return 0
 
 
 if __name__ == "__main__":

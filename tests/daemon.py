@@ -76,5 +76,5 @@ name = "fast"
 interval_seconds = 2
 devices = ["cpu"]
 timeout_seconds = 60
-workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, min_round_seconds = 0.02, warmup_seconds = 0.05}}]
+workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, precisions = ["fp32"], min_round_seconds = 0.02, warmup_seconds = 0.05}}]
 """

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from workloads.context import RunContext, WorkloadOutput
+from workloads.context import RunContext, Unsupported, WorkloadOutput
 
 
 def raises(params: dict, ctx: RunContext) -> WorkloadOutput:
@@ -43,3 +43,15 @@ def succeeds(params: dict, ctx: RunContext) -> WorkloadOutput:
     time.sleep(params.get("seconds", 0.3))
     ctx.mark_window_end()
     return WorkloadOutput(figures={"seconds": 0.25, "flops": 4.0e9}, details={"note": "fixed figures"})
+
+
+def by_kind(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """One case per behaviour, to run several in one worker."""
+    kind = params["kind"]
+    if kind == "unsupported":
+        raise Unsupported("no fp8 on this device (simulated)")
+    if kind == "raise":
+        raise ValueError("bad case")
+    if kind == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return succeeds({"seconds": 0.05}, ctx)

@@ -20,10 +20,20 @@ def test_version(cli_env):
 def test_list_shows_workloads_parameters_and_defaults(cli_env):
     text = run("list", env=cli_env).stdout
     assert text.startswith("gemm: ")
-    row = next(line.split() for line in text.splitlines() if line.split()[:1] == ["dtype"])
-    assert row[:3] == ["dtype", "fp32", "bf16"]
-    [gemm] = json.loads(run("list", "--json", env=cli_env).stdout)
-    assert {p["name"] for p in gemm["params"]} >= {"m", "n", "k", "dtype", "rounds"}
+    row = next(line.split() for line in text.splitlines() if line.split()[:1] == ["precisions"])
+    assert row[1].split(",") == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
+    for name in ("gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth", "launch_latency", "allreduce"):
+        assert f"\n{name}: " in "\n" + text
+    assert "training: DeepBench's 160 (NN, TN, NT)" in text
+    assert "quick: gemm(set=quick" in text  # the built-in suites
+    listed = {w["name"]: w for w in json.loads(run("list", "--json", env=cli_env).stdout)}
+    assert {p["name"] for p in listed["gemm"]["params"]} >= {"set", "precisions", "m", "n", "k", "op", "rounds"}
+
+
+def test_list_shapes_prints_every_deepbench_shape(cli_env):
+    text = run("list", "--shapes", env=cli_env).stdout
+    assert "  training (160):" in text and "m=5124,n=9124,k=2560,op=TN [training]" in text
+    assert "cell=gru,hidden=2816,batch=32,steps=750 [training]" in text
 
 
 def test_no_command_prints_help_and_exits_2(cli_env):
@@ -35,7 +45,7 @@ def test_run_shows_progress_on_a_terminal(cli_env):
     leader, follower = pty.openpty()
     result = subprocess.run(
         [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
-         "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"],
+         "-p", "precisions=fp32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"],
         stdout=subprocess.PIPE, stderr=follower, env=cli_env, timeout=120)
     os.close(follower)
     chunks = []

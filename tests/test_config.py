@@ -15,12 +15,19 @@ def write(tmp_path, text, name="sixdim.toml"):
     return str(path)
 
 
-def test_embedded_default_runs_quick_gemm_every_15_minutes():
+def test_embedded_default_runs_the_quick_suite_every_15_minutes():
     config = load(None, env={})
     assert config.listen == f"0.0.0.0:{DEFAULT_PORT}"
     [suite] = config.suites
     assert (suite.name, suite.interval_seconds, suite.devices) == ("quick", 900.0, ("auto",))
-    assert [w.name for w in suite.workloads] == ["gemm"]
+    assert [w.name for w in suite.workloads] == ["gemm", "gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth",
+                                                 "launch_latency", "allreduce"]
+
+
+def test_suite_preset(tmp_path):
+    path = write(tmp_path, '[[suites]]\nname = "nightly"\npreset = "full"\ncron = "0 3 * * *"\n')
+    [suite] = load(path, env={}).suites
+    assert suite.workloads[0].params == {"set": "full"}
 
 
 def test_file_then_environment_then_flags(tmp_path):
@@ -43,9 +50,9 @@ def test_config_path_from_environment(tmp_path):
 
 def test_workload_parameters_in_suites(tmp_path):
     path = write(tmp_path, '[[suites]]\nname = "s"\ninterval_seconds = 60\n'
-                           'workloads = [{name = "gemm", params = {m = 64, dtype = "bf16"}}]\n')
+                           'workloads = [{name = "gemm", params = {m = 64, n = 64, k = 64, precisions = ["bf16"]}}]\n')
     [entry] = load(path, env={}).suites[0].workloads
-    assert entry.params == {"m": 64, "dtype": "bf16"}
+    assert entry.params == {"m": 64, "n": 64, "k": 64, "precisions": ["bf16"]}
 
 
 @pytest.mark.parametrize("text, env, fragments", [
@@ -54,6 +61,9 @@ def test_workload_parameters_in_suites(tmp_path):
     ('[guard]\nmax_utilization = 2\n', {}, ["guard.max_utilization", "ratio from 0 to 1", "2"]),
     ('', {"SIXDIM_SAMPLE_HZ": "fast"}, ["environment variable SIXDIM_SAMPLE_HZ", "agent.sample_hz", "'fast'"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\n', {}, ["suites[0]", "exactly one of interval_seconds or cron"]),
+    ('[[suites]]\nname = "s"\npreset = "nightly"\ncron = "0 3 * * *"\n', {},
+     ["suites[0].preset", "quick, full, inference", "'nightly'"]),
+    ('[[suites]]\nname = "s"\ninterval_seconds = 5\n', {}, ["suites[0]", "exactly one of preset"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemmm"]\ninterval_seconds = 5\n', {},
      ["suites[0].workloads[0].name", "unknown workload 'gemmm'"]),
     ('[[suites]]\nname = "s"\nworkloads = [{name = "gemm", params = {m = "big"}}]\ninterval_seconds = 5\n', {},
@@ -108,7 +118,7 @@ def test_bad_flag_exits_2(cli_env):
 def test_run_with_unknown_parameter_exits_2_before_running(cli_env):
     result = run_cli("run", "--workload", "gemm", "--device", "cpu", "-p", "q=3", env=cli_env)
     assert result.returncode == 2
-    assert "workload 'gemm' has no parameter 'q'" in result.stderr
+    assert "--param q: none of the workloads to run (gemm) has a parameter 'q'" in result.stderr
 
 
 def test_run_on_a_gpu_this_host_lacks_exits_2(cli_env):

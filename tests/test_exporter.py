@@ -38,7 +38,7 @@ def test_result_series_carry_dcgm_join_labels_and_versions():
     assert dict(labels) == {
         "hostname": "node1", "gpu": "0", "UUID": "GPU-a", "model_name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:17:00.0", "device_type": "cuda", "workload": "gemm", "precision": "bf16",
-        "params": "m=8,n=8,k=8", "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
+        "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
     assert find(text, "sixdim_workload_seconds") == [0.002]
     assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
     assert find(text, "sixdim_workload_power_watts") == [350.0]
@@ -83,8 +83,8 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     (powercap / "energy_uj").write_text("3500000\n")
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-b", compute_pids=[9])]))
     board = Board()
-    board.add(make_record(power_watts=300.0, energy_joules=600.0, memory_bytes=1.0, peak_memory_bytes=2.0,
-                          sm_clock_hertz=1.9e9, throttled=0.0, seconds_iqr_ratio=0.01))
+    figures = {metric.figure: 1.0 for metric in catalog.RESULT_METRICS if metric.figure not in ("ended_at",)}
+    board.add(make_record(**figures))
     for status in ("failed", "timeout", "skipped"):
         board.add(make_record(status))
     text = scrape(board, [nvml, host])

@@ -14,8 +14,9 @@ from workloads.stats import deepspark_mean
 
 
 def test_gemm_figures_follow_from_its_rounds():
-    params = registry.get("gemm").resolve({"m": 128, "n": 64, "k": 256, "min_round_seconds": 0.02,
-                                           "warmup_seconds": 0.05}, "cpu")
+    [case] = registry.get("gemm").cases({"m": 128, "n": 64, "k": 256, "precisions": ["fp32"],
+                                         "min_round_seconds": 0.02, "warmup_seconds": 0.05}, "cpu")
+    params = case.params
     ctx = RunContext(device="cpu")
     output = gemm.run(params, ctx)
     rounds = output.details["round_seconds"]
@@ -25,14 +26,14 @@ def test_gemm_figures_follow_from_its_rounds():
     assert output.details["flop_count"] == 2 * 128 * 64 * 256
     # the window covers the 5 timed rounds, each calibrated to last min_round_seconds
     assert ctx.window_end - ctx.window_start >= 0.8 * 5 * 0.02
-    assert output.details["iterations_per_round"] * min(rounds) >= 0.8 * 0.02
+    assert output.details["calls_per_round"] * min(rounds) >= 0.8 * 0.02
 
 
-def test_cpu_defaults_are_small_and_gpu_defaults_large():
+def test_cpu_shapes_are_the_gpu_shapes_scaled_down():
     spec = registry.get("gemm")
-    cpu, cuda = spec.resolve({}, "cpu"), spec.resolve({}, "cuda")
-    assert cpu["m"] * cpu["n"] * cpu["k"] <= 1024**3 < cuda["m"] * cuda["n"] * cuda["k"]
-    assert (cpu["dtype"], cuda["dtype"]) == ("fp32", "bf16")
+    [cpu] = spec.cases({"set": "square", "precisions": ["fp32"]}, "cpu")
+    [cuda] = spec.cases({"set": "square", "precisions": ["fp32"]}, "cuda")
+    assert (cuda.params["m"], cpu.params["m"]) == (8192, 512)
 
 
 def hand_timed_matmul_seconds(n: int) -> float:
@@ -49,7 +50,8 @@ def hand_timed_matmul_seconds(n: int) -> float:
 
 
 def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
-    result = subprocess.run([sys.executable, "-m", "agent", "run", "--workload", "gemm", "--device", "cpu", "--json"],
+    result = subprocess.run([sys.executable, "-m", "agent", "run", "--workload", "gemm", "--device", "cpu", "--json",
+                             "-p", "set=square", "-p", "precisions=fp32", "-p", "min_round_seconds=0.2"],
                             capture_output=True, text=True, env=cli_env, timeout=300)
     assert result.returncode == 0, result.stderr
     [record] = json.loads(result.stdout)
@@ -69,13 +71,15 @@ def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
 
 def test_sixdim_run_table_and_history(cli_env, tmp_path):
     args = [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
-            "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"]
+            "-p", "precisions=fp32,tf32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"]
     result = subprocess.run(args, capture_output=True, text=True, env=cli_env, timeout=120)
     assert result.returncode == 0, result.stderr
-    header, row = result.stdout.splitlines()[:2]
-    assert header.split()[:5] == ["workload", "device", "precision", "params", "status"]
-    assert row.split()[:5] == ["gemm", "cpu", "fp32", "m=64,n=64,k=64", "ok"]
+    header, row, unsupported = result.stdout.splitlines()[:3]
+    assert header.split()[:7] == ["workload", "device", "precision", "shape", "mode", "pass", "status"]
+    assert row.split()[:7] == ["gemm", "cpu", "fp32", "m=64,n=64,k=64,op=NN", "-", "forward", "ok"]
+    assert unsupported.split()[2] == "tf32" and unsupported.split()[6] == "unsupported"
+    assert "tf32 is a tensor-core precision of GPUs" in result.stdout
     from agent.history import History
 
-    [stored] = list(History(tmp_path / "history.db"))
-    assert stored.status == "ok" and stored.params["m"] == 64
+    stored = list(History(tmp_path / "history.db"))
+    assert [(r.precision, r.status) for r in stored] == [("fp32", "ok"), ("tf32", "unsupported")]

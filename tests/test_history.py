@@ -26,8 +26,8 @@ def test_latest_ok_per_series_ignores_failures_and_keeps_series_apart(tmp_path):
     history.add(make_record(seconds=2.0, ended_at=2))
     history.add(make_record("failed", ended_at=3))
     history.add(make_record(seconds=3.0, ended_at=4, uuid="GPU-b", gpu="1"))
-    history.add(make_record(seconds=4.0, ended_at=5, params_label="m=16,n=16,k=16"))
-    latest = {(r.uuid, r.params_label): r.figures["seconds"] for r in history.latest_ok()}
+    history.add(make_record(seconds=4.0, ended_at=5, shape="m=16,n=16,k=16"))
+    latest = {(r.uuid, r.shape): r.figures["seconds"] for r in history.latest_ok()}
     assert latest == {("GPU-a", "m=8,n=8,k=8"): 2.0, ("GPU-b", "m=8,n=8,k=8"): 3.0, ("GPU-a", "m=16,n=16,k=16"): 4.0}
 
 

@@ -106,12 +106,16 @@ def test_busy_gpu_run_is_skipped_and_recorded(tmp_path):
     executor = Executor(hostname="node1", history=history, board=board, nvml=nvml, rapl=None,
                         guard=GuardSettings(enabled=True, max_utilization=0.05))
     device = resolve(["cuda:0"], nvml)[0]
-    record = executor.execute(registry.get("gemm"), {}, device, suite="quick")
-    assert record.status == "skipped"
-    assert "pid 31337" in record.reason
+    records = executor.execute(registry.get("gemm"), {"set": "square", "precisions": ["bf16", "fp8"]}, device,
+                               suite="quick")
+    assert [r.status for r in records] == ["skipped", "skipped"]
+    assert "pid 31337" in records[0].reason
+    assert "earlier case" in records[1].reason
     stored = list(History(tmp_path / "h.db"))
-    assert [(r.status, r.uuid, r.device) for r in stored] == [("skipped", fake.gpus[0].uuid, "cuda:0")]
-    assert [(r.status, n) for r, n in board.counts()] == [("skipped", 1)]
+    assert [(r.status, r.uuid, r.device, r.precision) for r in stored] == [
+        ("skipped", fake.gpus[0].uuid, "cuda:0", "bf16"), ("skipped", fake.gpus[0].uuid, "cuda:0", "fp8")]
+    assert sorted((r.precision, r.status, n) for r, n in board.counts()) == [("bf16", "skipped", 1),
+                                                                             ("fp8", "skipped", 1)]
     assert board.latest() == []  # a skip never replaces a result
 
 

@@ -46,7 +46,7 @@ def test_prometheus_scrapes_the_agent(tmp_path, cli_env):
         assert result, (tmp_path / "prometheus.log").read_text()[-2000:]
         labels = result[0]["metric"]
         assert labels["job"] == "sixdim" and labels["hostname"] == "testhost"
-        assert labels["params"] == "m=128,n=128,k=128" and labels["precision"] == "fp32"
+        assert labels["shape"] == "m=128,n=128,k=128,op=NN" and labels["precision"] == "fp32"
         assert float(result[0]["value"][1]) > 1e6
         [up] = query(prom_port, 'up{job="sixdim"}')
         assert up["value"][1] == "1"

@@ -12,24 +12,25 @@ from agent.runner import TERMINATE_GRACE_SECONDS, run_worker
 
 def test_successful_worker_returns_figures_window_and_environment():
     progress = []
-    outcome = run_worker("tests.fault_workloads:succeeds", {"seconds": 0.2}, "cpu", 60, on_progress=progress.append)
+    outcome = run_worker("tests.fault_workloads:succeeds", [{"seconds": 0.2}], "cpu", 60, on_progress=progress.append)
     assert outcome.status == "ok", outcome.reason
-    assert outcome.figures == {"seconds": 0.25, "flops": 4.0e9}
-    start, end = outcome.window
+    [case] = outcome.cases.values()
+    assert case.status == "ok" and case.figures == {"seconds": 0.25, "flops": 4.0e9}
+    start, end = case.window
     assert 0.19 < end - start < 2.0
     assert outcome.environment["torch"]  # the worker reports the torch it ran with
     assert progress == ["working"]
 
 
 def test_worker_that_raises_is_a_failure_with_the_exception():
-    outcome = run_worker("tests.fault_workloads:raises", {}, "cpu", 60)
-    assert outcome.status == "failed"
-    assert outcome.reason.startswith("RuntimeError: CUDA out of memory")
-    assert outcome.returncode == 1
+    outcome = run_worker("tests.fault_workloads:raises", [{}], "cpu", 60)
+    assert outcome.cases[0].status == "failed"
+    assert outcome.cases[0].reason.startswith("RuntimeError: CUDA out of memory")
+    assert outcome.returncode == 0  # the worker itself carried on
 
 
 def test_worker_that_crashes_is_a_failure_naming_the_signal():
-    outcome = run_worker("tests.fault_workloads:crashes", {}, "cpu", 60)
+    outcome = run_worker("tests.fault_workloads:crashes", [{}], "cpu", 60)
     assert outcome.status == "failed"
     assert outcome.returncode == -signal.SIGSEGV
     assert "SIGSEGV" in outcome.reason
@@ -37,7 +38,7 @@ def test_worker_that_crashes_is_a_failure_naming_the_signal():
 
 
 def test_worker_that_exits_without_result_is_a_failure_with_its_code():
-    outcome = run_worker("tests.fault_workloads:exits", {}, "cpu", 60)
+    outcome = run_worker("tests.fault_workloads:exits", [{}], "cpu", 60)
     assert outcome.status == "failed"
     assert "code 3" in outcome.reason and "giving up" in outcome.reason
 
@@ -45,7 +46,7 @@ def test_worker_that_exits_without_result_is_a_failure_with_its_code():
 def test_hanging_worker_is_stopped_at_timeout_with_its_whole_process_group(tmp_path):
     pid_file = tmp_path / "pids"
     started = time.monotonic()
-    outcome = run_worker("tests.fault_workloads:hangs", {"pid_file": str(pid_file)}, "cpu", timeout=3.0)
+    outcome = run_worker("tests.fault_workloads:hangs", [{"pid_file": str(pid_file)}], "cpu", timeout=3.0)
     elapsed = time.monotonic() - started
     assert outcome.status == "timeout"
     assert "3 s" in outcome.reason
@@ -60,13 +61,31 @@ def test_stop_event_interrupts_a_running_worker(tmp_path):
     stop = threading.Event()
     threading.Timer(1.5, stop.set).start()
     started = time.monotonic()
-    outcome = run_worker("tests.fault_workloads:hangs", {"pid_file": str(tmp_path / "p")}, "cpu", 120, stop=stop)
+    outcome = run_worker("tests.fault_workloads:hangs", [{"pid_file": str(tmp_path / "p")}], "cpu", 120, stop=stop)
     assert outcome.status == "skipped" and "shutting down" in outcome.reason
     assert time.monotonic() - started < 1.5 + TERMINATE_GRACE_SECONDS + 3.0
 
 
 def test_worker_runs_in_its_own_process_group():
     groups = []
-    run_worker("tests.fault_workloads:succeeds", {"seconds": 0.5}, "cpu", 60,
+    run_worker("tests.fault_workloads:succeeds", [{"seconds": 0.5}], "cpu", 60,
                on_start=lambda pid: groups.append(os.getpgid(pid)))
     assert groups and groups[0] != os.getpgrp()
+
+
+def test_cases_run_in_one_worker_and_a_crash_keeps_the_finished_ones():
+    outcome = run_worker("tests.fault_workloads:by_kind",
+                         [{"kind": "ok"}, {"kind": "unsupported"}, {"kind": "raise"}, {"kind": "ok"},
+                          {"kind": "crash"}, {"kind": "ok"}], "cpu", 60)
+    assert [outcome.cases[i].status for i in sorted(outcome.cases)] == ["ok", "unsupported", "failed", "ok"]
+    assert outcome.cases[1].reason == "no fp8 on this device (simulated)"
+    assert outcome.status == "failed" and "SIGSEGV" in outcome.reason  # case 5 crashed; 6 never ran
+    assert len({outcome.cases[i].window for i in (0, 3)}) == 2  # each case has its own window
+
+
+def test_timeout_is_per_case():
+    # each case finishes well within 4 s, the three together take longer: none may time out
+    started = time.monotonic()
+    outcome = run_worker("tests.fault_workloads:succeeds", [{"seconds": 1.5}] * 3, "cpu", timeout=4.0)
+    assert time.monotonic() - started > 4.5
+    assert outcome.status == "ok" and [c.status for c in outcome.cases.values()] == ["ok"] * 3

@@ -1,6 +1,5 @@
 """``sixdim serve`` for real: a child daemon, scraped over HTTP, restarted, stopped."""
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 pytestmark = pytest.mark.slow
 
 EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
-                   "params", "driver_version", "cuda_version", "torch_version"}
+                   "shape", "mode", "pass", "driver_version", "cuda_version", "torch_version"}
 
 
 def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):
@@ -28,7 +27,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         [flops] = daemon.wait_for("sixdim_workload_flops", timeout=60)
         assert time.monotonic() - started < 60
         assert set(flops.labels) == EXPECTED_LABELS
-        assert flops.labels["workload"] == "gemm" and flops.labels["params"] == "m=128,n=128,k=128"
+        assert flops.labels["workload"] == "gemm" and flops.labels["shape"] == "m=128,n=128,k=128,op=NN"
         assert flops.labels["hostname"] == "testhost" and flops.labels["device_type"] == "cpu"
         assert flops.value > 1e6
         for name in ("sixdim_workload_seconds", "sixdim_workload_memory_bytes",
@@ -62,7 +61,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
     try:
         daemon.wait_ready()
         [flops] = daemon.samples("sixdim_workload_flops")
-        assert (flops.labels["params"], flops.value) == ("m=128,n=128,k=128", pytest.approx(latest.figures["flops"]))
+        assert (flops.labels["shape"], flops.value) == ("m=128,n=128,k=128,op=NN", pytest.approx(latest.figures["flops"]))
         [ended] = daemon.samples("sixdim_workload_last_run_timestamp_seconds")
         assert ended.value == pytest.approx(latest.ended_at)
         ok_runs = [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["status"] == "ok"]
@@ -76,8 +75,9 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
 
 def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_env):
     port, history = free_port(), tmp_path / "history.db"
-    long_suite = FAST_GEMM_SUITE.replace("m = 128, n = 128, k = 128, min_round_seconds = 0.02",
-                                         "m = 512, n = 512, k = 512, min_round_seconds = 5.0")
+    long_suite = FAST_GEMM_SUITE.replace("m = 128, n = 128, k = 128", "m = 512, n = 512, k = 512").replace(
+        "min_round_seconds = 0.02", "min_round_seconds = 5.0")
+    assert long_suite != FAST_GEMM_SUITE
     config = write_config(tmp_path / "long.toml", history, long_suite)
     daemon = Daemon(config, port, cli_env, tmp_path / "serve.log")
     try:

@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+class Unsupported(Exception):
+    """This device or software cannot run the case (a precision it lacks, one GPU for an all-reduce).
+
+    Reported as status ``unsupported`` with the message: never as a failure, never as a zero.
+    """
+
+
 @dataclass
 class RunContext:
     """The device to run on, a progress callback, and the measured-window marks.
@@ -31,7 +38,13 @@ class RunContext:
 
 @dataclass
 class WorkloadOutput:
-    """What a workload measured: exported figures (base units) and details kept in history."""
+    """What a case measured: exported figures (base units) and details kept in history.
+
+    ``status`` is ``ok``, or ``incorrect`` when the output failed its correctness check
+    (the figures are still reported: a fast wrong answer is worth seeing).
+    """
 
     figures: dict[str, float]
     details: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+    reason: str = ""

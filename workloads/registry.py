@@ -1,37 +1,270 @@
 """The registry of named workloads, in the shape every workload follows.
 
-Adding a workload is adding a spec here and a ``run(params, context)`` function
-in its own module; nothing else in the agent changes.
+Adding a workload is adding a spec here (its parameters and how they expand into
+cases) and a ``run(case_params, context)`` function in its own module; nothing
+else in the agent changes.  Everything here is torch-free.
 """
 
 from __future__ import annotations
 
-from workloads.spec import Param, ParamError, WorkloadSpec
+from typing import Any
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+from workloads import shapes
+from workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
-_TIMING_PARAMS = (
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
+FLOAT_PRECISIONS = ("fp32", "fp16", "bf16")
+SETS = ("quick", "training", "inference", "full")
+GEMM_SETS = SETS + ("square",)
+
+TIMING_PARAMS = (
     Param("rounds", int, "timed rounds; the speed figure is their DeepSpark mean", 5, 5, minimum=3),
     Param("min_round_seconds", float, "each round repeats the kernel until it lasts at least this long",
-          0.2, 1.0, minimum=0.0),
-    Param("warmup_seconds", float, "warm-up before timing, seconds (at least 3 calls)", 0.5, 2.0, minimum=0.0),
+          0.05, 0.2, minimum=0.0),
+    Param("warmup_seconds", float, "warm-up before timing, seconds (at least 3 calls)", 0.1, 0.5, minimum=0.0),
 )
+SELF_TEST = Param("corrupt", bool, "self-test: corrupt one output element, so the run must report 'incorrect'",
+                  False, False)
+
+
+def set_param(help_text: str) -> Param:
+    return Param("set", str, help_text, "quick", "quick", choices=SETS)
+
+
+SCALE = Param("scale", int, "divide every size of the set by this (CPU runs use small shapes)", 16, 1, minimum=1)
+
+
+LATENCY_SAMPLES = Param("latency_samples", int, "also time this many single calls for p50/p99 latency (0: off)",
+                        0, 0, minimum=0)
+MAX_BATCH = Param("max_batch", int, "keep only shapes whose batch is at most this (0: all)", 0, 0, minimum=0)
+
+
+def _pick(sets: dict[str, list], name: str) -> list:
+    if name == "full":
+        return sets["training"] + sets["inference"]
+    return sets[name]
+
+
+def _gemm_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    if params["m"] or params["n"] or params["k"]:
+        if not (params["m"] and params["n"] and params["k"]):
+            raise ParamError("workload 'gemm': give all of m, n and k for an explicit shape, or none")
+        chosen = [shapes.GemmShape(params["m"], params["n"], params["k"], params["op"], mode="")]
+    else:
+        sets = {"quick": shapes.GEMM_QUICK, "training": shapes.GEMM_TRAINING, "inference": shapes.GEMM_INFERENCE,
+                "square": shapes.GEMM_SQUARE}
+        chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
+                  if not params["max_batch"] or s.n <= params["max_batch"]]  # N is the batch in DeepBench's GEMMs
+    return [Case(params={**params, "m": s.m, "n": s.n, "k": s.k, "op": s.op, "dtype": precision},
+                 precision=precision, shape=s.label, mode=s.mode)
+            for s in chosen for precision in params["precisions"]]
+
 
 GEMM = WorkloadSpec(
     name="gemm",
-    description="Dense matrix multiply C = A·B (M×K by K×N); seconds per GEMM and FLOP/s = 2·M·N·K / t.",
+    description="Dense GEMM D = A·B + C (alpha = beta = 1) over DeepBench's shapes, transposes and precisions; "
+                "seconds per GEMM, FLOP/s = 2·M·N·K / t, checked against a float64 reference.",
     entry="workloads.gemm:run",
     params=(
-        Param("m", int, "rows of A and C", 1024, 8192, minimum=1),
-        Param("n", int, "columns of B and C", 1024, 8192, minimum=1),
-        Param("k", int, "columns of A, rows of B", 1024, 8192, minimum=1),
-        Param("dtype", str, "element type of A, B and C", "fp32", "bf16", choices=PRECISIONS),
-    ) + _TIMING_PARAMS,
-    precision_param="dtype",
-    label_params=("m", "n", "k"),
+        Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or square "
+              "(8192³)", "quick", "quick", choices=GEMM_SETS),
+        Param("precisions", str, "precisions to run", list(PRECISIONS), list(PRECISIONS), choices=PRECISIONS,
+              many=True),
+        SCALE,
+        Param("m", int, "explicit shape instead of the set: rows of A and D", 0, 0, minimum=0),
+        Param("n", int, "explicit shape: columns of B and D", 0, 0, minimum=0),
+        Param("k", int, "explicit shape: columns of A, rows of B", 0, 0, minimum=0),
+        Param("op", str, "explicit shape's transposes (DeepBench's a_t, b_t)", "NN", "NN", choices=("NN", "TN", "NT")),
+        MAX_BATCH, LATENCY_SAMPLES,
+    ) + TIMING_PARAMS + (SELF_TEST,),
+    expander=_gemm_cases,
+    peak_kind="flops",
+    shapes_help=f"square: 8192³; quick: {len(shapes.GEMM_QUICK)} shapes; training: DeepBench's {len(shapes.GEMM_TRAINING)} "
+                f"(NN, TN, NT); inference: DeepBench's {len(shapes.GEMM_INFERENCE)} server shapes",
 )
 
-WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (GEMM,)}
+
+
+def _conv_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    sets = {"quick": shapes.CONV_QUICK, "training": shapes.CONV_TRAINING, "inference": shapes.CONV_INFERENCE}
+    chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
+              if not params["max_batch"] or s.n <= params["max_batch"]]
+    cases = []
+    for s in chosen:
+        passes = ("forward", "backward_data", "backward_weight") if s.mode == "training" else ("forward",)
+        for layout in params["layouts"]:
+            for precision in params["precisions"]:
+                for kernel_pass in passes:
+                    case_params = {**params, "w": s.w, "h": s.h, "c": s.c, "n": s.n, "k": s.k, "s": s.s, "r": s.r,
+                                   "pad_w": s.pad_w, "pad_h": s.pad_h, "stride_w": s.stride_w,
+                                   "stride_h": s.stride_h, "layout": layout, "dtype": precision, "pass": kernel_pass}
+                    cases.append(Case(case_params, precision, f"{s.label},layout={layout}", s.mode, kernel_pass))
+    return cases
+
+
+CONV = WorkloadSpec(
+    name="conv",
+    description="2-D convolution over DeepBench's NCHW shapes (and channels-last): forward, backward-data and "
+                "backward-weight timed apart; FLOP/s = 2·N·K·P·Q·C·R·S / t.",
+    entry="workloads.conv:run",
+    params=(
+        set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
+        Param("precisions", str, "precisions to run", list(FLOAT_PRECISIONS), list(FLOAT_PRECISIONS),
+              choices=FLOAT_PRECISIONS, many=True),
+        Param("layouts", str, "memory layouts", ["nchw", "channels_last"], ["nchw", "channels_last"],
+              choices=("nchw", "channels_last"), many=True),
+        SCALE, MAX_BATCH, LATENCY_SAMPLES,
+    ) + TIMING_PARAMS + (SELF_TEST,),
+    expander=_conv_cases,
+    peak_kind="flops",
+    shapes_help=f"quick: {len(shapes.CONV_QUICK)} shapes; training: DeepBench's {len(shapes.CONV_TRAINING)} "
+                f"(forward, backward-data, backward-weight each); inference: {len(shapes.CONV_INFERENCE)} (forward)",
+)
+
+
+def _rnn_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    sets = {"quick": shapes.RNN_QUICK, "training": shapes.RNN_TRAINING, "inference": shapes.RNN_INFERENCE}
+    chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
+              if not params["max_batch"] or s.batch <= params["max_batch"]]
+    return [Case({**params, "cell": s.cell, "hidden": s.hidden, "batch": s.batch, "steps": s.steps,
+                  "dtype": precision, "pass": kernel_pass}, precision, s.label, s.mode, kernel_pass)
+            for s in chosen for precision in params["precisions"]
+            for kernel_pass in (("forward", "backward") if s.mode == "training" else ("forward",))]
+
+
+RNN = WorkloadSpec(
+    name="rnn",
+    description="Recurrent layers by DeepBench's rules (vanilla ReLU, LSTM, GRU): input projection outside the "
+                "timed region, backward computes weight gradients only.",
+    entry="workloads.rnn:run",
+    params=(
+        set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
+        Param("precisions", str, "precisions to run", ["fp32", "bf16"], list(FLOAT_PRECISIONS),
+              choices=FLOAT_PRECISIONS, many=True),
+        SCALE, MAX_BATCH, LATENCY_SAMPLES,
+    ) + TIMING_PARAMS + (SELF_TEST,),
+    expander=_rnn_cases,
+    peak_kind="flops",
+    shapes_help=f"quick: {len(shapes.RNN_QUICK)} layers; training: DeepBench's {len(shapes.RNN_TRAINING)} "
+                f"(forward and backward); inference: {len(shapes.RNN_INFERENCE)} (forward)",
+)
+
+
+def _sparse_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    chosen = shapes.SPARSE_QUICK if params["set"] == "quick" else shapes.SPARSE_INFERENCE
+    chosen = [s for s in shapes.scaled(chosen, params["scale"]) if not params["max_batch"] or s.n <= params["max_batch"]]
+    return [Case({**params, "m": s.m, "n": s.n, "k": s.k, "sparsity": s.sparsity, "dtype": "fp32"}, "fp32",
+                 s.label, s.mode) for s in chosen]
+
+
+SPARSE_GEMM = WorkloadSpec(
+    name="sparse_gemm",
+    description="Sparse GEMM (CSR weights at 90% and 95% sparsity) over DeepBench's sparse inference shapes; "
+                "time, FLOP/s of the nonzeros, and speedup over the same GEMM dense.",
+    entry="workloads.sparse_gemm:run",
+    params=(set_param("shape set: quick, or DeepBench's inference set (training and full mean the same)"),
+            SCALE, MAX_BATCH, LATENCY_SAMPLES) + TIMING_PARAMS + (SELF_TEST,),
+    expander=_sparse_cases,
+    shapes_help=f"quick: {len(shapes.SPARSE_QUICK)} shapes; inference: DeepBench's {len(shapes.SPARSE_INFERENCE)}",
+)
+
+
+def _bandwidth_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    return [Case({**params, "direction": d}, "", f"size={params['size_bytes']}", "", d) for d in params["directions"]]
+
+
+MEMORY_BANDWIDTH = WorkloadSpec(
+    name="memory_bandwidth",
+    description="Copy bandwidth in bytes/s: device-to-device (counts read + write), host-to-device and "
+                "device-to-host (pinned host memory).",
+    entry="workloads.bandwidth:run",
+    params=(
+        Param("directions", str, "copies to time", ["d2d", "h2d", "d2h"], ["d2d", "h2d", "d2h"],
+              choices=("d2d", "h2d", "d2h"), many=True),
+        Param("size_bytes", int, "bytes per copy", 64 * 2**20, 1024 * 2**20, minimum=1),
+    ) + TIMING_PARAMS + (SELF_TEST,),
+    expander=_bandwidth_cases,
+    peak_kind="bandwidth",
+)
+
+
+def _latency_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    return [Case({**params, "mode_of_launch": kind}, "", "elements=1", "", kind) for kind in params["kinds"]]
+
+
+LAUNCH_LATENCY = WorkloadSpec(
+    name="launch_latency",
+    description="Kernel launch latency: host time per launch of a one-element kernel (launch), and per "
+                "launch-and-synchronize (round_trip).",
+    entry="workloads.latency:run",
+    params=(
+        Param("kinds", str, "what to time", ["launch", "round_trip"], ["launch", "round_trip"],
+              choices=("launch", "round_trip"), many=True),
+        Param("launches_per_round", int, "launches timed together in each round", 2000, 10000, minimum=1),
+        Param("rounds", int, "timed rounds; the figure is their DeepSpark mean", 5, 5, minimum=3),
+    ),
+    expander=_latency_cases,
+)
+
+
+def _allreduce_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    sizes = shapes.ALLREDUCE_QUICK if params["set"] == "quick" else shapes.ALLREDUCE_FLOATS
+    ranks = f",ranks={params['ranks']}" if device_type == "cpu" else ""
+    return [Case({**params, "floats": shapes.scale(f, params["scale"])}, "fp32",
+                 f"floats={shapes.scale(f, params['scale'])}{ranks}", "training", "all_reduce")
+            for f in sizes]
+
+
+ALLREDUCE = WorkloadSpec(
+    name="allreduce",
+    description="All-reduce over every local GPU (NCCL) or CPU processes (gloo) at DeepBench's sizes: time, "
+                "algbw and busbw as nccl-tests defines them. Runs once per host, from the first GPU's job.",
+    entry="workloads.allreduce:run",
+    params=(
+        set_param("sizes: quick (2), or DeepBench's 7 (training, inference and full mean the same)"),
+        SCALE,
+        Param("ranks", int, "CPU only: gloo processes (on GPUs every local GPU is a rank)", 2, 2, minimum=2),
+        Param("iterations", int, "all-reduces per timed round", 5, 20, minimum=1),
+        Param("rounds", int, "timed rounds; the figure is their DeepSpark mean", 5, 5, minimum=3),
+        SELF_TEST,
+    ),
+    expander=_allreduce_cases,
+    shapes_help=f"quick: {shapes.ALLREDUCE_QUICK} floats; full: DeepBench's {shapes.ALLREDUCE_FLOATS}",
+    scope="host",
+)
+
+WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE)}
+
+# Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
+SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "quick": [
+        ("gemm", {"set": "quick", "precisions": ["bf16", "fp32"]}),
+        ("gemm", {"set": "square"}),
+        ("conv", {"set": "quick", "precisions": ["bf16", "fp32"], "layouts": ["nchw"]}),
+        ("rnn", {"set": "quick", "precisions": ["fp32"]}),
+        ("sparse_gemm", {"set": "quick"}),
+        ("memory_bandwidth", {}),
+        ("launch_latency", {}),
+        ("allreduce", {"set": "quick"}),
+    ],
+    "full": [
+        ("gemm", {"set": "full"}),
+        ("conv", {"set": "full"}),
+        ("rnn", {"set": "full"}),
+        ("sparse_gemm", {"set": "full"}),
+        ("memory_bandwidth", {}),
+        ("launch_latency", {}),
+        ("allreduce", {"set": "full"}),
+    ],
+    "inference": [
+        ("gemm", {"set": "inference", "max_batch": 4, "latency_samples": 200, "precisions": ["fp16", "int8", "fp8"]}),
+        ("conv", {"set": "inference", "max_batch": 4, "latency_samples": 200, "layouts": ["nchw"],
+                  "precisions": ["fp16", "fp32"]}),
+        ("rnn", {"set": "inference", "max_batch": 4, "latency_samples": 200, "precisions": ["fp32", "fp16"]}),
+        ("sparse_gemm", {"set": "inference", "max_batch": 4, "latency_samples": 200}),
+    ],
+}
 
 
 class UnknownWorkloadError(ParamError):

@@ -1,14 +1,18 @@
-"""What a workload is, without running it: its name, parameters and entry point.
+"""What a workload is, without running it: its name, parameters, cases and entry point.
 
 Specs are plain data so that the daemon, ``sixdim list`` and the configuration
 loader can describe and validate workloads without importing torch.  Only the
 worker child process imports the entry point.
+
+A workload run expands into **cases**: one per shape, precision and pass (a
+GEMM shape set in three precisions is many cases).  One worker runs all the
+cases of a run, so torch is imported once; each case becomes its own result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 DeviceType = Literal["cpu", "cuda"]
 
@@ -28,30 +32,41 @@ class Param:
     cuda_default: Any
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
+    many: bool = False
+    """A list of values (a comma-separated string on the command line)."""
 
     def default(self, device_type: DeviceType) -> Any:
         return self.cuda_default if device_type == "cuda" else self.cpu_default
 
     def coerce(self, value: Any) -> Any:
         """Check and convert a configured value; raise ParamError saying what was expected."""
+        if self.many:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)) or not items:
+                raise ParamError(f"expected a list of {self.describe_expected()}, got {value!r}")
+            return [self._coerce_one(item.strip() if isinstance(item, str) else item) for item in items]
+        return self._coerce_one(value)
+
+    def _coerce_one(self, value: Any) -> Any:
         expected = self.describe_expected()
-        if self.kind is int:
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ParamError(f"expected {expected}, got {value!r}")
-            try:
+        try:
+            if self.kind is bool:
+                if isinstance(value, str) and value.lower() in {"true", "1", "yes", "false", "0", "no"}:
+                    value = value.lower() in {"true", "1", "yes"}
+                elif not isinstance(value, bool):
+                    raise ValueError
+            elif self.kind is int:
+                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                    raise ValueError
                 value = int(value)
-            except ValueError:
-                raise ParamError(f"expected {expected}, got {value!r}") from None
-        elif self.kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise ParamError(f"expected {expected}, got {value!r}")
-            try:
+            elif self.kind is float:
+                if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                    raise ValueError
                 value = float(value)
-            except ValueError:
-                raise ParamError(f"expected {expected}, got {value!r}") from None
-        elif self.kind is str:
-            if not isinstance(value, str):
-                raise ParamError(f"expected {expected}, got {value!r}")
+            elif not isinstance(value, str):
+                raise ValueError
+        except ValueError:
+            raise ParamError(f"expected {expected}, got {value!r}") from None
         if self.choices is not None and value not in self.choices:
             raise ParamError(f"expected {expected}, got {value!r}")
         if self.minimum is not None and value < self.minimum:
@@ -61,15 +76,33 @@ class Param:
     def describe_expected(self) -> str:
         if self.choices is not None:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        noun = {int: "an integer", float: "a number", str: "a string"}[self.kind]
+        noun = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[self.kind]
         if self.minimum is not None:
             return f"{noun} >= {self.minimum:g}"
         return noun
 
 
 @dataclass(frozen=True)
+class Case:
+    """One measurement of a run: the parameters the worker gets, and how its series is labelled."""
+
+    params: dict[str, Any]
+    precision: str = ""
+    shape: str = ""
+    mode: str = ""
+    """``training`` or ``inference`` (which DeepBench set the shape comes from), or empty."""
+    kernel_pass: str = "forward"
+    """``forward``, ``backward_data``, ``backward_weight``, ``backward``, or a workload's own name."""
+
+
+def single_case(spec: "WorkloadSpec", params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    """The default expansion: the resolved parameters are the one case."""
+    return [Case(params=params, precision=spec.precision(params), shape=spec.params_label(params))]
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
-    """A named workload: its parameters and the ``module:function`` the worker runs."""
+    """A named workload: its parameters, how they expand into cases, and the ``module:function`` to run."""
 
     name: str
     description: str
@@ -79,6 +112,14 @@ class WorkloadSpec:
     """Which parameter names the numeric precision (exported as the ``precision`` label)."""
     label_params: tuple[str, ...] = ()
     """Parameters that identify the measurement (shape); the rest (repetitions) do not."""
+    expander: Callable[["WorkloadSpec", dict[str, Any], DeviceType], list[Case]] = single_case
+    shapes_help: str = ""
+    """What ``sixdim list`` says about the shape sets."""
+    peak_kind: str | None = None
+    """What to compare with the GPU's published peak: ``flops``, ``bandwidth``, or nothing."""
+    scope: str = "device"
+    """``device``: runs on each device it is given.  ``host``: runs once per host over all its GPUs
+    (all-reduce), from the job of the host's first device."""
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -98,9 +139,13 @@ class WorkloadSpec:
                 raise ParamError(f"workload {self.name!r} parameter {key!r}: {exc}") from None
         return resolved
 
+    def cases(self, overrides: dict[str, Any], device_type: DeviceType) -> list[Case]:
+        """The cases one run of this workload measures on a device of this type."""
+        return self.expander(self, self.resolve(overrides, device_type), device_type)
+
     def precision(self, params: dict[str, Any]) -> str:
         return str(params.get(self.precision_param, "")) if self.precision_param else ""
 
     def params_label(self, params: dict[str, Any]) -> str:
-        """The ``params`` label: the identifying parameters, e.g. ``m=1024,n=1024,k=1024``."""
+        """The ``shape`` label: the identifying parameters, e.g. ``m=1024,n=1024,k=1024``."""
         return ",".join(f"{k}={params[k]}" for k in self.label_params if k in params)

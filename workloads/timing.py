@@ -2,11 +2,16 @@
 
 - Warm-up first, for at least ``warmup_seconds`` and 3 calls, so clocks, caches,
   allocator and autotuners are settled before anything is timed.
-- Each round repeats the kernel enough times to last ``min_round_seconds`` (calibrated by
-  growing a block until it does, like blocked_autorange), so
-  launch and timer overhead are negligible against the work.
-- On CUDA the round is timed on the device, with a pair of CUDA events around the
-  repetitions; on CPU with ``time.perf_counter``.
+- Each round repeats the kernel enough times to last ``min_round_seconds``
+  (calibrated by growing a block until it does, like blocked_autorange), so
+  timer overhead is negligible against the work.
+- On CUDA the round is timed on the device, with CUDA events:
+  * a kernel whose data fits in L2 gets the cache flushed before every call (a
+    256 MB buffer zeroed, as do_bench does) and an event pair around each call,
+    so it is timed cold, as it runs inside a real model;
+  * a kernel shorter than :data:`GRAPH_BELOW_SECONDS` is captured in a CUDA graph
+    and replayed, so CPU launch overhead does not pollute its time.
+- On the CPU, ``time.perf_counter`` around the block (caches are not flushed).
 - The rounds are kept (the distribution); the speed figure is their DeepSpark mean.
 
 Imports torch: only the worker process uses this module.
@@ -16,11 +21,23 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from workloads.context import RunContext
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+GRAPH_BELOW_SECONDS = 50e-6
+_flush_buffer: torch.Tensor | None = None
+
+
+@dataclass
+class Timing:
+    round_seconds: list[float]
+    calls_per_round: int
+    method: str
 
 
 def _synchronize(device: torch.device) -> None:
@@ -59,32 +76,107 @@ def calibrate(fn: Callable[[], object], device: torch.device, warmup_seconds: fl
         block = max(block + 1, min(block * 10, math.ceil(block * growth)))
 
 
-def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, rounds: int,
-                min_round_seconds: float, warmup_seconds: float) -> tuple[list[float], int]:
-    """Seconds per call for each round, and the calls per round.
+def l2_cache_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
 
-    The measured window (``ctx`` marks) covers the timed rounds only, not warm-up.
-    """
+
+def _flush(device: torch.device) -> None:
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    _flush_buffer.zero_()
+
+
+def _graph_of(fn: Callable[[], object], calls: int) -> Callable[[], object] | None:
+    """A CUDA graph replaying ``calls`` calls of fn, or None where capture is not possible."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # warm the side stream (cuBLAS handles, workspaces) before capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        return graph.replay
+    except Exception:
+        return None
+
+
+def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, rounds: int,
+                min_round_seconds: float, warmup_seconds: float, working_set_bytes: int = 0) -> Timing:
+    """Seconds per call for each round.  The measured window (``ctx`` marks) covers the
+    timed rounds only, not warm-up or calibration."""
     ctx.progress("warming up")
-    iterations = calibrate(fn, device, warmup_seconds, min_round_seconds)
+    calls = calibrate(fn, device, warmup_seconds, min_round_seconds)
+    if device.type != "cuda":
+        return _rounds(lambda: _host_timed(fn, calls), ctx, rounds, calls, "perf_counter")
+    l2 = l2_cache_bytes(device)
+    if working_set_bytes and l2 and working_set_bytes < 2 * l2:
+        return _rounds(lambda: _flushed(fn, device, calls), ctx, rounds, calls, "cuda_events_per_call_l2_flushed")
+    per_call = _timed_block(fn, device, calls) / calls
+    if per_call < GRAPH_BELOW_SECONDS:
+        replay = _graph_of(fn, calls)
+        if replay is not None:
+            return _rounds(lambda: _events(replay, 1) / calls, ctx, rounds, calls, "cuda_graph_events")
+    return _rounds(lambda: _events(fn, calls) / calls, ctx, rounds, calls, "cuda_events")
+
+
+def _rounds(one_round: Callable[[], float], ctx: RunContext, rounds: int, calls: int, method: str) -> Timing:
     results: list[float] = []
     ctx.mark_window_start()
     for r in range(rounds):
-        if device.type == "cuda":
-            begin = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            begin.record()
-            for _ in range(iterations):
-                fn()
-            end.record()
-            end.synchronize()
-            elapsed = begin.elapsed_time(end) / 1e3  # milliseconds to seconds
-        else:
-            begin_s = time.perf_counter()
-            for _ in range(iterations):
-                fn()
-            elapsed = time.perf_counter() - begin_s
-        results.append(elapsed / iterations)
-        ctx.progress(f"round {r + 1}/{rounds}: {elapsed / iterations * 1e3:.3f} ms per call")
+        results.append(one_round())
+        ctx.progress(f"round {r + 1}/{rounds}: {results[-1] * 1e3:.4g} ms per call")
     ctx.mark_window_end()
-    return results, iterations
+    return Timing(results, calls, method)
+
+
+def _host_timed(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def _events(fn: Callable[[], object], calls: int) -> float:
+    """Seconds for ``calls`` calls between two CUDA events."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def _flushed(fn: Callable[[], object], device: torch.device, calls: int) -> float:
+    """Mean seconds per call, each call timed alone by its own events after an L2 flush."""
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    for begin, end in pairs:
+        _flush(device)
+        begin.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(device)
+    return sum(b.elapsed_time(e) for b, e in pairs) / calls / 1e3
+
+
+def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, samples: int,
+                        warmup_seconds: float) -> list[float]:
+    """Seconds of each of ``samples`` single calls (for p50/p99 latency), each synchronized."""
+    calibrate(fn, device, warmup_seconds, 0.0)
+    times = []
+    ctx.mark_window_start()
+    for _ in range(samples):
+        if device.type == "cuda":
+            times.append(_events(fn, 1))
+        else:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    ctx.mark_window_end()
+    return times

@@ -1,0 +1,56 @@
+"""The peak table: data with sources, in base units, dense figures, matched by NVML's device names."""
+
+import pytest
+
+from agent import peaks
+
+NVML_NAMES = {  # as NVML reports them
+    "Tesla V100-SXM2-32GB": "NVIDIA V100 SXM2",
+    "Tesla V100-PCIE-16GB": "NVIDIA V100 PCIe",
+    "NVIDIA A100-SXM4-40GB": "NVIDIA A100 40GB (SXM4 and PCIe)",
+    "NVIDIA A100-SXM4-80GB": "NVIDIA A100 80GB SXM4",
+    "NVIDIA A100 80GB PCIe": "NVIDIA A100 80GB PCIe",
+    "NVIDIA H100 80GB HBM3": "NVIDIA H100 SXM",
+    "NVIDIA H100 PCIe": "NVIDIA H100 PCIe",
+    "NVIDIA H200": "NVIDIA H200 SXM",
+    "NVIDIA L40S": "NVIDIA L40S",
+    "NVIDIA B200": "NVIDIA B200 (HGX, per GPU)",
+    "AMD Instinct MI300X": "AMD Instinct MI300X",
+}
+
+
+def test_every_required_gpu_is_in_the_table_with_a_source():
+    for device_name, entry_name in NVML_NAMES.items():
+        peak = peaks.find(device_name)
+        assert peak is not None and peak.name == entry_name, device_name
+        assert peak.source.split(", ")[-1].startswith("https://"), peak.name
+
+
+def test_units_are_base_units_and_figures_are_dense():
+    for peak in peaks.table():
+        for precision, flops in peak.flops.items():
+            assert 1e12 <= flops <= 5e15, (peak.name, precision, flops)  # TFLOP/s became FLOP/s
+        assert 5e11 <= peak.memory_bytes_per_second <= 1e13  # GB/s became bytes/s
+        assert peak.flops.get("bf16", 0) <= 2.5e15  # no datasheet "with sparsity" figure slipped in
+        if "bf16" in peak.flops:
+            assert peak.flops["bf16"] > peak.flops["fp32"]
+
+
+def test_known_values():
+    h100 = peaks.find("NVIDIA H100 80GB HBM3")
+    assert h100.flops["bf16"] == pytest.approx(989.5e12)
+    assert h100.memory_bytes_per_second == pytest.approx(3.35e12)
+    assert peaks.find("NVIDIA A100-SXM4-80GB").flops["tf32"] == pytest.approx(156e12)
+
+
+def test_unknown_gpu_or_precision_gets_no_ratio():
+    assert peaks.find("NVIDIA GeForce RTX 4090") is None
+    assert peaks.find("NVIDIA H200 NVL") is None  # a different product: never matched by a near name
+    assert peaks.peak_ratio("NVIDIA GeForce RTX 4090", "flops", "bf16", {"flops": 1e14}) is None
+    assert peaks.peak_ratio("Tesla V100-SXM2-32GB", "flops", "bf16", {"flops": 1e13}) is None
+
+
+def test_ratio():
+    assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "flops", "bf16", {"flops": 700e12}) == pytest.approx(700 / 989.5)
+    assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "bandwidth", "", {"bytes_per_second": 3e12}) == pytest.approx(
+        3 / 3.35)

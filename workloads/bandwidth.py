@@ -1,0 +1,63 @@
+"""Memory bandwidth: device-to-device copy, host-to-device and device-to-host, in bytes per second.
+
+Bytes moved: a device-to-device copy reads and writes every byte, so it moves
+2 × size (as CUDA's bandwidthTest counts it); a host-to-device or device-to-host
+copy moves the size once, from or to pinned host memory.  On the CPU the
+"device" is host memory: ``d2d`` is a host memory copy (2 × size), and there is
+no separate device to copy to or from (``h2d``, ``d2h`` are unsupported).
+
+Imports torch: the worker process only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workloads.context import RunContext, Unsupported, WorkloadOutput
+from workloads.stats import deepspark_mean, summarize
+from workloads.timing import time_rounds
+
+
+def bytes_moved(direction: str, size: int) -> int:
+    return 2 * size if direction == "d2d" else size
+
+
+def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
+    device = torch.device(ctx.device)
+    direction, size = params["direction"], params["size_bytes"]
+    if device.type == "cpu" and direction != "d2d":
+        raise Unsupported(f"{direction}: the CPU has no separate device memory to copy to or from")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    pinned = device.type == "cuda"
+    source_device = "cpu" if direction == "h2d" else device
+    target_device = "cpu" if direction == "d2h" else device
+    source = torch.empty(size, dtype=torch.uint8, device=source_device, pin_memory=pinned and source_device == "cpu")
+    target = torch.empty(size, dtype=torch.uint8, device=target_device, pin_memory=pinned and target_device == "cpu")
+    source.copy_(torch.randint(0, 256, (size,), dtype=torch.uint8))
+
+    def kernel() -> None:
+        target.copy_(source, non_blocking=True)
+
+    timing = time_rounds(kernel, device, ctx, rounds=params["rounds"], min_round_seconds=params["min_round_seconds"],
+                         warmup_seconds=params["warmup_seconds"])
+    kernel()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    if params.get("corrupt"):
+        target[0] = target[0] ^ 0xFF
+    mismatched = int((target.cpu() != source.cpu()).sum())
+    seconds = deepspark_mean(timing.round_seconds)
+    distribution = summarize(timing.round_seconds)
+    moved = bytes_moved(direction, size)
+    figures = {"seconds": seconds, "bytes_per_second": moved / seconds,
+               "seconds_iqr_ratio": distribution["iqr_ratio"], "max_relative_error": float(mismatched > 0)}
+    details = {"round_seconds": timing.round_seconds, "bytes_moved": moved, "mismatched_bytes": mismatched,
+               "calls_per_round": timing.calls_per_round, "timing_method": timing.method,
+               "distribution": distribution}
+    if mismatched:
+        return WorkloadOutput(figures, details, status="incorrect",
+                              reason=f"incorrect copy: {mismatched} of {size} bytes differ from the source")
+    return WorkloadOutput(figures, details)

@@ -1,0 +1,98 @@
+"""Convolution: DeepBench's NCHW shapes, forward, backward-data and backward-weight timed apart.
+
+FLOP count of each pass: 2·N·K·P·Q·C·R·S (P×Q the output size), the multiply-adds
+of the direct algorithm, whatever algorithm the library picks (as DeepBench and
+cuDNN benchmarks count it).  The backward passes call ``aten.convolution_backward``
+with one output each, so each pass is its own kernel and its own measurement.
+``layout`` ``channels_last`` runs the same convolution on NHWC memory.
+
+Imports torch: the worker process only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from workloads.context import RunContext, Unsupported, WorkloadOutput
+from workloads.correctness import check, corrupt_
+from workloads.report import kernel_output, measure_latencies
+from workloads.timing import time_rounds
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+SAMPLE_FILTERS = 4
+
+
+def conv_flop_count(n: int, k: int, p: int, q: int, c: int, r: int, s: int) -> int:
+    return 2 * n * k * p * q * c * r * s
+
+
+def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
+    device = torch.device(ctx.device)
+    precision, kernel_pass = params["dtype"], params["pass"]
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        if precision == "bf16" and torch.cuda.get_device_capability(device) < (8, 0):
+            raise Unsupported("bf16 convolution needs compute capability 8.0+")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True  # let cuDNN pick its fastest algorithm, as a framework would
+    dtype = DTYPES[precision]
+    n, c, h, w, k, r, s = (params[x] for x in ("n", "c", "h", "w", "k", "r", "s"))
+    stride, padding = (params["stride_h"], params["stride_w"]), (params["pad_h"], params["pad_w"])
+    memory_format = torch.channels_last if params["layout"] == "channels_last" else torch.contiguous_format
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, c, h, w, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
+    weight = torch.randn(k, c, r, s, generator=generator).div_((c * r * s) ** 0.5)
+    weight = weight.to(device=device, dtype=dtype, memory_format=memory_format)
+    y = F.conv2d(x, weight, stride=stride, padding=padding)
+    p, q = y.shape[2], y.shape[3]
+    grad_y = torch.randn(y.shape, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
+    result: dict[str, torch.Tensor] = {}
+    mask = {"forward": None, "backward_data": [True, False, False], "backward_weight": [False, True, False]}[kernel_pass]
+
+    def kernel() -> None:
+        if mask is None:
+            result["out"] = F.conv2d(x, weight, stride=stride, padding=padding)
+        else:
+            grads = torch.ops.aten.convolution_backward(grad_y, x, weight, None, list(stride), list(padding),
+                                                        [1, 1], False, [0, 0], 1, mask)
+            result["out"] = grads[0] if kernel_pass == "backward_data" else grads[1]
+
+    itemsize = dtype.itemsize
+    working_set = itemsize * (x.numel() + weight.numel() + y.numel())
+    timing = time_rounds(kernel, device, ctx, rounds=params["rounds"], min_round_seconds=params["min_round_seconds"],
+                         warmup_seconds=params["warmup_seconds"], working_set_bytes=working_set)
+    latencies = measure_latencies(kernel, device, params)
+    kernel()
+    produced, reference = _sample(kernel_pass, result["out"], x, weight, grad_y, stride, padding)
+    if params.get("corrupt"):
+        produced = produced.clone()
+        corrupt_(produced)
+    return kernel_output(timing, check(produced, reference, precision),
+                         flop_count=conv_flop_count(n, k, p, q, c, r, s), details={"output_size": [p, q]},
+                         latencies=latencies)
+
+
+def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor,
+            stride: tuple[int, int], padding: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The produced values for a sample and their float64 reference from the same inputs.
+
+    Forward: the first image, a few filters.  Backward-data: the first image's input
+    gradient (it depends on that image alone).  Backward-weight: a few filters' gradient
+    (each sums over the whole batch).
+    """
+    x64, w64, g64 = x.double().cpu(), weight.double().cpu(), grad_y.double().cpu()
+    filters = list(range(min(SAMPLE_FILTERS, weight.shape[0])))
+    if kernel_pass == "forward":
+        reference = F.conv2d(x64[:1], w64[filters], stride=stride, padding=padding)
+        return out[:1, filters], reference
+    if kernel_pass == "backward_data":
+        reference = torch.ops.aten.convolution_backward(g64[:1], x64[:1], w64, None, list(stride), list(padding),
+                                                        [1, 1], False, [0, 0], 1, [True, False, False])[0]
+        return out[:1], reference
+    reference = torch.ops.aten.convolution_backward(g64[:, filters], x64, w64[filters], None, list(stride),
+                                                    list(padding), [1, 1], False, [0, 0], 1, [False, True, False])[1]
+    return out[filters], reference

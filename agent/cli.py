@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
                      help="override a workload parameter, e.g. -p m=2048 (repeatable)")
     run.add_argument("--timeout", type=float, metavar="SECONDS",
-                     help="stop a run that takes longer (default: the suite's timeout_seconds)")
+                     help="stop a case (one shape, precision and pass) that takes longer "
+                          "(default: the suite's timeout_seconds)")
     run.add_argument("--json", action="store_true", help="print the run records as JSON")
     add_option_flags(run, _RUN_OPTION_KEYS)
 

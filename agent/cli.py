@@ -65,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the run records as JSON")
     add_option_flags(run, _RUN_OPTION_KEYS)
 
+    dims = commands.add_parser(
+        "dimensions", help="rate raw observations by DeepSpark's six-dimension rules (JSON in, JSON out)",
+        description="Read raw observations as a JSON object and print DeepSpark's six dimensions as JSON. "
+                    "Input keys, each optional: speed (5+ per-epoch throughputs), accuracy (a number), "
+                    'linearity ({"single": x, "multi": y, "count": n}), power_watts (samples), memory_mib '
+                    "(samples), convergence (5+ converged values of complete runs). Output keys: speed, "
+                    "accuracy, linearity, power_watts, memory_mib, stability; null where the input is absent.")
+    dims.add_argument("file", metavar="FILE", help="the JSON file, or - for standard input")
+
     listing = commands.add_parser("list", help="list the workloads and their parameters",
                                   description="List the workloads, their parameters and defaults per device.")
     listing.add_argument("--json", action="store_true", help="print as JSON")
@@ -90,6 +99,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "list":
             return command_list(args)
+        if args.command == "dimensions":
+            return command_dimensions(args)
         config = load(args.config, flags=args)
         logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -153,6 +164,33 @@ def _print_shapes(spec: Any) -> None:
 
 def _show(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+# ---------------------------------------------------------------------------- dimensions
+
+def command_dimensions(args: argparse.Namespace) -> int:
+    from workloads.dimensions import DimensionsError, compute
+
+    source = "<stdin>" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file) as handle:
+                text = handle.read()
+    except FileNotFoundError:
+        print(f"sixdim: error: {source}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = compute(json.loads(text))
+    except json.JSONDecodeError as exc:
+        print(f"sixdim: error: {source}: not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DimensionsError as exc:
+        print(f"sixdim: error: {source}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(result, indent=2))
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------- run

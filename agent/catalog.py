@@ -67,6 +67,8 @@ class MetricDef:
     labels: tuple[str, ...]
     figure: str | None = None
     """For workload results: the key in a run's ``figures`` that holds the value."""
+    extra_labels: tuple[str, ...] = ()
+    """Labels whose values come from the run's parameters (linearity's ``count``)."""
 
 
 # --- Workload results (one series per workload, device and parameter set) ---
@@ -135,6 +137,26 @@ WORKLOAD_PEAK_RATIO = MetricDef(
     "Achieved FLOP/s (or bytes/s) divided by the GPU's published dense peak for the precision; "
     "absent for a GPU not in the peak table.",
     RESULT_LABELS, figure="peak_ratio")
+WORKLOAD_SAMPLES = MetricDef(
+    "sixdim_workload_samples_per_second", "gauge",
+    "Training or inference throughput (DeepSpark speed: mean of the middle 3 of 5 steady windows), samples/s.",
+    RESULT_LABELS, figure="samples_per_second")
+WORKLOAD_ACCURACY = MetricDef(
+    "sixdim_workload_accuracy", "gauge",
+    "Accuracy reached at convergence (the best evaluation accuracy of the run), ratio.",
+    RESULT_LABELS, figure="accuracy")
+WORKLOAD_TIME_TO_TRAIN = MetricDef(
+    "sixdim_workload_time_to_train_seconds", "gauge",
+    "AI-Rank Time2train: time from the start of training until the target accuracy was reached, seconds.",
+    RESULT_LABELS, figure="time_to_train_seconds")
+WORKLOAD_LINEARITY = MetricDef(
+    "sixdim_workload_linearity_ratio", "gauge",
+    "DeepSpark linearity: (throughput on count cards or nodes / count) / throughput on one, ratio.",
+    RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=("count",))
+WORKLOAD_STABILITY = MetricDef(
+    "sixdim_workload_stability_ratio", "gauge",
+    "DeepSpark stability over complete runs: 1 minus 0.2 per run outside 1% of the median, ratio.",
+    RESULT_LABELS, figure="stability_ratio")
 WORKLOAD_LAST_RUN = MetricDef(
     "sixdim_workload_last_run_timestamp_seconds", "gauge",
     "Unix time at which the exported result's run ended, seconds.",
@@ -148,7 +170,8 @@ RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_MEMORY,
     WORKLOAD_PEAK_MEMORY, WORKLOAD_SM_CLOCK, WORKLOAD_THROTTLED, WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
     WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P99,
-    WORKLOAD_PEAK_RATIO, WORKLOAD_LAST_RUN,
+    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_TIME_TO_TRAIN, WORKLOAD_LINEARITY,
+    WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,
 )
 
 # --- Identity ---

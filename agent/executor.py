@@ -134,7 +134,7 @@ class Executor:
             env = {} if spec.scope == "host" else device.worker_environment()  # host-wide: every GPU visible
             outcome = run_worker(spec.entry, [case.params for case in cases], device.worker_device, timeout,
                                  env=env, on_start=attach, on_progress=on_progress,
-                                 stop=self.stop)
+                                 stop=self.stop, uses_torch=spec.uses_torch)
         finally:
             samples = sampler.stop()
         return outcome, samples

@@ -26,8 +26,10 @@ PROGRESS_PREFIX = "sixdim-progress: "
 CASE_DONE_PREFIX = "sixdim-case-done: "
 
 
-def software_environment(device: str) -> dict[str, Any]:
+def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]:
     """The versions a result was measured under, as seen from inside the worker."""
+    if not uses_torch:  # a user's command, in whatever framework: do not load torch beside it
+        return {"python": platform.python_version()}
     import torch
 
     env: dict[str, Any] = {
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> int:
     cases = request["cases"]
     with open(results_path, "a") as results:
         try:
-            environment = software_environment(request["device"])
+            environment = software_environment(request["device"], request.get("uses_torch", True))
         except Exception as exc:
             environment = {"error": f"{type(exc).__name__}: {exc}"}
         _emit(results, {"kind": "environment", "environment": environment})

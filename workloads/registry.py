@@ -233,8 +233,52 @@ ALLREDUCE = WorkloadSpec(
     scope="host",
 )
 
+def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    import os
+    import re
+
+    argv = params["argv"]
+    if not argv:
+        raise ParamError("workload 'command': parameter 'argv' is required: the command as a list, "
+                         "e.g. argv = [\"python\", \"train.py\"]")
+    if params["shell"] and len(argv) != 1:
+        raise ParamError("workload 'command': with shell = true, argv must be one string (the shell command line)")
+    for key in ("throughput_regex", "accuracy_regex"):
+        try:
+            re.compile(params[key])
+        except re.error as exc:
+            raise ParamError(f"workload 'command' parameter {key!r}: not a valid regular expression: {exc}") from None
+    for pair in params["env"]:
+        if "=" not in pair or pair.startswith("="):
+            raise ParamError(f"workload 'command' parameter 'env': expected KEY=VALUE items, got {pair!r}")
+    label = params["label"] or os.path.basename(argv[0].split()[0] if params["shell"] else argv[0])
+    return [Case(dict(params), "", label, "training", "command")]
+
+
+COMMAND = WorkloadSpec(
+    name="command",
+    description="Any framework: run a training command, sample power and memory while it runs, and read its "
+                "AI-Rank, MLPerf or regex-matched output into speed, accuracy and time to train.",
+    entry="workloads.command:run",
+    params=(
+        Param("argv", str, "the command, as a list of arguments (required)", [], [], many=True, allow_empty=True),
+        Param("shell", bool, "run argv[0] as a shell command line instead", False, False),
+        Param("cwd", str, "working directory (default: the agent's)", "", ""),
+        Param("env", str, "extra environment, KEY=VALUE items", [], [], many=True, allow_empty=True),
+        Param("formats", str, "log formats to read (empty: only the regexes)", ["ai_rank", "mlperf"],
+              ["ai_rank", "mlperf"], choices=("ai_rank", "mlperf"), many=True, allow_empty=True),
+        Param("throughput_regex", str, "regex whose first group is a throughput in samples/s", "", ""),
+        Param("accuracy_regex", str, "regex whose first group is an evaluation accuracy", "", ""),
+        Param("target_accuracy", float, "accuracy that ends time to train, for logs that do not say", 0.0, 0.0,
+              minimum=0.0),
+        Param("label", str, "the series' shape label (default: the program's name)", "", ""),
+    ),
+    expander=_command_cases,
+    uses_torch=False,
+)
+
 WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE)}
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND)}
 
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {

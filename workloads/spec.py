@@ -34,6 +34,8 @@ class Param:
     minimum: float | None = None
     many: bool = False
     """A list of values (a comma-separated string on the command line)."""
+    allow_empty: bool = False
+    """For a list: whether an empty list is a valid value."""
 
     def default(self, device_type: DeviceType) -> Any:
         return self.cuda_default if device_type == "cuda" else self.cpu_default
@@ -41,8 +43,8 @@ class Param:
     def coerce(self, value: Any) -> Any:
         """Check and convert a configured value; raise ParamError saying what was expected."""
         if self.many:
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, (list, tuple)) or not items:
+            items = (value.split(",") if value else []) if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)) or (not items and not self.allow_empty):
                 raise ParamError(f"expected a list of {self.describe_expected()}, got {value!r}")
             return [self._coerce_one(item.strip() if isinstance(item, str) else item) for item in items]
         return self._coerce_one(value)
@@ -117,6 +119,9 @@ class WorkloadSpec:
     """What ``sixdim list`` says about the shape sets."""
     peak_kind: str | None = None
     """What to compare with the GPU's published peak: ``flops``, ``bandwidth``, or nothing."""
+    uses_torch: bool = True
+    """False for workloads that never import torch (a user's command): the worker then reports
+    only the Python version, not torch's."""
     scope: str = "device"
     """``device``: runs on each device it is given.  ``host``: runs once per host over all its GPUs
     (all-reduce), from the job of the host's first device."""

@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop a case (one shape, precision and pass) that takes longer "
                           "(default: the suite's timeout_seconds)")
     run.add_argument("--json", action="store_true", help="print the run records as JSON")
+    run.add_argument("--ai-rank-log", metavar="FILE",
+                     help="also write the runs' AI-Rank log lines (convergence and model training) to FILE")
     add_option_flags(run, _RUN_OPTION_KEYS)
 
     dims = commands.add_parser(
@@ -247,6 +249,11 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
                                                   on_progress=progress.update))
             progress.clear()
     parts.history.close()
+    if args.ai_rank_log:
+        with open(args.ai_rank_log, "w") as handle:
+            for record in records:
+                for line in record.details.get("ai_rank_log", []):
+                    handle.write(line + "\n")
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
     else:

@@ -277,8 +277,32 @@ COMMAND = WorkloadSpec(
     uses_torch=False,
 )
 
+def _convergence_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    shape = f"dataset=digits,model=mlp{params['hidden']},target={params['target_accuracy']:g},runs={params['runs']}"
+    return [Case(dict(params), params["precision"], shape, "training", "convergence")]
+
+
+CONVERGENCE = WorkloadSpec(
+    name="convergence",
+    description="Train an MLP on scikit-learn's bundled digits to a target accuracy, several seeded runs: "
+                "accuracy, AI-Rank Time2train, throughput and DeepSpark stability.",
+    entry="workloads.convergence:run",
+    params=(
+        Param("target_accuracy", float, "test accuracy a run must reach", 0.95, 0.95, minimum=0.0),
+        Param("epochs", int, "epochs per run (the converged value is the last epoch's accuracy)", 30, 30, minimum=1),
+        Param("runs", int, "complete runs (DeepSpark stability needs 5)", 5, 5, minimum=1),
+        Param("seed", int, "seed of the first run; run i uses seed + i", 0, 0),
+        Param("deterministic", bool, "deterministic algorithms, so identical GPUs give identical bits", True, True),
+        Param("precision", str, "fp32, or automatic mixed precision", "fp32", "fp32", choices=("fp32", "amp")),
+        Param("hidden", int, "hidden units of the MLP", 128, 128, minimum=1),
+        Param("batch_size", int, "training batch size", 64, 64, minimum=1),
+        Param("learning_rate", float, "Adam learning rate", 1e-2, 1e-2, minimum=0.0),
+    ),
+    expander=_convergence_cases,
+)
+
 WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND)}
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE)}
 
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {

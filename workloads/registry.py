@@ -277,6 +277,43 @@ COMMAND = WorkloadSpec(
     uses_torch=False,
 )
 
+MODELS = ("resnet50", "bert_large", "dlrm", "gpt", "lstm")
+
+
+def _model_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    return [Case({**params, "model": model, "precision": precision, "mode": mode}, precision,
+                 f"model={model},size={params['size']}", mode, "train_step" if mode == "training" else "forward")
+            for model in params["models"] for mode in params["modes"] for precision in params["precisions"]]
+
+
+MODEL = WorkloadSpec(
+    name="model",
+    description="Training steps (or inference) of ResNet-50, BERT-large encoder layers, a DLRM-style model, a "
+                "GPT-style decoder and an LSTM on synthetic data: samples/s by the DeepSpark rule over 5 "
+                "steady-state windows, power and memory over those windows only.",
+    entry="workloads.models:run",
+    params=(
+        Param("models", str, "models to run", list(MODELS), list(MODELS), choices=MODELS, many=True),
+        Param("precisions", str, "fp32, and automatic mixed precision (bf16, or fp16 with loss scaling)",
+              ["fp32", "amp"], ["fp32", "amp"], choices=("fp32", "amp"), many=True),
+        Param("modes", str, "training steps, and/or inference", ["training", "inference"],
+              ["training", "inference"], choices=("training", "inference"), many=True),
+        Param("size", str, "full: the published architecture; small: the same structure, CPU-sized",
+              "small", "full", choices=("small", "full")),
+        Param("batch", int, "batch size (0: the model's default for training, inference_batch for inference)",
+              0, 0, minimum=0),
+        Param("inference_batch", int, "inference batch size (DeepBench: up to 4 in the data centre)", 1, 4,
+              minimum=1),
+        Param("warmup_steps", int, "steps discarded before timing", 3, 10, minimum=0),
+        Param("steps_per_window", int, "steps in each timed window", 3, 20, minimum=1),
+        Param("windows", int, "timed windows (DeepSpark: 5, drop the fastest and slowest)", 5, 5, minimum=3),
+        Param("latency_samples", int, "inference: single synchronized steps timed for p50/p99", 20, 200, minimum=0),
+        Param("seed", int, "seed of the model's weights and the synthetic data", 0, 0),
+    ),
+    expander=_model_cases,
+)
+
+
 def _convergence_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     shape = f"dataset=digits,model=mlp{params['hidden']},target={params['target_accuracy']:g},runs={params['runs']}"
     return [Case(dict(params), params["precision"], shape, "training", "convergence")]
@@ -302,7 +339,7 @@ CONVERGENCE = WorkloadSpec(
 )
 
 WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE)}
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL)}
 
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {

@@ -1,0 +1,54 @@
+"""Model workloads on the CPU: every model trains and infers, and samples/s agrees with its own steps."""
+
+import pytest
+import torch
+
+from workloads import registry
+from workloads.context import RunContext
+from workloads.models import ResNet50, run
+from workloads.stats import deepspark_mean
+
+
+@pytest.mark.parametrize("model", ["resnet50", "bert_large", "dlrm", "gpt", "lstm"])
+def test_model_training_samples_per_second_matches_its_step_timing(model):
+    for case in registry.get("model").cases({"models": [model], "modes": ["training"]}, "cpu"):
+        ctx = RunContext("cpu")
+        output = run(case.params, ctx)
+        d = output.details
+        assert output.status == "ok", output.reason
+        # the figure follows from the window times by the DeepSpark rule
+        expected = deepspark_mean([d["batch"] * d["steps_per_window"] / w for w in d["window_seconds"]])
+        assert output.figures["samples_per_second"] == pytest.approx(expected)
+        # and the windows are made of the steps timed one by one
+        for window, steps in zip(d["window_seconds"], d["step_seconds"]):
+            assert len(steps) == d["steps_per_window"]
+            assert sum(steps) <= window <= sum(steps) * 1.05 + 1e-3
+        assert ctx.window_end - ctx.window_start >= sum(d["window_seconds"]) * 0.99
+        assert d["amp_dtype"] == ("bfloat16" if case.precision == "amp" else None)
+
+
+def test_inference_reports_latency_percentiles():
+    [case] = registry.get("model").cases({"models": ["lstm"], "modes": ["inference"], "precisions": ["fp32"]}, "cpu")
+    output = run(case.params, RunContext("cpu"))
+    assert output.details["batch"] == 1
+    assert 0 < output.figures["latency_p50_seconds"] <= output.figures["latency_p99_seconds"]
+
+
+def test_resnet50_has_resnet50s_parameter_count():
+    # 25,557,032 parameters at full width with 1000 classes: the published ResNet-50 count
+    assert sum(p.numel() for p in ResNet50(1000, 64).parameters()) == 25_557_032
+
+
+def test_training_steps_learn():
+    from workloads.models import build
+
+    model, batch, loss_of = build("lstm", "small", torch.device("cpu"), 8, torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(30):
+        loss = loss_of(model(batch[0]), batch)
+        first = first if first is not None else loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < first / 2  # the synthetic batch is memorised: the step really trains

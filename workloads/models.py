@@ -193,16 +193,20 @@ def _forward(model: nn.Module, name: str, batch: tuple[torch.Tensor, ...]) -> to
 # ----------------------------------------------------------------------------- measuring
 
 
-def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
-    device = torch.device(ctx.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    name, size, training = params["model"], params["size"], params["mode"] == "training"
+def training_step(params: dict[str, Any], device: torch.device, training: bool,
+                  wrap: Callable[[nn.Module], nn.Module] | None = None) -> tuple[Callable[[], None], int, nn.Module]:
+    """A step of the model on its synthetic batch (training or inference), its batch size, and the model.
+
+    ``wrap`` (DistributedDataParallel, for linearity) is applied to the model on its device.
+    """
+    name, size = params["model"], params["size"]
     batch_size = params["batch"] or (SIZES[name][size]["batch"] if training else params["inference_batch"])
     generator = torch.Generator().manual_seed(params["seed"])
     torch.manual_seed(params["seed"])
     model, batch, loss_of = build(name, size, device, batch_size, generator)
     model = model.to(device)
+    if wrap is not None:
+        model = wrap(model)
     amp = params["precision"] == "amp"
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler(device.type, enabled=amp and amp_dtype == torch.float16)
@@ -222,6 +226,16 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         scaler.step(optimizer)
         scaler.update()
 
+    step.amp_dtype = str(amp_dtype).replace("torch.", "") if amp else None  # type: ignore[attr-defined]
+    return step, batch_size, model
+
+
+def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
+    device = torch.device(ctx.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    name, training = params["model"], params["mode"] == "training"
+    step, batch_size, model = training_step(params, device, training)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     ctx.progress(f"{name}: {params['warmup_steps']} warm-up steps")
     for _ in range(params["warmup_steps"]):
@@ -251,7 +265,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                "seconds_iqr_ratio": summarize(window_seconds)["iqr_ratio"]}
     details = {"batch": batch_size, "steps_per_window": steps, "window_seconds": window_seconds,
                "window_samples_per_second": throughputs, "parameters": sum(p.numel() for p in model.parameters()),
-               "amp_dtype": str(amp_dtype).replace("torch.", "") if amp else None}
+               "amp_dtype": step.amp_dtype}
     if device.type == "cpu":
         details["step_seconds"] = step_seconds
     if not training and params["latency_samples"]:

@@ -314,6 +314,36 @@ MODEL = WorkloadSpec(
 )
 
 
+def _linearity_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    counts = sorted(set(params["counts"]) | {1})  # the single-device run comes first: it is the reference
+    return [Case({**params, "count": count}, params["precision"],
+                 f"model={params['model']},size={params['size']},count={count}", "training", "ddp")
+            for count in counts]
+
+
+LINEARITY = WorkloadSpec(
+    name="linearity",
+    description="Card linearity (DeepSpark): one model's DDP training on 1 and N devices (NCCL on GPUs, gloo "
+                "processes on a CPU); (throughput_N / N) / throughput_1, per card count.",
+    entry="workloads.linearity:run",
+    params=(
+        Param("model", str, "the model trained", "lstm", "resnet50", choices=MODELS),
+        Param("size", str, "full or small (as for the model workload)", "small", "full", choices=("small", "full")),
+        Param("precision", str, "fp32 or amp", "fp32", "amp", choices=("fp32", "amp")),
+        Param("counts", int, "card counts to measure (1 is always added); on GPUs, up to the host's GPUs",
+              [1, 2], [1, 2, 4, 8], many=True, minimum=1),
+        Param("batch", int, "per-device batch (0: the model's default)", 0, 0, minimum=0),
+        Param("inference_batch", int, "unused by linearity (training only)", 1, 1, minimum=1),
+        Param("warmup_steps", int, "steps discarded before timing", 3, 10, minimum=0),
+        Param("steps_per_window", int, "steps in each timed window", 5, 20, minimum=1),
+        Param("windows", int, "timed windows (DeepSpark: 5)", 5, 5, minimum=3),
+        Param("seed", int, "seed of the weights and data (the same on every rank)", 0, 0),
+    ),
+    expander=_linearity_cases,
+    scope="host",
+)
+
+
 def _convergence_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     shape = f"dataset=digits,model=mlp{params['hidden']},target={params['target_accuracy']:g},runs={params['runs']}"
     return [Case(dict(params), params["precision"], shape, "training", "convergence")]
@@ -339,7 +369,7 @@ CONVERGENCE = WorkloadSpec(
 )
 
 WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL)}
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL, LINEARITY)}
 
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {

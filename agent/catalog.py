@@ -67,8 +67,8 @@ class MetricDef:
     labels: tuple[str, ...]
     figure: str | None = None
     """For workload results: the key in a run's ``figures`` that holds the value."""
-    extra_labels: tuple[str, ...] = ()
-    """Labels whose values come from the run's parameters (linearity's ``count``)."""
+    extra_labels: tuple[tuple[str, str], ...] = ()
+    """(label, parameter) pairs: labels whose values come from the run's parameters (linearity's ``count``)."""
 
 
 # --- Workload results (one series per workload, device and parameter set) ---
@@ -152,7 +152,7 @@ WORKLOAD_TIME_TO_TRAIN = MetricDef(
 WORKLOAD_LINEARITY = MetricDef(
     "sixdim_workload_linearity_ratio", "gauge",
     "DeepSpark linearity: (throughput on count cards or nodes / count) / throughput on one, ratio.",
-    RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=("count",))
+    RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=(("count", "linearity_count"),))
 WORKLOAD_STABILITY = MetricDef(
     "sixdim_workload_stability_ratio", "gauge",
     "DeepSpark stability over complete runs: 1 minus 0.2 per run outside 1% of the median, ratio.",

@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop a case (one shape, precision and pass) that takes longer "
                           "(default: the suite's timeout_seconds)")
     run.add_argument("--json", action="store_true", help="print the run records as JSON")
+    nodes = run.add_argument_group("node linearity (torchrun's c10d rendezvous; run the same command on every node)")
+    nodes.add_argument("--nnodes", type=int, metavar="N", help="nodes taking part; implies --workload linearity")
+    nodes.add_argument("--nproc-per-node", type=int, metavar="K", help="ranks on each node (its GPUs; default 1)")
+    nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet (one node's address)")
+    nodes.add_argument("--rdzv-id", metavar="ID", help="a name shared by the nodes of one run (default: sixdim)")
     run.add_argument("--ai-rank-log", metavar="FILE",
                      help="also write the runs' AI-Rank log lines (convergence and model training) to FILE")
     add_option_flags(run, _RUN_OPTION_KEYS)
@@ -221,6 +226,12 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         suites[args.suite] = Suite(name=args.suite, workloads=preset_entries(args.suite), interval_seconds=1.0)
     suite = suites[args.suite] if args.suite else (config.suites[0] if config.suites else None)
     overrides = _parse_params(args.param)
+    if args.nnodes:
+        overrides.update({"nnodes": args.nnodes, "nproc_per_node": args.nproc_per_node or 1,
+                          "rdzv_endpoint": args.rdzv_endpoint or "", "rdzv_id": args.rdzv_id or "sixdim"})
+        args.workload = args.workload or ["linearity"]
+        if args.device == "auto":
+            args.device = "cpu" if parts_have_no_gpu() else "cuda:0"  # one job per node, over all its GPUs
     if args.workload:
         entries = [(registry.get(name), {}) for name in args.workload]
     elif suite is not None:
@@ -260,6 +271,13 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         print(_results_table(records))
         print(f"\nrecorded in {config.history}")
     return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
+
+
+def parts_have_no_gpu() -> bool:
+    from collectors.nvml import NvmlCollector
+
+    nvml = NvmlCollector("probe")
+    return not (nvml.availability().available and nvml.gpus)
 
 
 class _Progress:

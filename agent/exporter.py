@@ -54,7 +54,7 @@ class SixdimCollector(PromCollector):
             for metric in catalog.RESULT_METRICS:
                 value = record.value(metric.figure or "")
                 if value is not None:
-                    extra = {label: str(record.params.get(label, "")) for label in metric.extra_labels}
+                    extra = {label: str(record.params.get(key, "")) for label, key in metric.extra_labels}
                     yield Sample(metric, {**labels, **extra} if extra else labels, value)
         for record, count in self._board.counts():
             yield Sample(catalog.WORKLOAD_RUNS, {**record.workload_labels(), catalog.STATUS: record.status},

@@ -41,13 +41,16 @@ class Collector(Protocol):
 
 
 class LogOnce:
-    """Logs a message the first time only, so an unavailable source does not flood the journal."""
+    """Logs a message the first time in this process only, so an unavailable source does not flood
+    the journal (however many collectors are made)."""
+
+    _seen: set[tuple[str, str]] = set()
 
     def __init__(self, logger: logging.Logger):
         self._logger = logger
-        self._seen: set[str] = set()
 
     def warning(self, message: str) -> None:
-        if message not in self._seen:
-            self._seen.add(message)
+        key = (self._logger.name, message)
+        if key not in LogOnce._seen:
+            LogOnce._seen.add(key)
             self._logger.warning(message)

@@ -37,3 +37,33 @@ def test_card_linearity_with_two_gloo_processes(tmp_path):
                 if s.name == "sixdim_workload_linearity_ratio"]
     assert {s.labels["count"]: s.value for s in exported} == {"1": 1.0, "2": pytest.approx(
         two.figures["linearity_ratio"])}
+
+
+def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli_env):
+    """Two `sixdim run --nnodes 2` processes on this host stand for two nodes."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = []
+    for n in range(2):
+        env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / f"node{n}.db")}
+        nodes.append(subprocess.Popen(
+            [sys.executable, "-m", "agent", "run", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--json",
+             "-p", "steps_per_window=2", "-p", "windows=3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env))
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    records = [json.loads(out) for out, _ in outputs]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
+    together = [rs[1] for rs in records]
+    [holder] = [r for r in together if r["status"] == "ok"]
+    [other] = [r for r in together if r["status"] == "skipped"]
+    assert "did not hold global rank 0" in other["reason"]
+    alone = next(rs[0] for rs in records if rs[1] is holder)
+    assert alone["figures"]["linearity_ratio"] == 1.0 and alone["params"]["nodes"] == 1
+    assert holder["details"]["nodes"] == 2 and holder["params"]["linearity_count"] == 2
+    assert holder["figures"]["linearity_ratio"] == pytest.approx(
+        (holder["figures"]["samples_per_second"] / 2) / alone["figures"]["samples_per_second"])

@@ -315,10 +315,17 @@ MODEL = WorkloadSpec(
 
 
 def _linearity_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    base = f"model={params['model']},size={params['size']}"
+    if params["nnodes"] > 1:  # node linearity: this node alone, then all nodes together
+        if not params["rdzv_endpoint"]:
+            raise ParamError("workload 'linearity': nnodes > 1 needs rdzv_endpoint (HOST:PORT of the rendezvous)")
+        per_node = params["nproc_per_node"]
+        return [Case({**params, "count": per_node, "nodes": nodes, "linearity_count": nodes}, params["precision"],
+                     f"{base},nodes={nodes},ranks_per_node={per_node}", "training", "ddp_nodes")
+                for nodes in (1, params["nnodes"])]
     counts = sorted(set(params["counts"]) | {1})  # the single-device run comes first: it is the reference
-    return [Case({**params, "count": count}, params["precision"],
-                 f"model={params['model']},size={params['size']},count={count}", "training", "ddp")
-            for count in counts]
+    return [Case({**params, "count": count, "nodes": 1, "linearity_count": count}, params["precision"],
+                 f"{base},count={count}", "training", "ddp") for count in counts]
 
 
 LINEARITY = WorkloadSpec(
@@ -338,6 +345,12 @@ LINEARITY = WorkloadSpec(
         Param("steps_per_window", int, "steps in each timed window", 5, 20, minimum=1),
         Param("windows", int, "timed windows (DeepSpark: 5)", 5, 5, minimum=3),
         Param("seed", int, "seed of the weights and data (the same on every rank)", 0, 0),
+        Param("nnodes", int, "node linearity: nodes taking part (each runs sixdim run with the same values)",
+              1, 1, minimum=1),
+        Param("nproc_per_node", int, "node linearity: ranks on each node (its GPUs)", 1, 1, minimum=1),
+        Param("rdzv_endpoint", str, "node linearity: HOST:PORT of the c10d rendezvous (torchrun's)", "", ""),
+        Param("rdzv_id", str, "node linearity: a name shared by the nodes of one run", "sixdim", "sixdim"),
+        Param("rdzv_timeout", int, "node linearity: seconds to wait for all nodes", 300, 300, minimum=1),
     ),
     expander=_linearity_cases,
     scope="host",

@@ -82,7 +82,7 @@ class Executor:
                                         started_at, ended_at))
         for record in records:
             self.history.add(record)
-            self.board.add(record)
+        self.board.catch_up(self.history)
         counts: dict[str, int] = {}
         for record in records:
             counts[record.status] = counts.get(record.status, 0) + 1

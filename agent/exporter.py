@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector as PromCollector
 
 from agent import __version__, catalog
 from agent.board import Board
+from agent.history import History
 from collectors.base import Availability, Collector, Sample
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,10 @@ def build_info_labels(hostname: str) -> dict[str, str]:
 
 
 class SixdimCollector(PromCollector):
-    def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False):
+    def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
+                 history: History | None = None):
         self._board = board
+        self._history = history
         self._collectors = list(collectors)
         self._hostname = hostname
         self._dcgm = dcgm_label_names
@@ -48,6 +51,11 @@ class SixdimCollector(PromCollector):
         return []  # families vary with the hardware; no describe-time scrape
 
     def _samples(self) -> Iterator[Sample]:
+        if self._history is not None:
+            try:
+                self._board.catch_up(self._history)  # runs recorded by other processes, e.g. `sixdim run`
+            except Exception as exc:  # a locked or broken history must not fail the scrape
+                log.warning("could not read new runs from the history: %s", exc)
         yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)
         for record in self._board.latest():
             labels = record.result_labels()

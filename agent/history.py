@@ -128,6 +128,14 @@ class History:
         records = self._records(f"SELECT * FROM runs WHERE id IN ({marks}) ORDER BY id", tuple(newest))
         return [(record, newest[record.id]) for record in records]
 
+    def last_id(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+
+    def after(self, last_id: int) -> list[RunRecord]:
+        """Runs recorded after the one with ``last_id``, oldest first."""
+        return self._records("SELECT * FROM runs WHERE id > ? ORDER BY id", (last_id,))
+
     def recent(self, limit: int = 50, workload: str | None = None) -> list[RunRecord]:
         where, args = ("WHERE workload = ?", (workload,)) if workload else ("", ())
         return self._records(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", args + (limit,))

@@ -30,7 +30,7 @@ def serve(config: Config) -> int:
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)  # process_resident_memory_bytes etc.: watch the agent itself
     registry.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname,
-                                      config.dcgm_label_names))
+                                      config.dcgm_label_names, history=parts.history))
     scheduler = SuiteScheduler(parts.executor, plan)
 
     def healthy() -> tuple[bool, str]:

@@ -49,3 +49,17 @@ def test_status_counts_and_board_reload(tmp_path):
     board.add(make_record("failed"))
     assert dict((r.status, n) for r, n in board.counts())["failed"] == 2
     assert len(board.latest()) == 1
+
+
+def test_board_catches_up_with_rows_written_elsewhere_once_each(tmp_path):
+    path = tmp_path / "h.db"
+    mine = History(path)
+    mine.add(make_record(seconds=1.0))
+    board = Board.from_history(mine)
+    other = History(path)  # another process, e.g. `sixdim run`, writing the same file
+    other.add(make_record(seconds=2.0))
+    other.add(make_record("failed"))
+    assert board.catch_up(mine) == 2
+    assert board.catch_up(mine) == 0  # nothing counted twice
+    assert [r.figures["seconds"] for r in board.latest()] == [2.0]
+    assert sorted((r.status, n) for r, n in board.counts()) == [("failed", 1), ("ok", 2)]

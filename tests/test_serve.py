@@ -101,3 +101,23 @@ def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_e
     finally:
         if daemon.process.poll() is None:
             daemon.process.kill()
+
+
+def test_runs_recorded_by_another_process_appear_without_a_restart(tmp_path, cli_env):
+    import subprocess
+    import sys
+
+    port, history = free_port(), tmp_path / "history.db"
+    quiet = FAST_GEMM_SUITE.replace("interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false")
+    daemon = Daemon(write_config(tmp_path / "quiet.toml", history, quiet), port, cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        assert daemon.samples("sixdim_workload_flops") == []
+        result = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32",
+                                 "-p", "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
+                                capture_output=True, text=True, env=cli_env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        [flops] = daemon.samples("sixdim_workload_flops")
+        assert flops.labels["shape"] == "m=32,n=32,k=32,op=NN"
+    finally:
+        daemon.stop()

@@ -308,6 +308,14 @@ def _si(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def _rate(r: RunRecord) -> str:
+    """The record's main rate: FLOP/s for kernels, bytes/s for copies, samples/s for models."""
+    for figure, unit in (("flops", "FLOP/s"), ("bytes_per_second", "B/s"), ("samples_per_second", "samples/s")):
+        if r.value(figure) is not None:
+            return _si(r.value(figure), unit)
+    return "-"
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -325,8 +333,7 @@ def _results_table(records: list[RunRecord]) -> str:
     for r in records:
         rows.append((r.workload, r.device, r.precision, r.shape, r.mode or "-", r.kernel_pass, r.status,
                      _duration(r.value("seconds")),
-                     _si(r.value("flops"), "FLOP/s") if r.value("flops") is not None
-                     else _si(r.value("bytes_per_second"), "B/s"), _si(r.value("power_watts"), "W"),
+                     _rate(r), _si(r.value("power_watts"), "W"),
                      _si(r.value("memory_bytes"), "B"), _si(r.value("peak_memory_bytes"), "B")))
         if r.reason:
             notes.append(f"{r.workload} on {r.device}, {r.status}: {r.reason}")

@@ -55,13 +55,17 @@ def test_unsupported_fields_are_absent_not_zero():
     assert values(samples, catalog.GPU_TEMPERATURE) == [35.0]
 
 
-def test_missing_driver_makes_collector_unavailable_not_a_crash(caplog):
+def test_missing_driver_makes_collector_unavailable_not_a_crash(caplog, monkeypatch):
+    from collectors.base import LogOnce
+
+    monkeypatch.setattr(LogOnce, "_seen", set())  # as in a fresh process
     nvml = NvmlCollector("node1", module=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    NvmlCollector("node1", module=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))  # a second one
     availability = nvml.availability()
     assert not availability.available
     assert "NVML Shared Library Not Found" in availability.reason
     assert nvml.collect() == []
-    assert sum("NVML unavailable" in r.message for r in caplog.records) == 1
+    assert sum("NVML unavailable" in r.message for r in caplog.records) == 1  # once per process
     # 'auto' falls back to the CPU; an explicit GPU is a clear error
     assert [d.type for d in resolve(["auto"], nvml)] == ["cpu"]
     with pytest.raises(ValueError, match="cuda:0.*NVML Shared Library Not Found"):

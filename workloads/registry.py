@@ -412,6 +412,11 @@ SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("rnn", {"set": "inference", "max_batch": 4, "latency_samples": 200, "precisions": ["fp32", "fp16"]}),
         ("sparse_gemm", {"set": "inference", "max_batch": 4, "latency_samples": 200}),
     ],
+    "training": [
+        ("model", {}),
+        ("convergence", {}),
+        ("linearity", {}),
+    ],
 }
 
 

@@ -59,7 +59,8 @@ def calibrate(fn: Callable[[], object], device: torch.device, warmup_seconds: fl
     """Warm up, then find how many calls make a round last ``min_round_seconds``.
 
     As ``torch.utils.benchmark``'s blocked_autorange does, the block grows until it
-    really lasts the target, rather than trusting an estimate from a few cold calls.
+    really lasts the target (twice in a row), rather than trusting an estimate from a few
+    cold calls.
     """
     start = time.perf_counter()
     calls = 0
@@ -67,11 +68,17 @@ def calibrate(fn: Callable[[], object], device: torch.device, warmup_seconds: fl
         fn()
         _synchronize(device)
         calls += 1
+    if min_round_seconds <= 0:
+        return 1
     block = 1
     while True:
         elapsed = _timed_block(fn, device, block)
-        if elapsed >= min_round_seconds or min_round_seconds <= 0:
-            return block
+        if elapsed >= min_round_seconds:
+            # Confirm with a second timing: one stall (a page fault, a noisy neighbour) must not
+            # end calibration with a block far shorter than the target.
+            elapsed = _timed_block(fn, device, block)
+            if elapsed >= 0.9 * min_round_seconds:
+                return block
         growth = min_round_seconds / elapsed * 1.1 if elapsed > 0 else 10.0
         block = max(block + 1, min(block * 10, math.ceil(block * growth)))
 

@@ -30,6 +30,10 @@ from workloads.context import RunContext
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 GRAPH_BELOW_SECONDS = 50e-6
+FLUSHED_CALLS_PER_ROUND = 50
+"""Cold (L2-flushed) calls timed per round: each costs a 256 MB flush, so a round stays short."""
+GRAPH_CALLS = 1000
+"""Calls captured in one CUDA graph; a round replays it as often as its calibrated calls need."""
 _flush_buffer: torch.Tensor | None = None
 
 
@@ -123,12 +127,16 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
         return _rounds(lambda: _host_timed(fn, calls), ctx, rounds, calls, "perf_counter")
     l2 = l2_cache_bytes(device)
     if working_set_bytes and l2 and working_set_bytes < 2 * l2:
-        return _rounds(lambda: _flushed(fn, device, calls), ctx, rounds, calls, "cuda_events_per_call_l2_flushed")
+        cold = max(1, min(calls, FLUSHED_CALLS_PER_ROUND))
+        return _rounds(lambda: _flushed(fn, device, cold), ctx, rounds, cold, "cuda_events_per_call_l2_flushed")
     per_call = _timed_block(fn, device, calls) / calls
     if per_call < GRAPH_BELOW_SECONDS:
-        replay = _graph_of(fn, calls)
+        captured = min(calls, GRAPH_CALLS)
+        replays = math.ceil(calls / captured)
+        replay = _graph_of(fn, captured)
         if replay is not None:
-            return _rounds(lambda: _events(replay, 1) / calls, ctx, rounds, calls, "cuda_graph_events")
+            return _rounds(lambda: _events(replay, replays) / (replays * captured), ctx, rounds,
+                           replays * captured, "cuda_graph_events")
     return _rounds(lambda: _events(fn, calls) / calls, ctx, rounds, calls, "cuda_events")
 
 

@@ -253,12 +253,11 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     progress = _Progress(sys.stderr)
     records: list[RunRecord] = []
     for device in targets:
-        for spec, params in entries:
-            progress.prefix = f"{spec.name} on {device.name}"
-            progress.update("starting worker")
-            records.extend(parts.executor.execute(spec, params, device, suite=args.suite or "", timeout=timeout,
-                                                  on_progress=progress.update))
-            progress.clear()
+        progress.prefix = f"{', '.join(dict.fromkeys(spec.name for spec, _ in entries))} on {device.name}"
+        progress.update("starting worker")
+        records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
+                                                   on_progress=progress.update))
+        progress.clear()
     parts.history.close()
     if args.ai_rank_log:
         with open(args.ai_rank_log, "w") as handle:

@@ -39,6 +39,18 @@ class GuardSettings:
     max_utilization: float = 0.05
 
 
+def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[WorkloadSpec, Case]]]:
+    """Consecutive cases whose workloads need the same kind of worker (GPU visibility, torch)."""
+    groups: list[list[tuple[WorkloadSpec, Case]]] = []
+    for item in planned:
+        key = (item[0].scope, item[0].uses_torch)
+        if groups and (groups[-1][0][0].scope, groups[-1][0][0].uses_torch) == key:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
 class Executor:
     def __init__(self, *, hostname: str, history: History, board: Board, nvml: NvmlCollector,
                  rapl: RaplReader | None, sample_hz: float = 10.0, guard: GuardSettings | None = None):
@@ -54,45 +66,79 @@ class Executor:
     def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
                 timeout: float = 600.0, use_guard: bool = True,
                 on_progress: Callable[[str], None] | None = None) -> list[RunRecord]:
-        """Run every case of ``spec`` on ``device`` now; the records are in history and on the board.
+        """Run every case of ``spec`` on ``device`` now; see :meth:`execute_many`."""
+        return self.execute_many([(spec, overrides)], device, suite=suite, timeout=timeout, use_guard=use_guard,
+                                 on_progress=on_progress)
 
-        ``timeout`` is per case.  Cases the worker reported keep their own status; the first
-        case without a result takes the reason the worker ended (crash, timeout, shutdown);
-        the cases after it are recorded as skipped.
+    def execute_many(self, items: list[tuple[WorkloadSpec, dict[str, Any]]], device: Device, *, suite: str = "",
+                     timeout: float = 600.0, use_guard: bool = True,
+                     on_progress: Callable[[str], None] | None = None) -> list[RunRecord]:
+        """Run the cases of several workloads (a suite) on ``device``, in as few workers as possible.
+
+        Consecutive workloads with the same needs share one worker, so torch is imported and
+        CUDA initialised once.  ``timeout`` is per case.  Cases the worker reported keep their own
+        status; the case a worker died or hung in takes that reason, and the cases after it run in
+        a fresh worker, so one crash costs one case.  A busy GPU or a shutdown skips the rest.
+        Every record is in the history (and on the board) as soon as its worker has ended.
         """
-        if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
-            return []  # a host-wide workload runs once, from the first GPU's job
-        cases = spec.cases(overrides, "cuda" if device.type == "cuda" else "cpu")
-        started_at = time.time()
-        outcome, samples = self._run(spec, cases, device, timeout, use_guard, on_progress)
-        ended_at = time.time()
-        environment = self._environment(device, outcome)
-        records = []
-        first_missing = True
-        for index, case in enumerate(cases):
-            result = outcome.cases.get(index)
-            if result is None:
-                if first_missing:
-                    result = CaseResult(outcome.status, outcome.reason,
-                                        details={"output_tail": outcome.output_tail} if outcome.output_tail else {})
-                    first_missing = False
-                else:
-                    result = CaseResult("skipped", f"not run: an earlier case ended the worker ({outcome.status})")
-            records.append(self._record(spec, case, device, suite, result, samples, environment,
-                                        started_at, ended_at))
-        for record in records:
-            self.history.add(record)
-        self.board.catch_up(self.history)
-        counts: dict[str, int] = {}
-        for record in records:
-            counts[record.status] = counts.get(record.status, 0) + 1
-        level = logging.INFO if set(counts) <= {"ok", "unsupported"} else logging.WARNING
-        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        first_problem = next((r for r in records if r.status not in ("ok", "unsupported")), None)
-        log.log(level, "%s on %s: %s%s", spec.name, device.name, summary,
-                f" (first problem: {first_problem.shape} {first_problem.precision} {first_problem.status}: "
-                f"{first_problem.reason})" if first_problem else "")
+        device_type = "cuda" if device.type == "cuda" else "cpu"
+        planned: list[tuple[WorkloadSpec, Case]] = []
+        for spec, overrides in items:
+            if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
+                continue  # a host-wide workload runs once, from the first GPU's job
+            planned += [(spec, case) for case in spec.cases(overrides, device_type)]
+        records: list[RunRecord] = []
+        for group in _worker_groups(planned):
+            records += self._run_group(group, device, suite, timeout, use_guard, on_progress)
+        self._log(records, device)
         return records
+
+    def _run_group(self, group: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
+                   use_guard: bool, on_progress: Callable[[str], None] | None) -> list[RunRecord]:
+        records: list[RunRecord] = []
+        remaining = group
+        while remaining:
+            started_at = time.time()
+            outcome, samples = self._run(remaining, device, timeout, use_guard, on_progress)
+            ended_at = time.time()
+            environment = self._environment(device, outcome)
+
+            def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
+                return self._record(item[0], item[1], device, suite, result, samples, environment, started_at,
+                                    ended_at)
+
+            batch = [record(item, outcome.cases[i]) for i, item in enumerate(remaining) if i in outcome.cases]
+            done = len(batch)
+            if done < len(remaining):  # the worker ended inside case `done`
+                tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
+                batch.append(record(remaining[done], CaseResult(outcome.status, outcome.reason, details=tail)))
+                if outcome.status == "skipped":  # a busy GPU or a shutdown: the rest cannot run either
+                    batch += [record(item, CaseResult("skipped", outcome.reason)) for item in remaining[done + 1:]]
+                    remaining = []
+                else:
+                    remaining = remaining[done + 1:]
+            else:
+                remaining = []
+            for r in batch:
+                self.history.add(r)
+            self.board.catch_up(self.history)
+            records += batch
+        return records
+
+    def _log(self, records: list[RunRecord], device: Device) -> None:
+        by_workload: dict[str, list[RunRecord]] = {}
+        for record in records:
+            by_workload.setdefault(record.workload, []).append(record)
+        for workload, group in by_workload.items():
+            counts: dict[str, int] = {}
+            for record in group:
+                counts[record.status] = counts.get(record.status, 0) + 1
+            level = logging.INFO if set(counts) <= {"ok", "unsupported"} else logging.WARNING
+            summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            problem = next((r for r in group if r.status not in ("ok", "unsupported")), None)
+            log.log(level, "%s on %s: %s%s", workload, device.name, summary,
+                    f" (first problem: {problem.shape} {problem.precision} {problem.status}: {problem.reason})"
+                    if problem else "")
 
     def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
                 samples: list[TelemetrySample], environment: dict[str, Any], started_at: float,
@@ -120,7 +166,7 @@ class Executor:
             reason=result.reason, started_at=started_at, ended_at=ended_at, figures=figures,
             environment=environment, details={**result.details, "telemetry": telemetry})
 
-    def _run(self, spec: WorkloadSpec, cases: list[Case], device: Device, timeout: float, use_guard: bool,
+    def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, timeout: float, use_guard: bool,
              on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:
         if self.stop.is_set():
             return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), []
@@ -128,12 +174,13 @@ class Executor:
             reason = busy_reason(self.nvml, device.index, self.guard.max_utilization)
             if reason is not None:
                 return WorkerOutcome(status="skipped", reason=reason), []
+        spec = items[0][0]  # a group's workloads share scope and torch use
         probe, attach = probe_for(device.type, self.nvml, device.index, self.rapl)
         sampler = Sampler(probe, self.sample_hz).start()
         try:
             env = {} if spec.scope == "host" else device.worker_environment()  # host-wide: every GPU visible
-            outcome = run_worker(spec.entry, [case.params for case in cases], device.worker_device, timeout,
-                                 env=env, on_start=attach, on_progress=on_progress,
+            outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
+                                 device.worker_device, timeout, env=env, on_start=attach, on_progress=on_progress,
                                  stop=self.stop, uses_torch=spec.uses_torch)
         finally:
             samples = sampler.stop()

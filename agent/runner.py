@@ -87,12 +87,13 @@ class _OutputReader(threading.Thread):
                 self.tail.append(line)
 
 
-def run_worker(entry: str, cases: list[dict[str, Any]], device: str, timeout: float, *,
+def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float, *,
                env: dict[str, str] | None = None,
                on_start: Callable[[int], None] | None = None,
                on_progress: Callable[[str], None] | None = None,
                stop: threading.Event | None = None, uses_torch: bool = True) -> WorkerOutcome:
-    """Run ``entry`` (``module:function``) on each case's parameters on ``device`` in one child process.
+    """Run ``entry`` (``module:function``, or one per case) on each case's parameters on ``device``,
+    in one child process.
 
     ``timeout`` applies per case: it restarts each time a case finishes, so a long
     suite is not cut short while a hung case is still stopped.  ``env`` is added to
@@ -104,7 +105,8 @@ def run_worker(entry: str, cases: list[dict[str, Any]], device: str, timeout: fl
         request_path = os.path.join(workdir, "request.json")
         results_path = os.path.join(workdir, "results.jsonl")
         with open(request_path, "w") as handle:
-            json.dump({"entry": entry, "cases": cases, "device": device, "uses_torch": uses_torch}, handle)
+            entries = entry if isinstance(entry, list) else [entry] * len(cases)
+            json.dump({"entries": entries, "cases": cases, "device": device, "uses_torch": uses_torch}, handle)
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         process = subprocess.Popen(
             [sys.executable, "-m", "agent.worker", request_path, results_path],

@@ -64,13 +64,11 @@ class SuiteScheduler:
             if self._executor.stop.is_set():
                 return
         try:
-            for entry in suite.workloads:
-                if self._executor.stop.is_set():
-                    return
-                try:
-                    self._executor.execute(registry.get(entry.name), entry.params, device, suite=suite.name,
-                                           timeout=suite.timeout_seconds)
-                except Exception:  # a bug in one run must not end the schedule
-                    log.exception("suite %s: %s on %s failed unexpectedly", suite.name, entry.name, device.name)
+            if self._executor.stop.is_set():
+                return
+            items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
+            self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
+        except Exception:  # a bug in one run must not end the schedule
+            log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
         finally:
             lock.release()

@@ -1,7 +1,9 @@
-"""The worker: the child process that runs the cases of one workload run.
+"""The worker: the child process that runs the cases of one or more workload runs.
 
 Run as ``python -m agent.worker REQUEST.json RESULTS.jsonl``.  This is the only
-place torch is imported; the daemon never imports this module, it starts it.
+place torch is imported; the daemon never imports this module, it starts it.  One worker
+can run the cases of several workloads (each case names its ``module:function``), so a
+suite pays for importing torch and initialising CUDA once.
 
 Results are streamed: the software environment first, then one JSON line per
 case as soon as it finishes (flushed and fsynced), so that a crash or a timeout
@@ -88,9 +90,10 @@ def main(argv: list[str]) -> int:
         except Exception as exc:
             environment = {"error": f"{type(exc).__name__}: {exc}"}
         _emit(results, {"kind": "environment", "environment": environment})
-        module_name, _, function_name = request["entry"].partition(":")
-        workload = getattr(importlib.import_module(module_name), function_name)
-        for index, params in enumerate(cases):
+        entries = request.get("entries") or [request["entry"]] * len(cases)
+        for index, (entry, params) in enumerate(zip(entries, cases)):
+            module_name, _, function_name = entry.partition(":")
+            workload = getattr(importlib.import_module(module_name), function_name)
             prefix = f"case {index + 1}/{len(cases)}: " if len(cases) > 1 else ""
 
             def progress(message: str, prefix: str = prefix) -> None:

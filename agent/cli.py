@@ -231,7 +231,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
                           "rdzv_endpoint": args.rdzv_endpoint or "", "rdzv_id": args.rdzv_id or "sixdim"})
         args.workload = args.workload or ["linearity"]
         if args.device == "auto":
-            args.device = "cpu" if parts_have_no_gpu() else "cuda:0"  # one job per node, over all its GPUs
+            args.device = "cpu" if _host_has_no_gpu() else "cuda:0"  # one job per node, over all its GPUs
     if args.workload:
         entries = [(registry.get(name), {}) for name in args.workload]
     elif suite is not None:
@@ -272,7 +272,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
 
 
-def parts_have_no_gpu() -> bool:
+def _host_has_no_gpu() -> bool:
     from collectors.nvml import NvmlCollector
 
     nvml = NvmlCollector("probe")

@@ -7,7 +7,7 @@ else in the agent changes.  Everything here is torch-free.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from workloads import shapes
 from workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
@@ -39,10 +39,13 @@ LATENCY_SAMPLES = Param("latency_samples", int, "also time this many single call
 MAX_BATCH = Param("max_batch", int, "keep only shapes whose batch is at most this (0: all)", 0, 0, minimum=0)
 
 
-def _pick(sets: dict[str, list], name: str) -> list:
-    if name == "full":
-        return sets["training"] + sets["inference"]
-    return sets[name]
+def _select(sets: dict[str, list], params: dict[str, Any], batch_of: Callable[[Any], int]) -> list:
+    """The shapes of the named set ("full": training then inference), scaled by ``scale``, and
+    without those whose batch exceeds ``max_batch`` (when it is set)."""
+    name = params["set"]
+    chosen = sets["training"] + sets["inference"] if name == "full" else sets[name]
+    return [s for s in shapes.scaled(chosen, params["scale"])
+            if not params["max_batch"] or batch_of(s) <= params["max_batch"]]
 
 
 def _gemm_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
@@ -53,8 +56,7 @@ def _gemm_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceT
     else:
         sets = {"quick": shapes.GEMM_QUICK, "training": shapes.GEMM_TRAINING, "inference": shapes.GEMM_INFERENCE,
                 "square": shapes.GEMM_SQUARE}
-        chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
-                  if not params["max_batch"] or s.n <= params["max_batch"]]  # N is the batch in DeepBench's GEMMs
+        chosen = _select(sets, params, lambda s: s.n)  # N is the batch in DeepBench's GEMMs
     return [Case(params={**params, "m": s.m, "n": s.n, "k": s.k, "op": s.op, "dtype": precision},
                  precision=precision, shape=s.label, mode=s.mode)
             for s in chosen for precision in params["precisions"]]
@@ -87,10 +89,8 @@ GEMM = WorkloadSpec(
 
 def _conv_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     sets = {"quick": shapes.CONV_QUICK, "training": shapes.CONV_TRAINING, "inference": shapes.CONV_INFERENCE}
-    chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
-              if not params["max_batch"] or s.n <= params["max_batch"]]
     cases = []
-    for s in chosen:
+    for s in _select(sets, params, lambda s: s.n):
         passes = ("forward", "backward_data", "backward_weight") if s.mode == "training" else ("forward",)
         for layout in params["layouts"]:
             for precision in params["precisions"]:
@@ -124,11 +124,9 @@ CONV = WorkloadSpec(
 
 def _rnn_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     sets = {"quick": shapes.RNN_QUICK, "training": shapes.RNN_TRAINING, "inference": shapes.RNN_INFERENCE}
-    chosen = [s for s in shapes.scaled(_pick(sets, params["set"]), params["scale"])
-              if not params["max_batch"] or s.batch <= params["max_batch"]]
     return [Case({**params, "cell": s.cell, "hidden": s.hidden, "batch": s.batch, "steps": s.steps,
                   "dtype": precision, "pass": kernel_pass}, precision, s.label, s.mode, kernel_pass)
-            for s in chosen for precision in params["precisions"]
+            for s in _select(sets, params, lambda s: s.batch) for precision in params["precisions"]
             for kernel_pass in (("forward", "backward") if s.mode == "training" else ("forward",))]
 
 
@@ -151,8 +149,9 @@ RNN = WorkloadSpec(
 
 
 def _sparse_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
-    chosen = shapes.SPARSE_QUICK if params["set"] == "quick" else shapes.SPARSE_INFERENCE
-    chosen = [s for s in shapes.scaled(chosen, params["scale"]) if not params["max_batch"] or s.n <= params["max_batch"]]
+    name = "quick" if params["set"] == "quick" else "inference"  # DeepBench has only sparse inference shapes
+    chosen = _select({"quick": shapes.SPARSE_QUICK, "inference": shapes.SPARSE_INFERENCE}, {**params, "set": name},
+                     lambda s: s.n)
     return [Case({**params, "m": s.m, "n": s.n, "k": s.k, "sparsity": s.sparsity, "dtype": "fp32"}, "fp32",
                  s.label, s.mode) for s in chosen]
 

@@ -82,28 +82,52 @@ WORKLOAD_FLOPS = MetricDef(
     RESULT_LABELS, figure="flops")
 WORKLOAD_POWER = MetricDef(
     "sixdim_workload_power_watts", "gauge",
-    "Average device power over the measured window, watts (from the energy counter where the device has one).",
+    "Average device power over the workload's power phase (at least 1 s, 3 s by default, of back-to-back work, "
+    "from the energy counter), watts; absent where the device has no counter.",
     RESULT_LABELS, figure="power_watts")
 WORKLOAD_ENERGY = MetricDef(
     "sixdim_workload_energy_joules", "gauge",
-    "Device energy consumed over the measured window, joules.",
+    "Device energy consumed over the workload's power phase, joules.",
     RESULT_LABELS, figure="energy_joules")
+WORKLOAD_FLOP_PER_JOULE = MetricDef(
+    "sixdim_workload_flop_per_joule", "gauge",
+    "Work per energy of a kernel: floating-point operations done in the power phase per joule, FLOP/J.",
+    RESULT_LABELS, figure="flop_per_joule")
+WORKLOAD_SAMPLES_PER_JOULE = MetricDef(
+    "sixdim_workload_samples_per_joule", "gauge",
+    "Work per energy of a model: samples processed in the power phase per joule.",
+    RESULT_LABELS, figure="samples_per_joule")
 WORKLOAD_MEMORY = MetricDef(
     "sixdim_workload_memory_bytes", "gauge",
-    "Average device memory in use over the measured window, bytes (worker resident memory on CPU).",
+    "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, nothing of "
+    "earlier cases), the worker's peak resident memory on a CPU.",
     RESULT_LABELS, figure="memory_bytes")
-WORKLOAD_PEAK_MEMORY = MetricDef(
-    "sixdim_workload_peak_memory_bytes", "gauge",
-    "Peak device memory in use over the measured window, bytes (worker resident memory on CPU).",
-    RESULT_LABELS, figure="peak_memory_bytes")
+WORKLOAD_MEMORY_RESERVED = MetricDef(
+    "sixdim_workload_memory_reserved_bytes", "gauge",
+    "Peak device memory torch's caching allocator reserved for the workload, bytes (GPU).",
+    RESULT_LABELS, figure="memory_reserved_bytes")
+WORKLOAD_DEVICE_MEMORY = MetricDef(
+    "sixdim_workload_device_memory_bytes", "gauge",
+    "Peak device-wide memory in use during the measured window as NVML sees it, bytes: includes the CUDA "
+    "context and any other process (GPU).",
+    RESULT_LABELS, figure="device_memory_bytes")
 WORKLOAD_SM_CLOCK = MetricDef(
     "sixdim_workload_sm_clock_hertz", "gauge",
     "Average SM clock over the measured window, hertz (CPU core clock on CPU).",
     RESULT_LABELS, figure="sm_clock_hertz")
-WORKLOAD_THROTTLED = MetricDef(
-    "sixdim_workload_throttled", "gauge",
-    "1 if the clocks were held down (power cap, thermal or hardware slowdown) during the measured window, else 0.",
-    RESULT_LABELS, figure="throttled")
+WORKLOAD_POWER_CAPPED = MetricDef(
+    "sixdim_workload_power_capped", "gauge",
+    "1 if the clocks were held at the software power cap during the measured window (normal for a large "
+    "kernel on an SXM GPU), else 0.",
+    RESULT_LABELS, figure="power_capped")
+WORKLOAD_THERMAL_SLOWDOWN = MetricDef(
+    "sixdim_workload_thermal_slowdown", "gauge",
+    "1 if a software or hardware thermal slowdown held the clocks down during the measured window, else 0.",
+    RESULT_LABELS, figure="thermal_slowdown")
+WORKLOAD_HARDWARE_SLOWDOWN = MetricDef(
+    "sixdim_workload_hardware_slowdown", "gauge",
+    "1 if a hardware slowdown or power-brake slowdown held the clocks down during the measured window, else 0.",
+    RESULT_LABELS, figure="hardware_slowdown")
 WORKLOAD_SPREAD = MetricDef(
     "sixdim_workload_seconds_iqr_ratio", "gauge",
     "Spread of the timed rounds: interquartile range divided by the median, ratio.",
@@ -167,8 +191,10 @@ WORKLOAD_RUNS = MetricDef(
     WORKLOAD_LABELS + (STATUS,))
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
-    WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_MEMORY,
-    WORKLOAD_PEAK_MEMORY, WORKLOAD_SM_CLOCK, WORKLOAD_THROTTLED, WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
+    WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,
+    WORKLOAD_SAMPLES_PER_JOULE, WORKLOAD_MEMORY, WORKLOAD_MEMORY_RESERVED, WORKLOAD_DEVICE_MEMORY,
+    WORKLOAD_SM_CLOCK, WORKLOAD_POWER_CAPPED, WORKLOAD_THERMAL_SLOWDOWN, WORKLOAD_HARDWARE_SLOWDOWN,
+    WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
     WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P99,
     WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_TIME_TO_TRAIN, WORKLOAD_LINEARITY,
     WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,

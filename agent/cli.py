@@ -327,13 +327,13 @@ def _duration(seconds: float | None) -> str:
 
 def _results_table(records: list[RunRecord]) -> str:
     rows = [("workload", "device", "precision", "shape", "mode", "pass", "status", "time", "rate", "power",
-             "memory", "peak memory")]
+             "memory", "device memory")]
     notes = []
     for r in records:
         rows.append((r.workload, r.device, r.precision, r.shape, r.mode or "-", r.kernel_pass, r.status,
                      _duration(r.value("seconds")),
                      _rate(r), _si(r.value("power_watts"), "W"),
-                     _si(r.value("memory_bytes"), "B"), _si(r.value("peak_memory_bytes"), "B")))
+                     _si(r.value("memory_bytes"), "B"), _si(r.value("device_memory_bytes"), "B")))
         if r.reason:
             notes.append(f"{r.workload} on {r.device}, {r.status}: {r.reason}")
     counted: dict[str, int] = {}

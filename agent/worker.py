@@ -12,6 +12,12 @@ case's ``failed`` result (``unsupported`` for :class:`workloads.context.Unsuppor
 and the worker goes on with the next case.  Progress goes to stderr as lines
 starting with :data:`PROGRESS_PREFIX`; each finished case also prints
 :data:`CASE_DONE_PREFIX`, which restarts the daemon's per-case timeout.
+
+Cases of one worker must not see each other: before each torch case the device's memory
+cache is emptied and its peak statistics reset (so a case's memory is its own), and after
+it torch's global numeric flags are recorded in the result (``torch_flags``) and restored
+(:mod:`workloads.flags`), and whatever the timing harness held is freed.  The energy meter
+for the power phase is opened once per worker, on the GPUs the daemon names (``gpu_uuids``).
 """
 
 from __future__ import annotations
@@ -60,21 +66,57 @@ def _emit(stream: IO[str], record: dict[str, Any]) -> None:
     os.fsync(stream.fileno())
 
 
-def run_case(workload: Any, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """One case: its result line, whatever happened inside."""
+def run_case(workload: Any, params: dict[str, Any], ctx: Any, uses_torch: bool = False) -> dict[str, Any]:
+    """One case: its result line, whatever happened inside.
+
+    With ``uses_torch``, the case is isolated from the ones before and after it (memory
+    statistics, global flags, harness buffers) and its own device memory is reported."""
     from workloads.context import Unsupported
 
+    if uses_torch:
+        _begin_torch_case(ctx)
     try:
         output = workload(params, ctx)
-        result = {"status": output.status, "reason": output.reason, "figures": output.figures,
-                  "details": output.details}
+        result = {"status": output.status, "reason": output.reason, "figures": dict(output.figures),
+                  "details": dict(output.details)}
     except Unsupported as exc:
         result = {"status": "unsupported", "reason": str(exc)}
     except Exception as exc:  # the case's failure is its result; the next case still runs
         result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}",
                   "details": {"traceback": traceback.format_exc(limit=8)}}
+    if uses_torch:
+        _end_torch_case(ctx, result)
     result["window"] = [ctx.window_start, ctx.window_end]
     return result
+
+
+def _begin_torch_case(ctx: Any) -> None:
+    import gc
+
+    import torch
+
+    from workloads import timing
+
+    gc.collect()
+    timing.begin_case_memory(ctx, torch.device(ctx.device))
+
+
+def _end_torch_case(ctx: Any, result: dict[str, Any]) -> None:
+    """Record the case's flags and memory, then put the worker back as it was before the case."""
+    import gc
+
+    from workloads import flags, timing
+
+    if result["status"] in ("ok", "incorrect"):
+        result["details"]["torch_flags"] = flags.current()
+        if ctx.memory is None:
+            timing.note_memory(ctx)
+        if ctx.memory:
+            for name, value in ctx.memory.items():
+                result["figures"].setdefault(name, value)
+    flags.restore()
+    timing.release()
+    gc.collect()
 
 
 def main(argv: list[str]) -> int:
@@ -84,9 +126,16 @@ def main(argv: list[str]) -> int:
     from workloads.context import RunContext
 
     cases = request["cases"]
+    uses_torch = request.get("uses_torch", True)
+    meter = None
     with open(results_path, "a") as results:
         try:
-            environment = software_environment(request["device"], request.get("uses_torch", True))
+            if uses_torch:
+                from workloads import energy, flags
+
+                flags.remember_defaults()  # also sets CUBLAS_WORKSPACE_CONFIG before cuBLAS starts
+                meter = energy.meter_for(request["device"], request.get("gpu_uuids"))
+            environment = software_environment(request["device"], uses_torch)
         except Exception as exc:
             environment = {"error": f"{type(exc).__name__}: {exc}"}
         _emit(results, {"kind": "environment", "environment": environment})
@@ -99,8 +148,8 @@ def main(argv: list[str]) -> int:
             def progress(message: str, prefix: str = prefix) -> None:
                 print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
 
-            ctx = RunContext(device=request["device"], progress=progress)
-            result = run_case(workload, params, ctx)
+            ctx = RunContext(device=request["device"], progress=progress, energy=meter)
+            result = run_case(workload, params, ctx, uses_torch)
             _emit(results, {"kind": "case", "index": index, **result})
             print(f"{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
     return 0

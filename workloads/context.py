@@ -28,6 +28,12 @@ class RunContext:
     progress: Callable[[str], None] = lambda message: None
     window_start: float | None = None
     window_end: float | None = None
+    energy: Any = None
+    """The device's energy meter (:mod:`workloads.energy`), read by the power phase; None: none."""
+    memory: dict[str, float] | None = None
+    """The case's own device-memory peaks (``memory_bytes``, ``memory_reserved_bytes``), noted by
+    the timing harness at the end of the measurement."""
+    memory_baseline: int = 0
 
     def mark_window_start(self) -> None:
         self.window_start = time.monotonic()

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from workloads import flags
 from workloads.context import RunContext, Unsupported, WorkloadOutput
 from workloads.correctness import check, corrupt_
-from workloads.report import kernel_output, measure_latencies
-from workloads.timing import time_rounds
+from workloads.report import kernel_output, measure_kernel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SAMPLE_FILTERS = 4
@@ -36,8 +36,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         torch.cuda.set_device(device)
         if precision == "bf16" and torch.cuda.get_device_capability(device) < (8, 0):
             raise Unsupported("bf16 convolution needs compute capability 8.0+")
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True  # let cuDNN pick its fastest algorithm, as a framework would
+    flags.apply(precision, cudnn_benchmark=True)  # cuDNN picks its fastest algorithm, as a framework would
     dtype = DTYPES[precision]
     n, c, h, w, k, r, s = (params[x] for x in ("n", "c", "h", "w", "k", "r", "s"))
     stride, padding = (params["stride_h"], params["stride_w"]), (params["pad_h"], params["pad_w"])
@@ -63,16 +62,14 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
 
     itemsize = dtype.itemsize
     working_set = itemsize * (x.numel() + weight.numel() + y.numel())
-    timing = time_rounds(kernel, device, ctx, rounds=params["rounds"], min_round_seconds=params["min_round_seconds"],
-                         warmup_seconds=params["warmup_seconds"], working_set_bytes=working_set)
-    latencies = measure_latencies(kernel, device, params)
+    flop_count = conv_flop_count(n, k, p, q, c, r, s)
+    measured = measure_kernel(kernel, device, ctx, params, working_set_bytes=working_set, flop_count=flop_count)
     produced, reference = _sample(kernel_pass, kernel(), x, weight, grad_y, stride, padding)
     if params.get("corrupt"):
         produced = produced.clone()
         corrupt_(produced)
-    return kernel_output(timing, check(produced, reference, precision),
-                         flop_count=conv_flop_count(n, k, p, q, c, r, s), details={"output_size": [p, q]},
-                         latencies=latencies)
+    return kernel_output(measured, check(produced, reference, precision), flop_count=flop_count,
+                         details={"output_size": [p, q]})
 
 
 def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor,
@@ -83,15 +80,18 @@ def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.
     gradient (it depends on that image alone).  Backward-weight: a few filters' gradient
     (each sums over the whole batch).
     """
-    x64, w64, g64 = x.double().cpu(), weight.double().cpu(), grad_y.double().cpu()
     filters = list(range(min(SAMPLE_FILTERS, weight.shape[0])))
+    w64 = weight.cpu().double()
     if kernel_pass == "forward":
-        reference = F.conv2d(x64[:1], w64[filters], stride=stride, padding=padding)
+        x64 = x[:1].cpu().double()
+        reference = F.conv2d(x64, w64[filters], stride=stride, padding=padding)
         return out[:1, filters], reference
     if kernel_pass == "backward_data":
-        reference = torch.ops.aten.convolution_backward(g64[:1], x64[:1], w64, None, list(stride), list(padding),
+        x64, g64 = x[:1].cpu().double(), grad_y[:1].cpu().double()
+        reference = torch.ops.aten.convolution_backward(g64, x64, w64, None, list(stride), list(padding),
                                                         [1, 1], False, [0, 0], 1, [True, False, False])[0]
         return out[:1], reference
-    reference = torch.ops.aten.convolution_backward(g64[:, filters], x64, w64[filters], None, list(stride),
+    x64, g64 = x.cpu().double(), grad_y[:, filters].cpu().double()
+    reference = torch.ops.aten.convolution_backward(g64, x64, w64[filters], None, list(stride),
                                                     list(padding), [1, 1], False, [0, 0], 1, [False, True, False])[1]
     return out[filters], reference

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from workloads import flags
 from workloads.context import RunContext, WorkloadOutput
 from workloads.dimensions import stability
 from workloads.stats import deepspark_mean
@@ -114,9 +115,9 @@ def ai_rank_log(run: dict[str, Any], begin_unix: float, target: float) -> list[s
 
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     device = torch.device(ctx.device)
-    if params["deterministic"]:
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
+    # Deterministic mode needs CUBLAS_WORKSPACE_CONFIG on a GPU (the worker sets it before cuBLAS starts);
+    # the worker restores every flag after the case, so the mode does not leak into the next one.
+    flags.apply("fp32", deterministic=params["deterministic"])
     data = digits(device)
     runs = []
     begin_unix = time.time()

@@ -1,13 +1,20 @@
-"""GEMM: D = A·B + C with alpha = beta = 1 (no work elided), DeepBench's first kernel.
+"""GEMM: D = A·B into a preallocated output, DeepBench's first kernel.
 
-FLOP count 2·M·N·K, as DeepBench and cuBLAS benchmarks count it.  Transposes
-follow DeepBench's ``op``: ``TN`` stores A as K×M and multiplies its transpose,
-``NT`` does the same for B; the library receives the transposed view, no copy.
+``torch.mm(a, b, out=d)`` is one cuBLAS call writing D directly (an ``addmm`` whose output is
+not its C operand would first copy C into D, an extra M×N pass inside the timing).  FLOP count
+2·M·N·K, as DeepBench and cuBLAS benchmarks count it.  Transposes follow DeepBench's ``op``:
+``TN`` stores A as K×M and multiplies its transpose, ``NT`` does the same for B; the library
+receives the transposed view, no copy.
 
-Precisions: fp32 (TF32 off), tf32, fp16 and bf16 (fp32 accumulate), int8 with
-int32 accumulate (``torch._int_mm``: D = A·B, there is no C term; dimensions
-padded on CUDA to what the kernel needs, FLOP/s counted on the requested shape),
-and fp8 e4m3 (``torch._scaled_mm``, bf16 output, compute capability 8.9+).
+Precisions: fp32 (TF32 off), tf32, fp16 and bf16 (fp32 accumulate, no half-precision split-K
+reduction), int8 with int32 accumulate (``torch._int_mm``), and fp8 e4m3 (``torch._scaled_mm``,
+bf16 output, compute capability 8.9+).  int8 and fp8 run one layout, the one cuBLASLt accepts on
+every CUDA version: A row-major, B column-major (``op`` NT); their dimensions are padded on CUDA
+to what the kernels need (int8: M > 16 and multiples of 8; fp8: multiples of 16), and FLOP/s
+counts the padded shape that actually ran (the padding is in the details).
+
+Correctness: a sample of rows × columns of D against a float64 product of the same rows of A
+and columns of B, built on the host (never a float64 copy of a whole operand on the device).
 
 Imports torch: the worker process only.
 """
@@ -18,13 +25,14 @@ from typing import Any, Callable
 
 import torch
 
+from workloads import flags
 from workloads.context import RunContext, Unsupported, WorkloadOutput
 from workloads.correctness import check, corrupt_
-from workloads.report import kernel_output, measure_latencies
-from workloads.timing import Timing, time_rounds
+from workloads.report import Measurement, kernel_output, measure_kernel
 
 FLOAT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SAMPLE_ROWS = 16
+SAMPLE_COLS = 64
 
 
 def gemm_flop_count(m: int, n: int, k: int) -> int:
@@ -59,66 +67,82 @@ def _operand(rows: int, cols: int, transposed: bool, generator: torch.Generator)
     return _random((cols, rows), generator).t() if transposed else _random((rows, cols), generator)
 
 
+def _sample_index(size: int, count: int, generator: torch.Generator) -> list[int]:
+    """Sorted sample of indices, always with 0 (where the corruption self-test writes)."""
+    return sorted({0, *torch.randint(0, size, (count - 1,), generator=generator).tolist()})
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A small device tensor on the host in float64 (fp8 through its float32 value)."""
+    t = t.cpu()
+    return (t.float() if t.dtype not in (torch.float64, torch.int8, torch.int32, torch.int64) else t).double()
+
+
+def padded_shape(precision: str, m: int, n: int, k: int, device: torch.device) -> tuple[int, int, int]:
+    """The shape the kernel actually runs: int8 and fp8 kernels need aligned dimensions on CUDA."""
+    if device.type != "cuda":
+        return m, n, k
+    if precision == "int8":
+        return max(17, _round_up(m, 8)), _round_up(n, 8), _round_up(k, 8)
+    if precision == "fp8":
+        return _round_up(m, 16), _round_up(n, 16), _round_up(k, 16)
+    return m, n, k
+
+
 def _setup(params: dict[str, Any], device: torch.device):
-    """The kernel, a function giving (output, float64 reference) for sampled rows, the bytes the
-    kernel touches (to decide on an L2 flush), and the shape actually run (padded for int8/fp8)."""
+    """The kernel, a function giving (sampled output, float64 reference), the bytes the kernel
+    touches (to choose its cache regime), and the shape actually run (padded for int8/fp8)."""
     m, n, k, op, precision = params["m"], params["n"], params["k"], params["op"], params["dtype"]
     generator = torch.Generator().manual_seed(0)
-    rows = sorted({0, *torch.randint(0, m, (SAMPLE_ROWS - 1,), generator=generator).tolist()})
+    rows, cols = _sample_index(m, SAMPLE_ROWS, generator), _sample_index(n, SAMPLE_COLS, generator)
+    pm, pn, pk = padded_shape(precision, m, n, k, device)
 
-    if precision == "int8":
-        pm, pn, pk = (max(17, _round_up(m, 8)), _round_up(n, 8), _round_up(k, 8)) if device.type == "cuda" \
-            else (m, n, k)
-        a = torch.zeros(pm, pk, dtype=torch.int8)
-        b = torch.zeros(pk, pn, dtype=torch.int8)
-        a[:m, :k] = torch.randint(-8, 8, (m, k), generator=generator, dtype=torch.int8)
-        b[:k, :n] = torch.randint(-8, 8, (k, n), generator=generator, dtype=torch.int8)
-        a, b = a.to(device), b.to(device)
-        d = torch.empty(pm, pn, dtype=torch.int32, device=device)
+    if precision in ("int8", "fp8"):
+        # A row-major (pm×pk); B column-major: Bᵀ stored row-major (pn×pk) and viewed transposed.
+        a_host = torch.zeros(pm, pk)
+        bt_host = torch.zeros(pn, pk)
+        if precision == "int8":
+            a_host[:m, :k] = torch.randint(-8, 8, (m, k), generator=generator).float()
+            bt_host[:n, :k] = torch.randint(-8, 8, (n, k), generator=generator).float()
+            a, bt = a_host.to(device=device, dtype=torch.int8), bt_host.to(device=device, dtype=torch.int8)
+            b = bt.t()
 
-        def kernel() -> None:
-            torch._int_mm(a, b, out=d)
+            def kernel() -> torch.Tensor:  # returned, never kept alive between timed calls
+                return torch._int_mm(a, b)
+            itemsize_out = 4
+        else:
+            a_host[:m, :k] = _random((m, k), generator)
+            bt_host[:n, :k] = _random((n, k), generator)
+            a = a_host.to(device=device, dtype=torch.float8_e4m3fn)
+            bt = bt_host.to(device=device, dtype=torch.float8_e4m3fn)
+            b = bt.t()
+            one = torch.ones((), device=device)
 
-        def sample() -> tuple[torch.Tensor, torch.Tensor]:
-            a64, b64 = a[:m, :k].double().cpu(), b[:k, :n].double().cpu()
-            return d[rows, :n], a64[rows] @ b64
-
-        return kernel, sample, (pm * pk + pk * pn) + 4 * pm * pn, (pm, pn, pk)
-
-    if precision == "fp8":
-        pm, pn, pk = _round_up(m, 16), _round_up(n, 16), _round_up(k, 16)
-        a = torch.zeros(pm, pk)
-        a[:m, :k] = _random((m, k), generator)
-        b_rows = torch.zeros(pn, pk)  # B is column-major for _scaled_mm: store Bᵀ row-major
-        b_rows[:n, :k] = _random((n, k), generator)
-        a = a.to(device=device, dtype=torch.float8_e4m3fn)
-        b = b_rows.to(device=device, dtype=torch.float8_e4m3fn).t()
-        one = torch.ones((), device=device)
-
-        def kernel() -> torch.Tensor:  # returned, never kept alive between timed calls
-            out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-            return out[0] if isinstance(out, tuple) else out
+            def kernel() -> torch.Tensor:
+                out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                return out[0] if isinstance(out, tuple) else out
+            itemsize_out = 2
 
         def sample() -> tuple[torch.Tensor, torch.Tensor]:
-            a64, b64 = a[:m, :k].double().cpu(), b[:k, :n].double().cpu()
-            return kernel()[rows, :n], a64[rows] @ b64
+            a_rows = _host(a.view(torch.uint8)[rows].view(a.dtype)) if precision == "fp8" else _host(a[rows])
+            b_cols = _host(bt.view(torch.uint8)[cols].view(bt.dtype)) if precision == "fp8" else _host(bt[cols])
+            produced = kernel()[rows][:, cols]
+            return produced, a_rows @ b_cols.t()
 
-        return kernel, sample, pm * pk + pk * pn + 2 * pm * pn, (pm, pn, pk)
+        return kernel, sample, pm * pk + pk * pn + itemsize_out * pm * pn, (pm, pn, pk)
 
     dtype = FLOAT_DTYPES[precision]
     a = _operand(m, k, op[0] == "T", generator).to(device=device, dtype=dtype)
     b = _operand(k, n, op[1] == "T", generator).to(device=device, dtype=dtype)
-    c = _random((m, n), generator).to(device=device, dtype=dtype)
     d = torch.empty(m, n, device=device, dtype=dtype)
 
     def kernel() -> None:
-        torch.addmm(c, a, b, beta=1, alpha=1, out=d)
+        torch.mm(a, b, out=d)
 
     def sample() -> tuple[torch.Tensor, torch.Tensor]:
-        a64, b64, c64 = a.double().cpu(), b.double().cpu(), c.double().cpu()
-        return d[rows], a64[rows] @ b64 + c64[rows]
+        return d[rows][:, cols], _host(a[rows]) @ _host(b[:, cols])
 
-    return kernel, sample, dtype.itemsize * (m * k + k * n + 2 * m * n), (m, n, k)
+    return kernel, sample, dtype.itemsize * (m * k + k * n + m * n), (m, n, k)
 
 
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
@@ -127,23 +151,28 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     require(precision, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    flags.apply(precision)
     kernel, sample, working_set, padded = _setup(params, device)
-    timing = time_rounds(kernel, device, ctx, rounds=params["rounds"], min_round_seconds=params["min_round_seconds"],
-                         warmup_seconds=params["warmup_seconds"], working_set_bytes=working_set)
-    return finish(params, kernel, sample, timing, padded, device)
+    measured = measure_kernel(kernel, device, ctx, params, working_set_bytes=working_set,
+                              flop_count=gemm_flop_count(*padded))
+    return finish(params, kernel, sample, measured, padded)
 
 
-def finish(params: dict[str, Any], kernel: Callable[[], None], sample: Callable, timing: Timing,
-           padded: tuple[int, int, int], device: torch.device) -> WorkloadOutput:
-    """Figures from the timing, latencies if asked, then the correctness check on a fresh call."""
+def finish(params: dict[str, Any], kernel: Callable[[], object], sample: Callable, measured: Measurement,
+           padded: tuple[int, int, int]) -> WorkloadOutput:
+    """Figures from the measurement, then the correctness check on a fresh call.
+
+    FLOP/s counts the shape that ran: for a padded int8/fp8 case that is the padded one."""
     m, n, k = params["m"], params["n"], params["k"]
-    latencies = measure_latencies(kernel, device, params)
     kernel()
     produced, reference = sample()
     if params.get("corrupt"):
         produced = produced.clone()
         corrupt_(produced)
-    details = {"padded_shape": {"m": padded[0], "n": padded[1], "k": padded[2]}} if padded != (m, n, k) else {}
-    return kernel_output(timing, check(produced, reference, params["dtype"]), flop_count=gemm_flop_count(m, n, k),
-                         details=details, latencies=latencies)
+    details = {}
+    if padded != (m, n, k):
+        details = {"padded_shape": {"m": padded[0], "n": padded[1], "k": padded[2]},
+                   "requested_shape": {"m": m, "n": n, "k": k},
+                   "requested_flop_count": gemm_flop_count(m, n, k)}
+    return kernel_output(measured, check(produced, reference, params["dtype"]), flop_count=gemm_flop_count(*padded),
+                         details=details)

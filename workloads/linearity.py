@@ -58,8 +58,10 @@ def _elastic_rank(backend: str, params: dict[str, Any], out_path: str) -> None:
 
 def _train(rank: int, local_rank: int, world: int, local_world: int, backend: str, params: dict[str, Any],
            out_path: str) -> None:
+    from workloads import flags
     from workloads.models import training_step
 
+    flags.apply("fp32", cudnn_benchmark=True)  # as the model workload: amp is autocast over IEEE fp32
     use_cuda = backend == "nccl"
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:

@@ -9,8 +9,10 @@ at a size a CPU runs in seconds.
 Measured as DeepSpark prescribes: the data is made on the device before anything is timed,
 warm-up steps are discarded, then 5 steady-state windows of ``steps_per_window`` steps are
 timed.  Samples per second follows the DeepSpark rule over the windows (drop the fastest and
-slowest, average the middle 3), and power and memory are averaged over those windows only
-(the measured-window marks).  Inference mode times forward passes at a small batch and adds
+slowest, average the middle 3).  Power comes from a power phase of ``power_seconds`` of further
+steps after the windows (energy counter read at both ends), with samples per joule; memory is
+the case's own allocator peak.  ``fp32`` means IEEE float32 (TF32 off for matmuls and cuDNN);
+``amp`` adds autocast to that.  Inference mode times forward passes at a small batch and adds
 p50/p99 latency.
 
 Imports torch: the worker process only.
@@ -26,9 +28,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from workloads import flags
 from workloads.context import RunContext, WorkloadOutput
 from workloads.report import percentile
 from workloads.stats import deepspark_mean, summarize
+from workloads.timing import note_memory, power_phase
 
 # ----------------------------------------------------------------------------- ResNet-50
 
@@ -235,6 +239,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     name, training = params["model"], params["mode"] == "training"
+    flags.apply("fp32", cudnn_benchmark=True)  # amp = autocast on top of IEEE fp32, never TF32
     step, batch_size, model = training_step(params, device, training)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     ctx.progress(f"{name}: {params['warmup_steps']} warm-up steps")
@@ -259,6 +264,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         ctx.progress(f"{name}: window {w + 1}/{params['windows']}: {batch_size * steps / window_seconds[-1]:.4g} "
                      f"samples/s")
     ctx.mark_window_end()
+    note_memory(ctx)
     throughputs = [batch_size * steps / seconds for seconds in window_seconds]
     figures = {"samples_per_second": deepspark_mean(throughputs),
                "seconds": deepspark_mean([seconds / steps for seconds in window_seconds]),
@@ -268,6 +274,11 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                "amp_dtype": step.amp_dtype}
     if device.type == "cpu":
         details["step_seconds"] = step_seconds
+    power, power_details = power_phase(step, device, ctx, seconds=params.get("power_seconds", 0.0),
+                                       seconds_per_unit=figures["seconds"], work_per_call=batch_size,
+                                       work_unit="samples")
+    figures.update(power)
+    details.update(power_details)
     if not training and params["latency_samples"]:
         latencies = []
         for _ in range(params["latency_samples"]):

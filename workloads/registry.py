@@ -14,6 +14,7 @@ from workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 FLOAT_PRECISIONS = ("fp32", "fp16", "bf16")
+FIXED_LAYOUT_PRECISIONS = ("int8", "fp8")
 SETS = ("quick", "training", "inference", "full")
 GEMM_SETS = SETS + ("square",)
 
@@ -22,6 +23,9 @@ TIMING_PARAMS = (
     Param("min_round_seconds", float, "each round repeats the kernel until it lasts at least this long",
           0.05, 0.2, minimum=0.0),
     Param("warmup_seconds", float, "warm-up before timing, seconds (at least 3 calls)", 0.1, 0.5, minimum=0.0),
+    Param("power_seconds", float, "length of the power phase after the timed rounds, seconds (back-to-back "
+          "calls with the energy counter read at both ends; under 1 s: no power reported)", 3.0, 3.0,
+          minimum=0.0),
 )
 SELF_TEST = Param("corrupt", bool, "self-test: corrupt one output element, so the run must report 'incorrect'",
                   False, False)
@@ -57,15 +61,26 @@ def _gemm_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceT
         sets = {"quick": shapes.GEMM_QUICK, "training": shapes.GEMM_TRAINING, "inference": shapes.GEMM_INFERENCE,
                 "square": shapes.GEMM_SQUARE}
         chosen = _select(sets, params, lambda s: s.n)  # N is the batch in DeepBench's GEMMs
-    return [Case(params={**params, "m": s.m, "n": s.n, "k": s.k, "op": s.op, "dtype": precision},
-                 precision=precision, shape=s.label, mode=s.mode)
-            for s in chosen for precision in params["precisions"]]
+    cases: list[Case] = []
+    seen: set[tuple] = set()
+    for s in chosen:
+        for precision in params["precisions"]:
+            # int8 and fp8 kernels take one layout (A row-major, B column-major): run each shape once, as NT.
+            op = "NT" if precision in FIXED_LAYOUT_PRECISIONS else s.op
+            key = (s.m, s.n, s.k, op, s.mode, precision)
+            if key in seen:
+                continue
+            seen.add(key)
+            label = s.label if op == s.op else shapes.GemmShape(s.m, s.n, s.k, op, mode=s.mode).label
+            cases.append(Case(params={**params, "m": s.m, "n": s.n, "k": s.k, "op": op, "dtype": precision},
+                              precision=precision, shape=label, mode=s.mode))
+    return cases
 
 
 GEMM = WorkloadSpec(
     name="gemm",
-    description="Dense GEMM D = A·B + C (alpha = beta = 1) over DeepBench's shapes, transposes and precisions; "
-                "seconds per GEMM, FLOP/s = 2·M·N·K / t, checked against a float64 reference.",
+    description="Dense GEMM D = A·B over DeepBench's shapes, transposes and precisions (int8 and fp8 in their "
+                "one layout, NT); seconds per GEMM, FLOP/s = 2·M·N·K / t, checked against a float64 reference.",
     entry="workloads.gemm:run",
     params=(
         Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or square "
@@ -289,7 +304,7 @@ MODEL = WorkloadSpec(
     name="model",
     description="Training steps (or inference) of ResNet-50, BERT-large encoder layers, a DLRM-style model, a "
                 "GPT-style decoder and an LSTM on synthetic data: samples/s by the DeepSpark rule over 5 "
-                "steady-state windows, power and memory over those windows only.",
+                "steady-state windows; power (and samples per joule) from a power phase after them; memory.",
     entry="workloads.models:run",
     params=(
         Param("models", str, "models to run", list(MODELS), list(MODELS), choices=MODELS, many=True),
@@ -308,6 +323,8 @@ MODEL = WorkloadSpec(
         Param("windows", int, "timed windows (DeepSpark: 5, drop the fastest and slowest)", 5, 5, minimum=3),
         Param("latency_samples", int, "inference: single synchronized steps timed for p50/p99", 20, 200, minimum=0),
         Param("seed", int, "seed of the model's weights and the synthetic data", 0, 0),
+        Param("power_seconds", float, "power phase after the windows: seconds of further steps with the energy "
+              "counter read at both ends (under 1 s: no power reported)", 3.0, 3.0, minimum=0.0),
     ),
     expander=_model_cases,
 )

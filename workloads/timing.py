@@ -5,14 +5,22 @@
 - Each round repeats the kernel enough times to last ``min_round_seconds``
   (calibrated by growing a block until it does, like blocked_autorange), so
   timer overhead is negligible against the work.
-- On CUDA the round is timed on the device, with CUDA events:
-  * a kernel whose data fits in L2 gets the cache flushed before every call (a
-    256 MB buffer zeroed, as do_bench does) and an event pair around each call,
-    so it is timed cold, as it runs inside a real model;
-  * a kernel shorter than :data:`GRAPH_BELOW_SECONDS` is captured in a CUDA graph
-    and replayed, so CPU launch overhead does not pollute its time.
-- On the CPU, ``time.perf_counter`` around the block (caches are not flushed).
+- On CUDA the round is timed on the device, with CUDA events, in one **cache regime**,
+  stated in the result:
+  * ``cold``: the L2 cache is flushed before every call (a 256 MB buffer zeroed, as
+    do_bench does) and each call has its own event pair, so a kernel whose data would
+    fit in L2 is timed as it runs inside a real model (chosen automatically when the
+    working set is under twice the L2 size);
+  * ``warm``: calls back to back, no flush.
+  A warm kernel shorter than :data:`GRAPH_BELOW_SECONDS`, or one that asks for it
+  (``graph=True``: a whole RNN recurrence of small kernels), is captured in a CUDA graph
+  and replayed, so CPU launch overhead does not pollute its time.
+- On the CPU, ``time.perf_counter`` around the block (caches are not flushed: ``warm``).
 - The rounds are kept (the distribution); the speed figure is their DeepSpark mean.
+- Power has its own phase (:func:`power_phase`): seconds of back-to-back calls after the
+  timed rounds, with the energy counter read at its start and end.
+- Memory is the workload's own: torch's allocator peak since the case began, less what
+  the timing harness itself holds (the flush buffer), noted when the measurement ends.
 
 Imports torch: only the worker process uses this module.
 """
@@ -21,11 +29,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
+from workloads import energy
 from workloads.context import RunContext
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -34,6 +43,11 @@ FLUSHED_CALLS_PER_ROUND = 50
 """Cold (L2-flushed) calls timed per round: each costs a 256 MB flush, so a round stays short."""
 GRAPH_CALLS = 1000
 """Calls captured in one CUDA graph; a round replays it as often as its calibrated calls need."""
+POWER_READING_SECONDS = 0.05
+"""The power phase reads the energy counter after each block of calls lasting about this long."""
+MIN_POWER_SECONDS = 1.0
+"""Below this, a power figure would be interpolated from the counter's update steps: not reported."""
+
 _flush_buffer: torch.Tensor | None = None
 
 
@@ -42,6 +56,15 @@ class Timing:
     round_seconds: list[float]
     calls_per_round: int
     method: str
+    regime: str = "warm"
+    """``cold`` (L2 flushed before each call) or ``warm``."""
+    call: Callable[[], object] | None = field(default=None, repr=False)
+    """What the rounds ran per unit (a graph replay, or the kernel), and how many kernel calls one unit is."""
+    calls_per_unit: int = 1
+
+    @property
+    def seconds_per_call(self) -> float:
+        return sorted(self.round_seconds)[len(self.round_seconds) // 2]
 
 
 def _synchronize(device: torch.device) -> None:
@@ -93,6 +116,17 @@ def l2_cache_bytes(device: torch.device) -> int:
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
 
 
+def cache_regime(device: torch.device, working_set_bytes: int, asked: str | None = None) -> str:
+    """``cold`` where the kernel's data would stay in L2 between calls (and so must be flushed
+    to be timed as in a real model), else ``warm``; the CPU is always ``warm``."""
+    if device.type != "cuda":
+        return "warm"
+    if asked is not None:
+        return asked
+    l2 = l2_cache_bytes(device)
+    return "cold" if working_set_bytes and l2 and working_set_bytes < 2 * l2 else "warm"
+
+
 def _flush(device: torch.device) -> None:
     global _flush_buffer
     if _flush_buffer is None:
@@ -100,44 +134,80 @@ def _flush(device: torch.device) -> None:
     _flush_buffer.zero_()
 
 
+def harness_bytes() -> int:
+    """Device memory the timing harness itself holds (not the workload's)."""
+    return L2_FLUSH_BYTES if _flush_buffer is not None else 0
+
+
+def release() -> None:
+    """Free what the harness holds; the worker calls this after each case."""
+    global _flush_buffer
+    _flush_buffer = None
+
+
 def _graph_of(fn: Callable[[], object], calls: int) -> Callable[[], object] | None:
-    """A CUDA graph replaying ``calls`` calls of fn, or None where capture is not possible."""
+    """A CUDA graph replaying ``calls`` calls of fn, or None where capture is not possible.
+
+    A failed capture can leave the thread's current stream set to the capture stream
+    (torch.cuda.graph's exit raises before it restores it); the caller's stream is put back.
+    """
+    original = torch.cuda.current_stream()
     try:
         stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
+        stream.wait_stream(original)
         with torch.cuda.stream(stream):
             fn()  # warm the side stream (cuBLAS handles, workspaces) before capture
-        torch.cuda.current_stream().wait_stream(stream)
+        original.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(calls):
                 fn()
+        torch.cuda.synchronize()
         return graph.replay
     except Exception:
+        torch.cuda.set_stream(original)
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
         return None
 
 
 def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, rounds: int,
-                min_round_seconds: float, warmup_seconds: float, working_set_bytes: int = 0) -> Timing:
+                min_round_seconds: float, warmup_seconds: float, working_set_bytes: int = 0,
+                regime: str | None = None, graph: bool = False) -> Timing:
     """Seconds per call for each round.  The measured window (``ctx`` marks) covers the
-    timed rounds only, not warm-up or calibration."""
+    timed rounds only, not warm-up or calibration.
+
+    ``regime`` forces ``cold`` or ``warm`` (two kernels compared with each other must share
+    one); by default it follows the working set.  ``graph`` captures each call in a CUDA
+    graph whatever its length (on CUDA, in the warm regime).
+    """
     ctx.progress("warming up")
     calls = calibrate(fn, device, warmup_seconds, min_round_seconds)
+    chosen = cache_regime(device, working_set_bytes, regime)
     if device.type != "cuda":
-        return _rounds(lambda: _host_timed(fn, calls), ctx, rounds, calls, "perf_counter")
-    l2 = l2_cache_bytes(device)
-    if working_set_bytes and l2 and working_set_bytes < 2 * l2:
+        timing = _rounds(lambda: _host_timed(fn, calls), ctx, rounds, calls, "perf_counter")
+        timing.call = fn
+        return _noted(timing, ctx)
+    if chosen == "cold":
         cold = max(1, min(calls, FLUSHED_CALLS_PER_ROUND))
-        return _rounds(lambda: _flushed(fn, device, cold), ctx, rounds, cold, "cuda_events_per_call_l2_flushed")
+        timing = _rounds(lambda: _flushed(fn, device, cold), ctx, rounds, cold, "cuda_events_per_call_l2_flushed")
+        timing.regime, timing.call = "cold", fn
+        return _noted(timing, ctx)
     per_call = _timed_block(fn, device, calls) / calls
-    if per_call < GRAPH_BELOW_SECONDS:
-        captured = min(calls, GRAPH_CALLS)
+    if graph or per_call < GRAPH_BELOW_SECONDS:
+        captured = max(1, min(calls, GRAPH_CALLS, math.ceil(0.01 / per_call) if graph else GRAPH_CALLS))
         replays = math.ceil(calls / captured)
         replay = _graph_of(fn, captured)
         if replay is not None:
-            return _rounds(lambda: _events(replay, replays) / (replays * captured), ctx, rounds,
-                           replays * captured, "cuda_graph_events")
-    return _rounds(lambda: _events(fn, calls) / calls, ctx, rounds, calls, "cuda_events")
+            timing = _rounds(lambda: _events(replay, replays) / (replays * captured), ctx, rounds,
+                             replays * captured, "cuda_graph_events")
+            timing.call, timing.calls_per_unit = replay, captured
+            return _noted(timing, ctx)
+    timing = _rounds(lambda: _events(fn, calls) / calls, ctx, rounds, calls, "cuda_events")
+    timing.call = fn
+    return _noted(timing, ctx)
 
 
 def _rounds(one_round: Callable[[], float], ctx: RunContext, rounds: int, calls: int, method: str) -> Timing:
@@ -148,6 +218,11 @@ def _rounds(one_round: Callable[[], float], ctx: RunContext, rounds: int, calls:
         ctx.progress(f"round {r + 1}/{rounds}: {results[-1] * 1e3:.4g} ms per call")
     ctx.mark_window_end()
     return Timing(results, calls, method)
+
+
+def _noted(timing: Timing, ctx: RunContext) -> Timing:
+    note_memory(ctx)
+    return timing
 
 
 def _host_timed(fn: Callable[[], object], calls: int) -> float:
@@ -181,17 +256,95 @@ def _flushed(fn: Callable[[], object], device: torch.device, calls: int) -> floa
 
 
 def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, samples: int,
-                        warmup_seconds: float) -> list[float]:
-    """Seconds of each of ``samples`` single calls (for p50/p99 latency), each synchronized."""
+                        warmup_seconds: float, regime: str = "warm") -> list[float]:
+    """Seconds of each of ``samples`` single calls (for p50/p99 latency), each synchronized, in
+    the same cache regime as the case's timed rounds."""
     calibrate(fn, device, warmup_seconds, 0.0)
     times = []
-    ctx.mark_window_start()
     for _ in range(samples):
         if device.type == "cuda":
-            times.append(_events(fn, 1))
+            if regime == "cold":
+                times.append(_flushed(fn, device, 1))
+            else:
+                times.append(_events(fn, 1))
         else:
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
-    ctx.mark_window_end()
     return times
+
+
+# ---------------------------------------------------------------------------- memory
+
+def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
+    """Forget what earlier cases left: free cached blocks, reset the peak, note the baseline."""
+    if device.type != "cuda":
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    ctx.memory_baseline = torch.cuda.memory_allocated(device) - harness_bytes()
+
+
+def note_memory(ctx: RunContext) -> None:
+    """Record the case's allocator peaks so far (called at the end of its measurement, before the
+    correctness check builds references that are not the workload's)."""
+    device = torch.device(ctx.device)
+    if device.type != "cuda":
+        return
+    baseline = ctx.memory_baseline or 0
+    harness = harness_bytes()
+    allocated = max(0, torch.cuda.max_memory_allocated(device) - harness - baseline)
+    reserved = max(0, torch.cuda.max_memory_reserved(device) - harness - baseline)
+    previous = ctx.memory or {}
+    ctx.memory = {"memory_bytes": float(max(allocated, previous.get("memory_bytes", 0.0))),
+                  "memory_reserved_bytes": float(max(reserved, previous.get("memory_reserved_bytes", 0.0)))}
+
+
+# ---------------------------------------------------------------------------- power
+
+def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContext, *, seconds: float,
+                calls_per_unit: int = 1, seconds_per_unit: float | None = None,
+                work_per_call: float | None = None, work_unit: str = "flop") -> tuple[dict[str, float], dict[str, Any]]:
+    """Power and energy over ``seconds`` of back-to-back calls, from the energy counter.
+
+    Runs after the timed rounds, so the clocks are warm.  Calls go in blocks of about
+    :data:`POWER_READING_SECONDS`; after each block the device is synchronized and the
+    counter read, so the phase's first and last readings bracket exactly the work between
+    them.  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
+    joule (``flop_per_joule`` or ``samples_per_joule``).  Returns ``({}, {"power_note": why})``
+    where there is no counter or the phase would be too short to mean anything.
+    """
+    meter = ctx.energy
+    if meter is None or not meter.available:
+        return {}, {"power_note": getattr(meter, "reason", "") or "no energy counter for this device"}
+    if seconds < MIN_POWER_SECONDS:
+        return {}, {"power_note": f"power phase of {seconds:g} s is shorter than {MIN_POWER_SECONDS:g} s: "
+                                  f"power not reported (set power_seconds >= {MIN_POWER_SECONDS:g})"}
+    if seconds_per_unit is None:
+        seconds_per_unit = _timed_block(call, device, 3) / 3
+    block = max(1, round(POWER_READING_SECONDS / max(seconds_per_unit, 1e-9)))
+    ctx.progress(f"power phase: {seconds:g} s")
+    _synchronize(device)
+    readings = [energy.read(meter)]
+    units = 0
+    while readings[-1].monotonic - readings[0].monotonic < seconds:
+        for _ in range(block):
+            call()
+        units += block
+        _synchronize(device)
+        readings.append(energy.read(meter))
+    note_memory(ctx)
+    first, last = readings[0], readings[-1]
+    elapsed = last.monotonic - first.monotonic
+    joules = last.joules - first.joules
+    calls = units * calls_per_unit
+    details: dict[str, Any] = {"seconds": elapsed, "energy_joules": joules, "calls": calls,
+                               "readings": len(readings), "start_unix": first.unix, "end_unix": last.unix,
+                               "source": meter.source, "calls_per_reading": block * calls_per_unit}
+    if joules <= 0:
+        return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
+    figures = {"power_watts": joules / elapsed, "energy_joules": joules}
+    if work_per_call:
+        figures[f"{work_unit}_per_joule"] = work_per_call * calls / joules
+    return figures, {"power": details}

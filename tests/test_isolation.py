@@ -1,0 +1,137 @@
+"""Cases sharing a worker do not see each other, and a number's meaning is set per case.
+
+Real worker processes (agent.runner), real torch on the CPU.  What only a GPU can show
+(allocator peaks per case, TF32 on cuDNN) is in tests/test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from agent.runner import run_worker
+from workloads import flags, gemm, registry
+from workloads.context import RunContext
+from workloads.report import Measurement
+from workloads.timing import Timing, cache_regime, power_phase
+
+
+def test_flags_a_case_sets_are_restored_before_the_next_case():
+    outcome = run_worker(["tests.flag_workloads:sets_every_flag", "tests.flag_workloads:reports_environment"],
+                         [{}, {}], "cpu", 60)
+    first, second = outcome.cases[0], outcome.cases[1]
+    # The first case's result records the flags it ran under ...
+    assert first.details["torch_flags"] == {
+        "matmul_allow_tf32": True, "cudnn_allow_tf32": False, "cudnn_benchmark": True, "deterministic": True,
+        "fp16_reduced_precision_reduction": False, "bf16_reduced_precision_reduction": False}
+    # ... and the second starts from torch's defaults again.
+    assert second.details["deterministic_at_start"] is False
+    assert second.details["matmul_tf32_at_start"] is False
+    assert second.details["cudnn_tf32_at_start"] is True  # torch's own default, restored
+    assert second.details["cudnn_benchmark_at_start"] is False
+
+
+def test_worker_sets_the_cublas_workspace_that_deterministic_mode_needs():
+    outcome = run_worker("tests.flag_workloads:reports_environment", [{}], "cpu", 60)
+    assert outcome.cases[0].details["cublas_workspace_config"] == flags.CUBLAS_WORKSPACE_CONFIG
+
+
+def test_convergence_deterministic_mode_does_not_leak_into_the_next_case():
+    convergence = registry.get("convergence").cases({"runs": 1, "epochs": 2, "target_accuracy": 0.0}, "cpu")[0]
+    fp32 = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": ["fp32"], "power_seconds": 0}, "cpu")[0]
+    outcome = run_worker(["workloads.convergence:run", "workloads.gemm:run", "tests.flag_workloads:reports_environment"],
+                         [convergence.params, fp32.params, {}], "cpu", 120)
+    assert outcome.cases[0].status == "ok", outcome.cases[0].reason
+    assert outcome.cases[0].details["torch_flags"]["deterministic"] is True
+    assert outcome.cases[1].status == "ok", outcome.cases[1].reason
+    assert outcome.cases[1].details["torch_flags"]["deterministic"] is False
+    assert outcome.cases[1].details["torch_flags"]["matmul_allow_tf32"] is False
+    assert outcome.cases[2].details["deterministic_at_start"] is False
+
+
+@pytest.mark.parametrize("precision, tf32, reduced", [("fp32", False, True), ("tf32", True, True),
+                                                      ("bf16", False, False), ("fp16", False, False)])
+def test_each_precision_sets_what_it_means(precision, tf32, reduced):
+    try:
+        applied = flags.apply(precision, cudnn_benchmark=True)
+        assert flags.current() == applied
+        assert applied["matmul_allow_tf32"] is tf32 and applied["cudnn_allow_tf32"] is tf32
+        assert applied["bf16_reduced_precision_reduction"] is reduced
+        assert applied["cudnn_benchmark"] is True
+        assert flags.apply("fp32", cudnn_benchmark=True, deterministic=True)["cudnn_benchmark"] is False
+    finally:
+        flags.restore()
+
+
+def test_int8_and_fp8_run_each_shape_once_in_their_one_layout():
+    cases = registry.get("gemm").cases({"set": "training", "scale": 64, "precisions": ["int8", "fp8", "fp32"]},
+                                       "cuda")
+    for precision in ("int8", "fp8"):
+        shapes = [c.shape for c in cases if c.precision == precision]
+        assert shapes and len(shapes) == len(set(shapes))
+        assert all(s.endswith("op=NT") for s in shapes)
+        assert {c.params["op"] for c in cases if c.precision == precision} == {"NT"}
+    fp32_ops = {c.params["op"] for c in cases if c.precision == "fp32"}
+    assert fp32_ops == {"NN", "TN", "NT"}  # the float precisions keep DeepBench's transposes
+
+
+def test_padded_int8_shape_counts_the_flops_it_ran():
+    assert gemm.padded_shape("int8", 10, 12, 13, torch.device("cuda")) == (17, 16, 16)
+    assert gemm.padded_shape("fp8", 10, 12, 13, torch.device("cuda")) == (16, 16, 16)
+    assert gemm.padded_shape("int8", 10, 12, 13, torch.device("cpu")) == (10, 12, 13)
+    produced = torch.ones(2, 2)
+    timing = Timing([1e-3] * 5, 1, "perf_counter")
+    output = gemm.finish({"m": 10, "n": 12, "k": 13, "dtype": "int8"}, lambda: None,
+                         lambda: (produced, produced.double()), Measurement(timing), (17, 16, 16))
+    assert output.figures["flops"] == pytest.approx(2 * 17 * 16 * 16 / 1e-3)
+    assert output.details["flop_count"] == 2 * 17 * 16 * 16
+    assert output.details["padded_shape"] == {"m": 17, "n": 16, "k": 16}
+    assert output.details["requested_flop_count"] == 2 * 10 * 12 * 13
+
+
+def test_gemm_result_states_its_cache_regime_and_runs_mm_into_its_output():
+    case = registry.get("gemm").cases({"m": 64, "n": 32, "k": 48, "precisions": ["fp32"]}, "cpu")[0]
+    output = gemm.run(case.params, RunContext(device="cpu"))
+    assert output.status == "ok"
+    assert output.details["cache_regime"] == "warm" and cache_regime(torch.device("cpu"), 10) == "warm"
+    assert output.figures["flops"] == pytest.approx(2 * 64 * 32 * 48 / output.figures["seconds"])
+
+
+class _FakeMeter:
+    """A counter that advances at a known power, as NVML's total-energy counter would."""
+
+    available, reason, source = True, "", "fake"
+
+    def __init__(self, watts: float):
+        self.watts, self.origin = watts, time.monotonic()
+
+    def joules(self) -> float:
+        return self.watts * (time.monotonic() - self.origin)
+
+
+def _busy(seconds: float = 2e-3):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_power_phase_reads_the_counter_at_both_ends_and_gives_work_per_joule():
+    ctx = RunContext(device="cpu", energy=_FakeMeter(250.0))
+    figures, details = power_phase(_busy, torch.device("cpu"), ctx, seconds=1.2, seconds_per_unit=2e-3,
+                                   work_per_call=1e9)
+    power = details["power"]
+    assert power["seconds"] >= 1.2 and power["readings"] >= 20
+    assert figures["power_watts"] == pytest.approx(250.0, rel=0.02)
+    assert figures["energy_joules"] == pytest.approx(figures["power_watts"] * power["seconds"])
+    assert figures["flop_per_joule"] == pytest.approx(1e9 * power["calls"] / figures["energy_joules"])
+    assert power["end_unix"] - power["start_unix"] == pytest.approx(power["seconds"], abs=0.05)
+
+
+def test_no_power_from_a_phase_shorter_than_a_second_or_without_a_counter():
+    figures, details = power_phase(_busy, torch.device("cpu"), RunContext(device="cpu", energy=_FakeMeter(1.0)),
+                                   seconds=0.5, work_per_call=1.0)
+    assert figures == {} and "shorter than 1 s" in details["power_note"]
+    figures, details = power_phase(_busy, torch.device("cpu"), RunContext(device="cpu"), seconds=3.0)
+    assert figures == {} and details["power_note"]

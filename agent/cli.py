@@ -162,10 +162,19 @@ def _print_shapes(spec: Any) -> None:
         if set_name == "full":
             continue
         overrides = {"set": set_name} if set_name else {}
-        labels = list(dict.fromkeys(f"{c.shape} [{c.mode or '-'}]" for c in spec.cases(overrides, "cuda")))
-        print(f"  {set_name or 'cases'} ({len(labels)}):")
-        for label in labels:
-            print(f"    {label}")
+        try:
+            cases = spec.cases(overrides, "cuda")
+        except ParamError as exc:  # a workload whose cases come from the user (a command)
+            print(f"  cases: given by its parameters ({exc})\n")
+            return
+        every_precision = list(dict.fromkeys(c.precision for c in cases))
+        by_label: dict[str, list[str]] = {}
+        for case in cases:
+            by_label.setdefault(f"{case.shape} [{case.mode or '-'}]", []).append(case.precision)
+        print(f"  {set_name or 'cases'} ({len(by_label)}):")
+        for label, precisions in by_label.items():  # a shape only some precisions run says which
+            only = "" if len(precisions) == len(every_precision) else f" ({', '.join(precisions)} only)"
+            print(f"    {label}{only}")
     print()
 
 

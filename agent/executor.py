@@ -28,9 +28,49 @@ from workloads.spec import Case, WorkloadSpec
 
 log = logging.getLogger(__name__)
 
-TELEMETRY_FIGURES = ("power_watts", "energy_joules", "memory_bytes", "peak_memory_bytes", "sm_clock_hertz",
-                     "throttled")
-"""Window figures that are exported; the rest of the window summary stays in the details."""
+CLOCK_FIGURES = ("sm_clock_hertz", "power_capped", "thermal_slowdown", "hardware_slowdown")
+"""Window figures exported as they are; the rest of the window summary stays in the details."""
+
+MIN_TELEMETRY_POWER_SECONDS = 1.0
+"""The shortest measured window whose energy-counter difference is reported as the run's power."""
+
+
+def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], device_type: str) -> dict[str, str]:
+    """Add the daemon-side window figures to a worker's ``figures``; returns notes for the details.
+
+    The worker's own figures win: its power phase (>= 1 s of back-to-back work read from the
+    energy counter inside the worker) and its allocator memory.  The daemon's sampled window adds:
+
+    - power and energy, only where the worker had none, the window lasted at least
+      :data:`MIN_TELEMETRY_POWER_SECONDS` and an energy counter (not interpolated power
+      samples) bracketed it; otherwise a ``power_note`` says why there is none;
+    - memory: on a GPU NVML's device-wide peak as ``device_memory_bytes`` (it includes the CUDA
+      context and other processes, so it is never the workload's ``memory_bytes``); on a CPU the
+      worker's peak resident memory as ``memory_bytes`` where the worker gave none;
+    - the average SM clock and the clock-event groups.
+    """
+    notes: dict[str, str] = {}
+    if "power_watts" not in figures:
+        seconds = telemetry.get("window_seconds", 0.0)
+        if "power_watts" not in telemetry:
+            notes["power_note"] = "no power reading for this device"
+        elif telemetry.get("power_source") != "energy_counter":
+            notes["power_note"] = "no energy counter: interpolated power samples are not reported"
+        elif seconds < MIN_TELEMETRY_POWER_SECONDS:
+            notes["power_note"] = (f"measured window of {seconds:.3g} s is shorter than "
+                                   f"{MIN_TELEMETRY_POWER_SECONDS:g} s: power not reported")
+        else:
+            figures["power_watts"] = telemetry["power_watts"]
+            figures["energy_joules"] = telemetry["energy_joules"]
+    if "memory_peak_bytes" in telemetry:
+        if device_type == "cuda":
+            figures["device_memory_bytes"] = telemetry["memory_peak_bytes"]
+        else:
+            figures.setdefault("memory_bytes", telemetry["memory_peak_bytes"])
+    for name in CLOCK_FIGURES:
+        if name in telemetry:
+            figures[name] = telemetry[name]
+    return notes
 
 
 @dataclass
@@ -155,16 +195,14 @@ class Executor:
         ratio = peak_ratio(device.model_name, kind, case.precision, figures) if device.type == "cuda" else None
         if ratio is not None and result.status == "ok":
             figures["peak_ratio"] = ratio
-        for name in TELEMETRY_FIGURES:
-            if name in telemetry:
-                figures[name] = telemetry[name]
+        notes = telemetry_figures(figures, telemetry, device.type) if result.status in ("ok", "incorrect") else {}
         return RunRecord(
             suite=suite, workload=spec.name, precision=case.precision, params=case.params, shape=case.shape,
             mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname, device_type=device.type,
             device=device.name, gpu="" if device.index is None else str(device.index), uuid=device.uuid,
             model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
             reason=result.reason, started_at=started_at, ended_at=ended_at, figures=figures,
-            environment=environment, details={**result.details, "telemetry": telemetry})
+            environment=environment, details={**notes, **result.details, "telemetry": telemetry})
 
     def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, timeout: float, use_guard: bool,
              on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:

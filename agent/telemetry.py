@@ -9,8 +9,13 @@ computes over exactly that window:
   energy, or RAPL on a CPU) interpolated at the window's edges: the exact
   average, as NVML's own docs recommend over averaging power readings;
   without a counter, the trapezoid integral of the power samples;
-- time-weighted average and peak memory;
-- time-weighted average SM and memory clocks, and every clock event seen.
+- time-weighted average and peak memory (``memory_average_bytes``, ``memory_peak_bytes``): the
+  device-wide memory in use on a GPU (CUDA context and other processes included), the worker's
+  resident memory on a CPU;
+- time-weighted average SM and memory clocks, and every clock event seen, grouped into
+  ``power_capped``, ``thermal_slowdown`` and ``hardware_slowdown`` (0 or 1 each).
+
+Which of these become a result's figures is the executor's choice (:mod:`agent.executor`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any, Callable, Protocol
 import psutil
 
 from collectors.host import RaplReader
-from collectors.nvml import SLOWDOWN_REASONS, NvmlCollector, reason_names
+from collectors.nvml import CLOCK_EVENT_GROUPS, NvmlCollector, reason_names
 
 
 @dataclass(frozen=True)
@@ -178,8 +183,8 @@ def summarize_window(samples: list[TelemetrySample], start: float, end: float) -
 
     memory = _series(samples, "memory_bytes")
     if memory:
-        figures["memory_bytes"] = time_average(memory, start, end)
-        figures["peak_memory_bytes"] = max(v for _, v in _clip(memory, start, end))
+        figures["memory_average_bytes"] = time_average(memory, start, end)
+        figures["memory_peak_bytes"] = max(v for _, v in _clip(memory, start, end))
     for attribute in ("sm_clock_hertz", "memory_clock_hertz"):
         series = _series(samples, attribute)
         if series:
@@ -197,7 +202,8 @@ def summarize_window(samples: list[TelemetrySample], start: float, end: float) -
             combined |= mask
         reasons = reason_names(combined)
         figures["clock_event_reasons"] = reasons
-        figures["throttled"] = 1.0 if SLOWDOWN_REASONS.intersection(reasons) else 0.0
+        for group, members in CLOCK_EVENT_GROUPS.items():
+            figures[group] = 1.0 if members.intersection(reasons) else 0.0
     return figures
 
 

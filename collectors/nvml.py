@@ -34,9 +34,16 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x080: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
-SLOWDOWN_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
-                              "hw_thermal_slowdown", "hw_power_brake_slowdown"})
-"""Reasons that mean the clocks were held down below what the workload asked for."""
+CLOCK_EVENT_GROUPS: dict[str, frozenset[str]] = {
+    "power_capped": frozenset({"sw_power_cap"}),
+    "thermal_slowdown": frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"}),
+    "hardware_slowdown": frozenset({"hw_slowdown", "hw_power_brake_slowdown"}),
+}
+"""Clock events grouped by what they mean to an operator, one 0/1 figure each.
+
+The software power cap is normal for a large kernel on an SXM GPU; thermal and hardware
+slowdowns are not.  Kept apart so that an alert on a hardware slowdown does not fire on
+every big GEMM."""
 
 
 def reason_names(mask: int) -> list[str]:

@@ -32,7 +32,7 @@ def find(text, name, **labels):
 def test_result_series_carry_dcgm_join_labels_and_versions():
     board = Board()
     board.add(make_record(seconds=0.002, power_watts=350.0, energy_joules=700.0, memory_bytes=1e9,
-                          peak_memory_bytes=2e9))
+                          device_memory_bytes=2e9, flop_per_joule=1e11, hardware_slowdown=0.0))
     text = scrape(board)
     [(name, labels)] = [k for k in samples(text) if k[0] == "sixdim_workload_seconds"]
     assert dict(labels) == {
@@ -43,7 +43,10 @@ def test_result_series_carry_dcgm_join_labels_and_versions():
     assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
     assert find(text, "sixdim_workload_power_watts") == [350.0]
     assert find(text, "sixdim_workload_energy_joules") == [700.0]
-    assert find(text, "sixdim_workload_peak_memory_bytes") == [2e9]
+    assert find(text, "sixdim_workload_memory_bytes") == [1e9]
+    assert find(text, "sixdim_workload_device_memory_bytes") == [2e9]
+    assert find(text, "sixdim_workload_flop_per_joule") == [1e11]
+    assert find(text, "sixdim_workload_hardware_slowdown") == [0.0]
     assert find(text, "sixdim_workload_last_run_timestamp_seconds") == [2000.0]
     assert find(text, "sixdim_build_info", version="0.1.0") == [1.0]
 

@@ -64,7 +64,9 @@ def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
     by_hand = hand_timed_matmul_seconds(m)
     assert 0.5 < seconds / by_hand < 2.0, (seconds, by_hand)
     # measured conditions and environment travel with the result
-    assert record["figures"]["peak_memory_bytes"] >= record["figures"]["memory_bytes"] > 0
+    # on a CPU the workload's memory is the worker's peak resident memory (torch alone is >100 MB)
+    assert record["figures"]["memory_bytes"] > 100e6
+    assert record["figures"]["memory_bytes"] >= record["details"]["telemetry"]["memory_average_bytes"]
     assert record["environment"]["torch"] == torch.__version__
     assert record["environment"]["python"] and record["environment"]["sixdim"]
     assert record["details"]["telemetry"]["telemetry_samples"] >= 5  # 10 Hz over a >= 1 s window

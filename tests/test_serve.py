@@ -31,7 +31,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         assert flops.labels["hostname"] == "testhost" and flops.labels["device_type"] == "cpu"
         assert flops.value > 1e6
         for name in ("sixdim_workload_seconds", "sixdim_workload_memory_bytes",
-                     "sixdim_workload_peak_memory_bytes", "sixdim_workload_last_run_timestamp_seconds"):
+                     "sixdim_workload_last_run_timestamp_seconds"):
             assert daemon.samples(name), name
         assert daemon.samples("sixdim_workload_runs_total")[0].labels["status"] == "ok"
         [nvml_up] = [s for s in daemon.samples("sixdim_collector_up") if s.labels["collector"] == "nvml"]

@@ -43,9 +43,9 @@ def test_memory_average_and_peak_only_inside_window():
         return {"memory_bytes": 2**30}
     samples = series(memory, step=0.5)
     figures = summarize_window(samples, 1.0, 8.0)
-    assert figures["peak_memory_bytes"] == 3 * 2**30
+    assert figures["memory_peak_bytes"] == 3 * 2**30
     # the spike is a triangle 1 s wide and 2 GiB high over a 7 s window
-    assert figures["memory_bytes"] == pytest.approx(2**30 + (2 * 2**30 * 0.5) / 7.0)
+    assert figures["memory_average_bytes"] == pytest.approx(2**30 + (2 * 2**30 * 0.5) / 7.0)
 
 
 def test_clock_events_seen_in_window_are_named_and_flag_throttling():
@@ -53,15 +53,18 @@ def test_clock_events_seen_in_window_are_named_and_flag_throttling():
         return {"clock_event_mask": 0x4 if 3.0 <= t <= 4.0 else 0x0, "sm_clock_hertz": 1.98e9}
     figures = summarize_window(series(events), 2.0, 6.0)
     assert figures["clock_event_reasons"] == ["sw_power_cap"]
-    assert figures["throttled"] == 1.0
+    assert (figures["power_capped"], figures["thermal_slowdown"], figures["hardware_slowdown"]) == (1.0, 0.0, 0.0)
     assert figures["sm_clock_hertz"] == pytest.approx(1.98e9)
     idle_only = summarize_window(series(lambda t: {"clock_event_mask": 0x1}), 2.0, 6.0)
-    assert idle_only["throttled"] == 0.0 and idle_only["clock_event_reasons"] == ["gpu_idle"]
+    assert idle_only["power_capped"] == 0.0 and idle_only["clock_event_reasons"] == ["gpu_idle"]
+    # a thermal and a power-brake event in one window: each in its own group, the cap not claimed
+    hot = summarize_window(series(lambda t: {"clock_event_mask": 0x20 | 0x80}), 2.0, 6.0)
+    assert (hot["power_capped"], hot["thermal_slowdown"], hot["hardware_slowdown"]) == (0.0, 1.0, 1.0)
 
 
 def test_absent_readings_stay_absent():
     figures = summarize_window(series(lambda t: {}), 1.0, 2.0)
-    for key in ("power_watts", "energy_joules", "memory_bytes", "throttled"):
+    for key in ("power_watts", "energy_joules", "memory_peak_bytes", "power_capped", "hardware_slowdown"):
         assert key not in figures
 
 

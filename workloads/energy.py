@@ -90,9 +90,22 @@ def meter_for(device: str, gpu_uuids: list[str] | None) -> EnergyMeter:
     """The meter for the worker's device: NVML for GPUs (by UUID), RAPL for the CPU."""
     if device.startswith("cuda"):
         if not gpu_uuids:
-            return Unavailable("the daemon did not name the GPU's UUID, so its energy counter cannot be read")
+            gpu_uuids = _visible_gpu_uuid(device)
+        if not gpu_uuids:
+            return Unavailable("the GPU's UUID is unknown, so its energy counter cannot be read")
         return NvmlEnergy(gpu_uuids)
     return RaplEnergy()
+
+
+def _visible_gpu_uuid(device: str) -> list[str]:
+    """The UUID of the GPU torch sees as ``device`` (for a worker started without the daemon's list)."""
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(torch.device(device)).uuid)
+    except Exception:
+        return []
+    return [uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"]
 
 
 @dataclass

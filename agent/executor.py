@@ -1,8 +1,17 @@
 """Runs one workload on one device from start to finish, and records it.
 
-The steps: the idle guard (GPU), the worker child process with telemetry sampled
-around it, a window summary per case, the environment, then the history and the
-board.  Every case ends in exactly one recorded :class:`RunRecord`, whatever failed.
+The steps: the device locks, the idle guard (GPU), the worker child process with
+telemetry sampled around it, a window summary per case, the environment, then the
+history and the board.  Every case ends in exactly one recorded :class:`RunRecord`,
+whatever failed.
+
+A host-wide workload (``scope == "host"``: all-reduce, card linearity) runs from the first
+GPU's job but uses every GPU of the host, so it is treated as running on all of them: it holds
+every GPU's lock, passes every GPU's guard (before it starts and between its cases), samples
+every GPU's telemetry (:class:`agent.hostprobe.MultiGpuProbe`), and its worker sees every GPU,
+ordered as NVML orders them (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that rank i is NVML's GPU i).
+A GPU in MIG mode is not benchmarked: its runs are ``skipped`` with
+:attr:`agent.devices.Device.mig_reason`.
 """
 
 from __future__ import annotations
@@ -15,13 +24,14 @@ from typing import Any, Callable
 
 from agent import __version__
 from agent.board import Board
-from agent.devices import Device
-from agent.guard import busy_reason
+from agent.devices import Device, DeviceLocks, host_gpus
+from agent.guard import Guard, RunWatch
 from agent.history import History
+from agent.hostprobe import MultiGpuProbe
 from agent.peaks import peak_ratio
 from agent.results import RunRecord
 from agent.runner import CaseResult, WorkerOutcome, run_worker
-from agent.telemetry import Sampler, TelemetrySample, probe_for, summarize_window
+from agent.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
 from collectors.host import RaplReader
 from collectors.nvml import NvmlCollector
 from workloads.spec import Case, WorkloadSpec
@@ -101,6 +111,11 @@ class Executor:
         self.rapl = rapl
         self.sample_hz = sample_hz
         self.guard = guard or GuardSettings()
+        self.idle_guard = Guard(nvml)
+        """Remembers when our own workers ended on each GPU (the settle rule); shared by all jobs."""
+        self.locks = DeviceLocks()
+        """The device locks, shared with the scheduler: a suite holds its device's, a host-wide run
+        every GPU's."""
         self.stop = threading.Event()
 
     def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
@@ -204,24 +219,71 @@ class Executor:
             reason=result.reason, started_at=started_at, ended_at=ended_at, figures=figures,
             environment=environment, details={**notes, **result.details, "telemetry": telemetry})
 
+    def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
+        """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)
+        for a host-wide workload on a GPU, the device itself for a per-device one, none on a CPU."""
+        if device.type != "cuda":
+            return []
+        return host_gpus(self.nvml) if spec.scope == "host" else [device]
+
     def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, timeout: float, use_guard: bool,
              on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:
+        """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
+        start) and the telemetry sampled while it ran."""
         if self.stop.is_set():
             return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), []
-        if device.type == "cuda" and use_guard and self.guard.enabled:
-            reason = busy_reason(self.nvml, device.index, self.guard.max_utilization)
-            if reason is not None:
-                return WorkerOutcome(status="skipped", reason=reason), []
         spec = items[0][0]  # a group's workloads share scope and torch use
-        probe, attach = probe_for(device.type, self.nvml, device.index, self.rapl)
+        gpus = self._gpus(spec, device)
+        for gpu in gpus:
+            if gpu.mig_reason is not None:
+                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), []
+
+        def waiting(busy: Device) -> None:
+            log.info("%s on %s waits for %s: another suite is running on it", spec.name, device.name, busy.name)
+
+        with self.locks.hold(gpus or [device], self.stop, on_wait=waiting) as held:
+            if not held:
+                return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), []
+            watch: RunWatch | None = None
+            if gpus and use_guard and self.guard.enabled:
+                indices = [g.index for g in gpus if g.index is not None]
+                reason = self.idle_guard.before_run(indices, self.guard.max_utilization)
+                if reason is not None:
+                    return WorkerOutcome(status="skipped", reason=reason), []
+                watch = self.idle_guard.watch(indices)
+            return self._start(items, device, gpus, timeout, watch, on_progress)
+
+    def _start(self, items: list[tuple[WorkloadSpec, Case]], device: Device, gpus: list[Device], timeout: float,
+               watch: RunWatch | None,
+               on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:
+        spec = items[0][0]
+        probe: Probe
+        attach: Callable[[int], None] | None
+        if len(gpus) > 1:
+            probe, attach = MultiGpuProbe(self.nvml, [g.index for g in gpus if g.index is not None]), None
+        else:
+            probe, attach = probe_for(device.type, self.nvml, device.index, self.rapl)
+        if spec.scope == "host" and gpus:  # every GPU, in NVML's order, and ranks in the same order
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        else:
+            env = device.worker_environment()
+
+        def started(pid: int) -> None:
+            if attach is not None:
+                attach(pid)
+            if watch is not None:
+                watch.attach(pid)
+
         sampler = Sampler(probe, self.sample_hz).start()
         try:
-            env = {} if spec.scope == "host" else device.worker_environment()  # host-wide: every GPU visible
             outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
-                                 device.worker_device, timeout, env=env, on_start=attach, on_progress=on_progress,
-                                 stop=self.stop, uses_torch=spec.uses_torch)
+                                 device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
+                                 stop=self.stop, uses_torch=spec.uses_torch, gpu_uuids=[g.uuid for g in gpus],
+                                 between_cases=watch.check if watch is not None else None)
         finally:
             samples = sampler.stop()
+            if watch is not None:
+                watch.ended()
         return outcome, samples
 
     def _environment(self, device: Device, outcome: WorkerOutcome) -> dict[str, Any]:

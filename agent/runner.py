@@ -4,6 +4,10 @@ The child is a fresh interpreter (``python -m agent.worker``) in its own session
 and process group, so that a timeout or shutdown can stop it and anything it
 started with one ``killpg``.  Whatever happens there (an exception, a signal, a
 hang, the OOM killer), the daemon gets a :class:`WorkerOutcome` and keeps serving.
+
+While the worker runs, an optional ``between_cases`` hook (the idle guard) is asked after
+each case and every :data:`BETWEEN_CASES_INTERVAL_SECONDS`; a reason from it stops the
+worker like a timeout, and the cases left are ``skipped`` with that reason.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from agent.worker import CASE_DONE_PREFIX, PROGRESS_PREFIX
 
 TERMINATE_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the worker group has before SIGKILL."""
+
+BETWEEN_CASES_INTERVAL_SECONDS = 2.0
+"""While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
+case does not keep the GPU from a job that started meanwhile."""
 
 STDERR_TAIL_LINES = 20
 
@@ -74,12 +82,14 @@ class _OutputReader(threading.Thread):
         self._on_progress = on_progress
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.last_case_done = time.monotonic()
+        self.cases_done = 0
 
     def run(self) -> None:
         for raw in self._stream:
             line = raw.decode(errors="replace").rstrip("\n")
             if line.startswith(CASE_DONE_PREFIX):
                 self.last_case_done = time.monotonic()
+                self.cases_done += 1
             elif line.startswith(PROGRESS_PREFIX):
                 if self._on_progress is not None:
                     self._on_progress(line[len(PROGRESS_PREFIX):])
@@ -91,7 +101,10 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
                env: dict[str, str] | None = None,
                on_start: Callable[[int], None] | None = None,
                on_progress: Callable[[str], None] | None = None,
-               stop: threading.Event | None = None, uses_torch: bool = True) -> WorkerOutcome:
+               stop: threading.Event | None = None, uses_torch: bool = True,
+               gpu_uuids: list[str] | None = None,
+               between_cases: Callable[[], str | None] | None = None,
+               between_cases_interval: float = BETWEEN_CASES_INTERVAL_SECONDS) -> WorkerOutcome:
     """Run ``entry`` (``module:function``, or one per case) on each case's parameters on ``device``,
     in one child process.
 
@@ -100,13 +113,26 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     the child's environment (CUDA_VISIBLE_DEVICES, for one).  ``on_start`` gets the
     child's PID (for telemetry).  Setting ``stop`` ends the child early; the cases
     left are then ``skipped`` with reason "interrupted".
+
+    ``gpu_uuids`` (NVML UUIDs of the GPUs the worker runs on) goes into the request, where the
+    worker opens its energy counter by them; left out when None.
+
+    ``between_cases`` is asked each time a case finishes, and every ``between_cases_interval``
+    seconds while one runs; a non-None answer is a reason to stop (the idle guard: someone
+    else's job has started on the GPU).  The worker is then stopped as at a timeout, and the
+    running case and those after it are ``skipped`` with that reason.  If the hook itself raises,
+    that is taken as the reason (the guard fails closed).
     """
     with tempfile.TemporaryDirectory(prefix="sixdim-run-") as workdir:
         request_path = os.path.join(workdir, "request.json")
         results_path = os.path.join(workdir, "results.jsonl")
         with open(request_path, "w") as handle:
             entries = entry if isinstance(entry, list) else [entry] * len(cases)
-            json.dump({"entries": entries, "cases": cases, "device": device, "uses_torch": uses_torch}, handle)
+            request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
+                                       "uses_torch": uses_torch}
+            if gpu_uuids is not None:
+                request["gpu_uuids"] = list(gpu_uuids)
+            json.dump(request, handle)
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         process = subprocess.Popen(
             [sys.executable, "-m", "agent.worker", request_path, results_path],
@@ -116,7 +142,7 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
         reader.start()
         if on_start is not None:
             on_start(process.pid)
-        ended_by = _wait(process, timeout, stop, reader)
+        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval)
         _kill_group(process.pid, signal.SIGKILL)  # anything the worker left behind
         reader.join(timeout=2.0)
         outcome = _read_results(results_path)
@@ -124,22 +150,41 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
         outcome.output_tail = list(reader.tail)
         if len(outcome.cases) < len(cases):
             outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
-                                                            outcome.output_tail)
+                                                            outcome.output_tail, busy)
         return outcome
 
 
-def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader) -> str:
-    """Wait for the child; returns 'exit', 'timeout' or 'stop', having stopped it if needed."""
+def _ask(between_cases: Callable[[], str | None]) -> str | None:
+    try:
+        return between_cases()
+    except Exception as exc:  # a guard that cannot answer must not let the run go on
+        return f"the between-cases check failed: {type(exc).__name__}: {exc}"
+
+
+def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader,
+          between_cases: Callable[[], str | None] | None = None,
+          interval: float = BETWEEN_CASES_INTERVAL_SECONDS) -> tuple[str, str]:
+    """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy') and the busy
+    reason (else ""), having stopped it if needed."""
+    checked_at, checked_cases = time.monotonic(), 0
+    busy = ""
     while True:
         try:
             process.wait(timeout=0.1)
-            return "exit"
+            return "exit", ""
         except subprocess.TimeoutExpired:
             pass
-        if time.monotonic() - reader.last_case_done >= timeout:
+        now = time.monotonic()
+        if now - reader.last_case_done >= timeout:
             reason = "timeout"
         elif stop is not None and stop.is_set():
             reason = "stop"
+        elif between_cases is not None and (reader.cases_done != checked_cases or now - checked_at >= interval):
+            checked_at, checked_cases = now, reader.cases_done
+            answer = _ask(between_cases)
+            if answer is None:
+                continue
+            reason, busy = "busy", answer
         else:
             continue
         _kill_group(process.pid, signal.SIGTERM)
@@ -148,14 +193,17 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
         except subprocess.TimeoutExpired:
             _kill_group(process.pid, signal.SIGKILL)
             process.wait()
-        return reason
+        return reason, busy
 
 
-def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[str]) -> tuple[str, str]:
+def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[str],
+                    busy: str = "") -> tuple[str, str]:
     if ended_by == "timeout":
         return "timeout", f"did not finish within its timeout of {timeout:g} s; stopped"
     if ended_by == "stop":
         return "skipped", "interrupted: the agent is shutting down"
+    if ended_by == "busy":
+        return "skipped", busy
     last = next((line for line in reversed(tail) if line.strip()), "")
     if returncode < 0:
         name = _signal_name(-returncode)

@@ -2,13 +2,16 @@
 
 One job per (suite, device), with ``max_instances=1`` and ``coalesce`` so runs
 never pile up, and a misfire grace so a run late by a little still happens.
-A lock per device keeps suites that share a GPU from running on it together.
+A lock per device keeps suites that share a GPU from running on it together.  The locks are
+the executor's (:class:`agent.devices.DeviceLocks`), one object per device shared by every job:
+a job holds its device's lock for the whole suite, and a host-wide workload inside it also takes
+every other GPU's, in index order, so it waits for any suite running on another GPU and none can
+start there meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -28,13 +31,11 @@ class SuiteScheduler:
     def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]]):
         self._executor = executor
         self._plan = plan
-        self._device_locks: dict[str, threading.Lock] = {}
         jobs = sum(len(devices) for _, devices in plan)
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=max(1, jobs))}, timezone=timezone.utc)
         for suite, devices in plan:
             for device in devices:
-                self._device_locks.setdefault(device.name, threading.Lock())
                 trigger = (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
                            else CronTrigger.from_crontab(suite.cron))
                 extra = {"next_run_time": datetime.now(timezone.utc)} if suite.run_at_start else {}
@@ -59,16 +60,13 @@ class SuiteScheduler:
             self._scheduler.shutdown(wait=True)
 
     def run_suite(self, suite: Suite, device: Device) -> None:
-        lock = self._device_locks[device.name]
-        while not lock.acquire(timeout=0.5):  # another suite has this device: wait, unless stopping
-            if self._executor.stop.is_set():
+        """One scheduled run: wait for the device (another suite may have it), unless stopping."""
+        stop = self._executor.stop
+        with self._executor.locks.hold([device], stop) as held:
+            if not held or stop.is_set():
                 return
-        try:
-            if self._executor.stop.is_set():
-                return
-            items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
-            self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
-        except Exception:  # a bug in one run must not end the schedule
-            log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
-        finally:
-            lock.release()
+            try:
+                items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
+                self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
+            except Exception:  # a bug in one run must not end the schedule
+                log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)

@@ -2,7 +2,13 @@
 
 NVML never creates a CUDA context, so the daemon can read it while production
 jobs run.  Fields a GPU does not support (NVML_ERROR_NOT_SUPPORTED) are None
-and are not exported, rather than exported as zero.
+and are not exported, rather than exported as zero.  The process list is the
+exception: it feeds the idle guard, which must tell "no process" from "could not
+ask", so :meth:`NvmlCollector.process_ids` raises instead of answering ``[]``.
+
+A GPU in MIG mode is found at start (:attr:`GpuIdentity.mig_enabled`, with its
+instances' ``MIG-`` UUIDs), so that the executor can say why it does not run on
+it instead of letting CUDA fail inside the worker.
 
 The ``module`` argument lets tests substitute a fake with the same functions,
 return shapes and ``NVMLError`` exceptions as pynvml; production passes nothing.
@@ -58,6 +64,12 @@ class GpuIdentity:
     name: str
     pci_bus_id: str
     vbios_version: str
+    mig_enabled: bool = False
+    """MIG mode is on now (NVML's *current* mode; a pending change counts only after the GPU reset)."""
+    mig_uuids: tuple[str, ...] = ()
+    """The ``MIG-...`` UUIDs of the GPU's MIG instances (devices), in NVML's index order."""
+    mig_error: str = ""
+    """Why the MIG instances could not all be listed, if they could not."""
 
 
 @dataclass(frozen=True)
@@ -108,12 +120,14 @@ class NvmlCollector:
             for index in range(self._nv.nvmlDeviceGetCount()):
                 handle = self._nv.nvmlDeviceGetHandleByIndex(index)
                 self._handles.append(handle)
+                mig_enabled, mig_uuids, mig_error = self._mig(handle)
                 self._gpus.append(GpuIdentity(
                     index=index,
                     uuid=_text(self._nv.nvmlDeviceGetUUID(handle)),
                     name=_text(self._nv.nvmlDeviceGetName(handle)),
                     pci_bus_id=_text(self._nv.nvmlDeviceGetPciInfo(handle).busId),
                     vbios_version=self._optional(self._nv.nvmlDeviceGetVbiosVersion, handle, default=""),
+                    mig_enabled=mig_enabled, mig_uuids=mig_uuids, mig_error=mig_error,
                 ))
             self._availability = Availability(True)
         except Exception as exc:  # NVMLError, or ImportError where nvidia-ml-py is missing
@@ -142,6 +156,40 @@ class NvmlCollector:
                 return gpu
         raise LookupError(f"no NVIDIA GPU with index {index} (NVML sees {len(self._gpus)})")
 
+    def _mig(self, handle: Any) -> tuple[bool, tuple[str, ...], str]:
+        """(MIG mode on now, the MIG instances' UUIDs, why they could not all be listed).
+
+        ``nvmlDeviceGetMigMode`` answers NVML_ERROR_NOT_SUPPORTED on GPUs without MIG (anything
+        before A100, and GeForce/most workstation cards), and older bindings lack the function:
+        both mean "not in MIG mode".  Instance slots run from 0 to ``nvmlDeviceGetMaxMigDeviceCount``;
+        an empty slot answers NVML_ERROR_NOT_FOUND.  Any other failure is kept as ``mig_error``
+        rather than making the whole collector unavailable: the GPU is then still known to be in
+        MIG mode, which is what decides that it is not benchmarked.
+        """
+        nv = self._nv
+        get_mode = getattr(nv, "nvmlDeviceGetMigMode", None)
+        if get_mode is None:
+            return False, (), ""
+        try:
+            current, _pending = get_mode(handle)
+        except nv.NVMLError:
+            return False, (), ""
+        if current != nv.NVML_DEVICE_MIG_ENABLE:
+            return False, (), ""
+        uuids: list[str] = []
+        try:
+            for slot in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                except nv.NVMLError as exc:
+                    if getattr(exc, "value", None) == nv.NVML_ERROR_NOT_FOUND:
+                        continue  # no instance in this slot
+                    raise
+                uuids.append(_text(nv.nvmlDeviceGetUUID(mig)))
+        except nv.NVMLError as exc:
+            return True, tuple(uuids), f"cannot list its MIG instances: {exc}"
+        return True, tuple(uuids), ""
+
     # ------------------------------------------------------------------ readings
     def _optional(self, fn: Callable[..., Any], *args: Any, default: Any = None) -> Any:
         """Call an NVML function; a field this GPU lacks (or any NVML error) reads as ``default``."""
@@ -153,9 +201,15 @@ class NvmlCollector:
         return _text(value) if isinstance(value, bytes) else value
 
     def sample(self, index: int) -> GpuSample:
-        """Read one GPU now."""
+        """Read one GPU now.
+
+        The sample's time is taken before its first query (the energy counter): the window
+        maths interpolates the counter at the sample's time, and a time taken after all eight
+        queries would put every reading late by however long NVML took to answer them.
+        """
         nv, handle = self._nv, self._handles[index]
-        with self._lock:
+        with self._lock:  # after waiting for another reader, so that wait is not counted
+            taken = time.monotonic()
             energy_mj = self._optional(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
             power_mw = self._optional(nv.nvmlDeviceGetPowerUsage, handle)
             memory = self._optional(nv.nvmlDeviceGetMemoryInfo, handle)
@@ -169,7 +223,7 @@ class NvmlCollector:
                 if mask is None and hasattr(nv, name):
                     mask = self._optional(getattr(nv, name), handle)
         return GpuSample(
-            time=time.monotonic(),
+            time=taken,
             energy_joules=energy_mj / 1000.0 if energy_mj is not None else None,
             power_watts=power_mw / 1000.0 if power_mw is not None else None,
             memory_used_bytes=memory.used if memory is not None else None,
@@ -182,11 +236,16 @@ class NvmlCollector:
         )
 
     def process_ids(self, index: int) -> list[int]:
-        """PIDs of compute and graphics processes on the GPU (as NVML sees them)."""
+        """PIDs of compute and graphics processes on the GPU (as NVML sees them).
+
+        Raises pynvml's ``NVMLError`` when either list cannot be read.  Unlike a reading, a
+        failed listing is never turned into a default: ``[]`` would tell the idle guard that the
+        GPU is free when nobody knows.
+        """
         handle = self._handles[index]
         with self._lock:
-            compute = self._optional(self._nv.nvmlDeviceGetComputeRunningProcesses, handle, default=[])
-            graphics = self._optional(self._nv.nvmlDeviceGetGraphicsRunningProcesses, handle, default=[])
+            compute = self._nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            graphics = self._nv.nvmlDeviceGetGraphicsRunningProcesses(handle)
         return sorted({p.pid for p in list(compute) + list(graphics)})
 
     # ------------------------------------------------------------------ export
@@ -220,5 +279,11 @@ class NvmlCollector:
                 for bit, reason in CLOCK_EVENT_REASONS.items():
                     samples.append(Sample(catalog.GPU_THROTTLE, {**labels, "reason": reason},
                                           1.0 if reading.clock_event_mask & bit else 0.0))
-            samples.append(Sample(catalog.GPU_PROCESSES, labels, float(len(self.process_ids(gpu.index)))))
+            try:
+                processes: int | None = len(self.process_ids(gpu.index))
+            except self._nv.NVMLError as exc:  # absent, not 0: nobody knows how many there are
+                self._log.warning(f"NVML process list of GPU {gpu.index}: {exc}")
+                processes = None
+            if processes is not None:
+                samples.append(Sample(catalog.GPU_PROCESSES, labels, float(processes)))
         return samples

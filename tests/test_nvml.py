@@ -128,3 +128,39 @@ def test_older_drivers_fall_back_to_the_throttle_reasons_symbol():
     fake.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: 0x40  # the old symbol still answers
     nvml = NvmlCollector("node1", module=fake)
     assert nvml.sample(0).clock_event_mask == 0x40
+
+
+def test_a_samples_time_is_taken_before_its_queries(monkeypatch):
+    """NVML answers take time; the reading's time must be when its first query (the energy counter)
+    was made, not after the last one, or every counter value would be placed late."""
+    import types
+
+    import collectors.nvml
+
+    now = [100.0]
+    calls: list[tuple[str, float]] = []
+
+    def on_call(function: str) -> None:
+        calls.append((function, now[0]))
+        now[0] += 0.010  # each NVML query takes 10 ms
+
+    monkeypatch.setattr(collectors.nvml, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu()], on_call=on_call))
+    calls.clear()
+    now[0] = 100.0
+    reading = nvml.sample(0)
+    assert calls[0] == ("nvmlDeviceGetTotalEnergyConsumption", reading.time)
+    assert reading.time == 100.0 and now[0] == pytest.approx(100.0 + 0.010 * len(calls))
+    assert len(calls) >= 7
+
+
+def test_a_failed_process_list_raises_and_is_not_exported_as_zero():
+    gpu = FakeGpu(errors={"nvmlDeviceGetGraphicsRunningProcesses": pynvml.NVML_ERROR_UNKNOWN})
+    nvml = NvmlCollector("node1", module=FakeNvml([gpu, FakeGpu(uuid="GPU-b", compute_pids=[7])]))
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        nvml.process_ids(0)
+    assert nvml.process_ids(1) == [7]
+    samples = nvml.collect()
+    assert values(samples, catalog.GPU_PROCESSES, gpu="0") == []  # unknown: absent, never 0
+    assert values(samples, catalog.GPU_PROCESSES, gpu="1") == [1.0]
+    assert "cannot list processes on GPU 0: Unknown Error" in busy_reason(nvml, 0, 0.05)

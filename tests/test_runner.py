@@ -90,3 +90,45 @@ def test_timeout_is_per_case():
                          uses_torch=False)  # no torch import in the first case's time
     assert time.monotonic() - started > 4.5
     assert outcome.status == "ok" and [c.status for c in outcome.cases.values()] == ["ok"] * 3
+
+
+def test_gpu_uuids_reach_the_workers_request():
+    outcome = run_worker("tests.guard_workloads:step", [{}], "cpu", 60, uses_torch=False,
+                         gpu_uuids=["GPU-aaaa", "GPU-bbbb"])
+    assert outcome.cases[0].details["gpu_uuids"] == ["GPU-aaaa", "GPU-bbbb"]
+    outcome = run_worker("tests.guard_workloads:step", [{}], "cpu", 60, uses_torch=False)
+    assert outcome.cases[0].details["gpu_uuids"] is None  # not given: left out of the request
+
+
+def test_between_cases_stops_the_worker_and_skips_the_running_case_and_the_rest():
+    calls = []
+
+    def busy_after_first_case() -> str | None:
+        calls.append(time.monotonic())
+        return "busy: 1 other process(es) on GPU 0 (pid 4242)"
+
+    # a long interval: only a finished case triggers the check
+    outcome = run_worker("tests.guard_workloads:step", [{"seconds": 0.1}, {"seconds": 30}, {"seconds": 0.1}], "cpu",
+                         60, uses_torch=False, between_cases=busy_after_first_case, between_cases_interval=600)
+    assert [outcome.cases[i].status for i in sorted(outcome.cases)] == ["ok"]
+    assert (outcome.status, outcome.reason) == ("skipped", "busy: 1 other process(es) on GPU 0 (pid 4242)")
+    assert len(calls) == 1
+
+
+def test_between_cases_is_also_asked_during_a_long_case():
+    answers = iter([None, None, "busy: someone else's job"])
+    started = time.monotonic()
+    outcome = run_worker("tests.guard_workloads:step", [{"seconds": 60}], "cpu", 120, uses_torch=False,
+                         between_cases=lambda: next(answers), between_cases_interval=0.5)
+    assert not outcome.cases and (outcome.status, outcome.reason) == ("skipped", "busy: someone else's job")
+    assert time.monotonic() - started < 10  # three checks 0.5 s apart, then SIGTERM: not the case's 60 s
+
+
+def test_a_between_cases_check_that_raises_stops_the_worker():
+    def broken() -> str | None:
+        raise OSError("NVML went away")
+
+    outcome = run_worker("tests.guard_workloads:step", [{"seconds": 0.1}, {"seconds": 30}], "cpu", 60,
+                         uses_torch=False, between_cases=broken, between_cases_interval=600)
+    assert outcome.status == "skipped"
+    assert outcome.reason == "the between-cases check failed: OSError: NVML went away"

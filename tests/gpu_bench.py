@@ -508,11 +508,13 @@ def reference_times(fn: Callable[[], Any], device: Any, *, min_run_time: float, 
     if cuda:
         torch.cuda.synchronize(device)
     out: dict[str, Any] = {}
+    begun = time.monotonic()
     try:
         measured = benchmark.Timer(stmt="fn()", globals={"fn": fn},
                                    num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=min_run_time)
         out["timer"] = {"seconds": measured.median, "mean": measured.mean, "iqr": measured.iqr,
-                        "blocks": len(measured.times), "calls_per_block": measured.number_per_run, "regime": "warm"}
+                        "blocks": len(measured.times), "calls_per_block": measured.number_per_run, "regime": "warm",
+                        "span": [begun, time.monotonic()]}
     except Exception as exc:
         out["timer"] = {"error": f"{type(exc).__name__}: {exc}"}
     if not cuda:
@@ -522,16 +524,20 @@ def reference_times(fn: Callable[[], Any], device: Any, *, min_run_time: float, 
         out["do_bench"] = {"error": "triton is not installed"}
         return out
     try:
+        begun = time.monotonic()
         seconds, statistic = _bench(triton_testing.do_bench, fn, warmup=100, rep=300)
-        out["do_bench"] = {"seconds": seconds, "regime": "cold", "statistic": statistic}
+        out["do_bench"] = {"seconds": seconds, "regime": "cold", "statistic": statistic,
+                           "span": [begun, time.monotonic()]}
     except Exception as exc:
         out["do_bench"] = {"error": f"{type(exc).__name__}: {exc}"}
     if graph:
         try:
+            begun = time.monotonic()
             with torch.cuda.stream(torch.cuda.Stream()):  # graphs cannot be captured on the default stream
                 seconds, statistic = _bench(triton_testing.do_bench_cudagraph, fn, rep=100)
             torch.cuda.synchronize()
-            out["do_bench_cudagraph"] = {"seconds": seconds, "regime": "warm", "statistic": statistic}
+            out["do_bench_cudagraph"] = {"seconds": seconds, "regime": "warm", "statistic": statistic,
+                                         "span": [begun, time.monotonic()]}
         except Exception as exc:
             out["do_bench_cudagraph"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
@@ -548,6 +554,71 @@ def _bench(function: Callable, fn: Callable[[], Any], **kwargs: Any) -> tuple[fl
     if isinstance(ms, (list, tuple)):
         ms = ms[0]
     return float(ms) / 1e3, statistic
+
+
+class ClockWatch:
+    """NVML readings of one GPU every 20 ms on a thread, so that each tool's timed span gets its mean
+    SM clock, mean power and the share of readings under the software power cap.
+
+    Why: on a large GEMM the tools differ by a few percent, and the first suspect is not the timing
+    but the GPU's clock, which the power cap lowers under sustained load (sixdim times after a
+    warm-up of seconds; blocked_autorange and do_bench time bursts of well under a second).  With the
+    clocks of each span side by side, a gap explained by the clock shows as the same ratio in MHz.
+    Torch-free; a no-op where NVML is unavailable.
+    """
+
+    PERIOD = 0.02
+
+    def __init__(self, device: str):
+        import threading
+
+        self._readings: list[tuple[float, float | None, float | None, int | None]] = []
+        self._stop = threading.Event()
+        self._thread: Any = None
+        self._nvml: Any = None
+        self._index = int(device.split(":")[1]) if device.startswith("cuda:") else None
+        if self._index is None:
+            return
+        try:
+            from collectors.nvml import NvmlCollector
+
+            nvml = NvmlCollector("bench-clocks")
+            if nvml.availability().available:
+                self._nvml = nvml
+                self._thread = threading.Thread(target=self._loop, daemon=True)
+                self._thread.start()
+        except Exception:
+            self._nvml = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                s = self._nvml.sample(self._index)
+                self._readings.append((s.time, s.sm_clock_hertz, s.power_watts, s.clock_event_mask))
+            except Exception:
+                pass
+            self._stop.wait(self.PERIOD)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def over(self, span: Any) -> dict[str, Any] | None:
+        """Mean SM clock (MHz), mean power (W) and power-capped share over [start, end]."""
+        if not span or None in span or not self._readings:
+            return None
+        start, end = span
+        inside = [r for r in self._readings if start <= r[0] <= end]
+        if not inside:
+            return None
+        clocks = [r[1] for r in inside if r[1] is not None]
+        watts = [r[2] for r in inside if r[2] is not None]
+        masks = [r[3] for r in inside if r[3] is not None]
+        return {"readings": len(inside), "seconds": end - start,
+                "sm_clock_mhz": statistics.fmean(clocks) / 1e6 if clocks else None,
+                "power_watts": statistics.fmean(watts) if watts else None,
+                "power_capped_share": sum(1 for m in masks if m & 0x004) / len(masks) if masks else None}
 
 
 # ----------------------------------------------------------------------------- compare
@@ -644,9 +715,20 @@ def cmd_compare(args: argparse.Namespace, result: dict[str, Any], save: Callable
 
 def compare_case(spec: Any, case: Any, device_name: str, device: Any, row: dict[str, Any], min_run_time: float,
                  triton_testing: Any) -> None:
+    watch = ClockWatch(device_name)
+    try:
+        _compare_case(spec, case, device_name, device, row, min_run_time, triton_testing, watch)
+    finally:
+        watch.stop()
+
+
+def _compare_case(spec: Any, case: Any, device_name: str, device: Any, row: dict[str, Any], min_run_time: float,
+                  triton_testing: Any, watch: ClockWatch) -> None:
     out = run_inprocess(spec, case, device_name)
     figures, details = out.get("figures") or {}, out.get("details") or {}
     row.update(status=out["status"], reason=out.get("reason", ""))
+    clocks: dict[str, Any] = {"sixdim": watch.over(out.get("window"))}
+    row["clocks"] = clocks
     if "seconds" not in figures:
         return
     row["sixdim"] = {"seconds": figures["seconds"], "regime": details.get("cache_regime"),
@@ -662,6 +744,9 @@ def compare_case(spec: Any, case: Any, device_name: str, device: Any, row: dict[
     short = figures["seconds"] < GRAPH_BELOW_SECONDS
     refs = reference_times(fn, device, min_run_time=min_run_time, graph=short, triton_testing=triton_testing)
     del fn, kept
+    for name, ref in refs.items():
+        if isinstance(ref, dict) and ref.get("span"):
+            clocks[name] = watch.over(ref["span"])
     row.update(refs)
     regime = details.get("cache_regime") or ("cold" if str(details.get("timing_method", "")).endswith("flushed")
                                              else "warm")
@@ -677,12 +762,12 @@ def compare_case(spec: Any, case: Any, device_name: str, device: Any, row: dict[
 
 def summary_compare(result: dict[str, Any]) -> str:
     rows = [["kernel", "shape", "precision", "pass", "sixdim", "regime", "timer", "do_bench", "graph", "ratio",
-             "within 2%?"]]
+             "within 2%?", "MHz sixdim/tool"]]
     for r in result.get("cases", []):
         status = r.get("status")
         if status != "ok" and "sixdim" not in r:
             rows.append([r["kernel"], short_shape(r["shape"]), r["precision"], r["pass"], status or "-",
-                         "-", "-", "-", "-", "-", (r.get("reason") or r.get("error") or "")[:40]])
+                         "-", "-", "-", "-", "-", (r.get("reason") or r.get("error") or "")[:40], "-"])
             continue
         within = r.get("within_2pct")
         rows.append([r["kernel"], short_shape(r["shape"]), r["precision"], r["pass"],
@@ -690,12 +775,22 @@ def summary_compare(result: dict[str, Any]) -> str:
                      fmt_s(get(r, "timer", "seconds")), fmt_s(get(r, "do_bench", "seconds")),
                      fmt_s(get(r, "do_bench_cudagraph", "seconds")),
                      fmt_ratio(r.get("ratio")) + (f" ({r['reference_tool']})" if r.get("reference_tool") else ""),
-                     "-" if within is None else ("yes" if within else "NO") + ("" if status == "ok" else f" [{status}]")])
+                     "-" if within is None else ("yes" if within else "NO") + ("" if status == "ok" else f" [{status}]"),
+                     clock_pair(r)])
     s = result.get("summary") or {}
     return (table(rows) + f"\n{s.get('within_2pct', 0)} of {s.get('compared', 0)} compared cases within 2% of the "
             f"best tool in sixdim's cache regime (cold: do_bench; warm: blocked_autorange, do_bench_cudagraph); "
             f"{s.get('skipped_for_budget', 0)} skipped for the time budget" +
             (f"\n{result['triton']}" if result.get("triton") else ""))
+
+
+def clock_pair(row: dict[str, Any]) -> str:
+    """Mean SM clock during sixdim's timed rounds / during the reference tool's run, in MHz."""
+    mine = get(row, "clocks", "sixdim", "sm_clock_mhz")
+    tool = get(row, "clocks", row.get("reference_tool") or "", "sm_clock_mhz")
+    if not isinstance(mine, float) or not isinstance(tool, float):
+        return "-"
+    return f"{mine:.0f}/{tool:.0f}"
 
 
 def short_shape(shape: str) -> str:

@@ -155,6 +155,9 @@ def test_sparse_gemm_counts_nonzeros_and_speedup():
         assert abs(d["density"] - (1 - p["sparsity"])) < 0.02
         assert output.figures["flops"] == pytest.approx(2 * d["nnz"] * p["n"] / output.figures["seconds"])
         assert output.figures["speedup"] == pytest.approx(d["dense_seconds"] / output.figures["seconds"])
+        # DeepBench's int32 CSR indices, read back from the tensor that ran; both kernels in one cache regime
+        assert d["index_dtype"] == "int32"
+        assert d["dense_cache_regime"] == d["cache_regime"]
 
 
 def test_sparse_gemm_catches_a_corrupted_output():

@@ -74,5 +74,6 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         measured, check(produced, reference, "fp32"), flop_count=2 * nnz * n,
         figures={"speedup": dense_seconds / sparse_seconds},
         details={"dense_round_seconds": dense.round_seconds, "dense_seconds": dense_seconds,
-                 "dense_timing_method": dense.method, "nnz": nnz, "index_dtype": "int32",
+                 "dense_timing_method": dense.method, "dense_cache_regime": dense.regime, "nnz": nnz,
+                 "index_dtype": str(sparse_w.col_indices().dtype).removeprefix("torch."),
                  "density": nnz / (m * k), "dense_equivalent_flops": 2 * m * n * k / sparse_seconds})

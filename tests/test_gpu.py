@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -344,3 +346,27 @@ def test_deterministic_mode_does_not_leak_into_the_next_case(mixed):
     assert after.status == "ok", after.reason
     assert get_flag(after, "deterministic") is False
     assert get_flag(after, "cudnn_benchmark") is False  # nor the conv/model autotuner
+
+
+# (i) a failed CUDA graph capture leaves the thread on the caller's stream
+
+FAILED_CAPTURE = """
+import torch
+from workloads import timing
+
+x = torch.ones(4, device="cuda")
+before = torch.cuda.current_stream().cuda_stream
+replay = timing._graph_of(lambda: x.sum().item(), 3)  # a host read cannot be captured
+assert replay is None, "the capture should have failed"
+after = torch.cuda.current_stream().cuda_stream
+assert after == before, f"left on stream {after:#x}, not the caller's {before:#x}"
+print((x * 2).sum().item())
+"""
+
+
+def test_a_failed_graph_capture_puts_the_callers_stream_back(nvml):
+    """In a child process, so this one never holds a CUDA context (see the module docstring)."""
+    done = subprocess.run([sys.executable, "-c", FAILED_CAPTURE], capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "8.0"

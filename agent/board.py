@@ -2,17 +2,32 @@
 
 Kept in memory for cheap scrapes and fed from the history only: loaded at start (so a restart
 serves the last results again before any new run), then caught up with the rows written
-since, after each run and at each scrape.  Rows written by another process, such as a
-``sixdim run`` or a node-linearity run on this host, therefore appear without a restart.
-SQLite hands out row ids in commit order, so "rows after the last id seen" misses none.
+since.  Rows written by another process, such as a ``sixdim run`` or a node-linearity run on
+this host, therefore appear without a restart.  SQLite hands out row ids in commit order, so
+"rows after the last id seen" misses none.
+
+Results the history could not write yet (a locked or full database: see
+:mod:`agent.history`) are shown from its queue at once, and recognised by their ``uid`` when
+they are finally written, so each run is counted once.  A catch-up that cannot read the
+database (another process holds it locked) leaves the board as it was and tries again next time.
+
+:attr:`Board.version` changes whenever what the board shows changes, so the exporter can render
+the exposition once per change rather than once per scrape.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 
 from agent.history import History
 from agent.results import RunRecord
+
+log = logging.getLogger("sixdim")
+
+CATCH_UP_BATCH = 10_000
+"""Rows read per catch-up step, so a large backlog (another process's full suite) is read in pieces."""
 
 
 class Board:
@@ -21,6 +36,9 @@ class Board:
         self._latest: dict[tuple[str, ...], RunRecord] = {}
         self._counts: dict[tuple[tuple[str, ...], str], tuple[RunRecord, int]] = {}
         self._last_id = 0
+        self._shown_pending: set[str] = set()
+        self.version = 0
+        """Incremented on every change of what the board shows."""
 
     @classmethod
     def from_history(cls, history: History) -> "Board":
@@ -30,16 +48,41 @@ class Board:
         for record, count in history.status_counts():
             board._counts[(record.key(), record.status)] = (record, count)
         board._last_id = history.last_id()
+        board._show_pending(history)
         return board
 
     def catch_up(self, history: History) -> int:
-        """Add the rows written since the last one seen; returns how many."""
+        """Retry the history's queued writes, then add the rows written since the last one seen
+        and the results still queued; returns how many runs were added."""
+        history.retry_pending()
+        added = 0
         with self._lock:
-            records = history.after(self._last_id)
-            for record in records:
-                self._add(record)
-                self._last_id = max(self._last_id, record.id or 0)
-            return len(records)
+            while True:
+                try:
+                    records = history.after(self._last_id, limit=CATCH_UP_BATCH)
+                except sqlite3.Error as exc:  # locked by another process: try again next time
+                    log.debug("board: cannot read the history now: %s", exc)
+                    break
+                for record in records:
+                    self._last_id = max(self._last_id, record.id or 0)
+                    if record.uid and record.uid in self._shown_pending:
+                        self._shown_pending.discard(record.uid)  # shown while it waited: counted once
+                        continue
+                    self._add(record)
+                    added += 1
+                if len(records) < CATCH_UP_BATCH:
+                    break
+        return added + self._show_pending(history)
+
+    def _show_pending(self, history: History) -> int:
+        added = 0
+        with self._lock:
+            for record in history.pending():
+                if record.uid not in self._shown_pending:
+                    self._shown_pending.add(record.uid)
+                    self._add(record)
+                    added += 1
+        return added
 
     def add(self, record: RunRecord) -> None:
         """Add a record that is not in a history (tests, previews)."""
@@ -52,6 +95,7 @@ class Board:
         key = (record.key(), record.status)
         previous = self._counts.get(key)
         self._counts[key] = (record, (previous[1] if previous else 0) + 1)
+        self.version += 1
 
     def latest(self) -> list[RunRecord]:
         with self._lock:

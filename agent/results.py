@@ -35,6 +35,10 @@ class RunRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     """Driver, CUDA runtime, cuDNN, NCCL, torch, Python and sixdim versions, and the device model."""
     id: int | None = None
+    uid: str = ""
+    """A unique name for the run, given when it is first recorded; it lets a result that waited in
+    memory for the database (locked, full) be recognised when it is finally written, so it is
+    counted once."""
 
     def __post_init__(self) -> None:
         if self.status not in catalog.RUN_STATUSES:

@@ -1,0 +1,69 @@
+"""Summary series: a suite's result per workload, precision and pass, without a series per shape.
+
+The full suite runs thousands of cases per device; exported per shape, an 8-GPU host would carry
+hundreds of thousands of series, more than a Prometheus server should hold for one exporter.  A
+dashboard at a glance needs one figure per (device, suite, workload, precision, mode, pass): the
+**geometric mean over the suite's shapes** of each rate (FLOP/s, samples/s, bytes/s), of the
+fraction of peak and of the time, with the number of shapes it covers.  A geometric mean is the
+mean of ratios (MLPerf and SPEC use it for the same reason): a 5% slowdown of every shape moves
+it by 5% whatever the shapes' sizes, and one shape cannot dominate it by being large.
+
+Only ``ok`` results take part (a failed shape has no figure; its failure shows in the run
+counters), and results are grouped by software versions too, so that a geometric mean never mixes
+a driver's figures with its successor's while a suite is half-way through re-running them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.results import RunRecord
+
+SUMMARY_FIGURES: tuple[str, ...] = ("flops", "samples_per_second", "bytes_per_second", "peak_ratio", "seconds")
+"""The figures summarised, each where every result of the group that has it has it positive."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One summary series: the labels of its group, and the geometric mean of each figure."""
+
+    record: RunRecord
+    """The newest result of the group: the source of its device, workload and version labels."""
+    shapes: int
+    figures: dict[str, float]
+
+
+def group_key(record: RunRecord) -> tuple[str, ...]:
+    """What one summary series stands for: the series key without the shape, plus suite and versions."""
+    labels = record.result_labels()
+    return (*[k for i, k in enumerate(record.key()) if i != 6], record.suite,
+            labels["driver_version"], labels["cuda_version"], labels["torch_version"])
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    """The geometric mean of positive values; None if there are none or any is not positive."""
+    if not values or any(not (v > 0) or math.isinf(v) for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summarize(records: Iterable[RunRecord]) -> list[Summary]:
+    """One :class:`Summary` per group of the ``ok`` results among ``records``."""
+    groups: dict[tuple[str, ...], list[RunRecord]] = {}
+    for record in records:
+        if record.status == "ok":
+            groups.setdefault(group_key(record), []).append(record)
+    summaries = []
+    for members in groups.values():
+        figures: dict[str, float] = {}
+        for name in SUMMARY_FIGURES:
+            values = [float(r.figures[name]) for r in members if isinstance(r.figures.get(name), (int, float))]
+            if len(values) == len(members):  # a mean over some of the shapes would pass for all of them
+                mean = geometric_mean(values)
+                if mean is not None:
+                    figures[name] = mean
+        newest = max(members, key=lambda r: (r.ended_at, r.id or 0))
+        summaries.append(Summary(newest, len({r.shape for r in members}), figures))
+    return summaries

@@ -1,0 +1,47 @@
+"""Summary series: geometric means over a suite's shapes, grouped so that nothing is mixed."""
+
+import math
+
+import pytest
+
+from agent.summary import geometric_mean, summarize
+from tests.helpers import make_record
+
+
+def shape(m: int) -> str:
+    return f"m={m},n={m},k={m}"
+
+
+def test_the_geometric_mean_moves_by_a_uniform_slowdown_whatever_the_sizes():
+    fast = [make_record(seconds=s, shape=shape(i)) for i, s in enumerate([1e-5, 1e-3, 1e-1], 1)]
+    slow = [make_record(seconds=s * 1.05, shape=shape(i)) for i, s in enumerate([1e-5, 1e-3, 1e-1], 1)]
+    [before], [after] = summarize(fast), summarize(slow)
+    assert before.shapes == 3
+    assert before.figures["flops"] == pytest.approx(1024 / (1e-5 * 1e-3 * 1e-1) ** (1 / 3))
+    assert after.figures["flops"] / before.figures["flops"] == pytest.approx(1 / 1.05)
+    assert after.figures["seconds"] / before.figures["seconds"] == pytest.approx(1.05)
+
+
+def test_groups_keep_gpus_precisions_and_versions_apart_and_skip_failures():
+    records = [make_record(seconds=1.0, shape=shape(1)), make_record(seconds=4.0, shape=shape(2)),
+               make_record(seconds=2.0, shape=shape(1), uuid="GPU-b", gpu="1"),
+               make_record(seconds=8.0, shape=shape(3), driver="999.1"),
+               make_record("failed", shape=shape(4))]
+    by = {(s.record.uuid, s.record.environment["driver"]): s for s in summarize(records)}
+    assert set(by) == {("GPU-a", "550.54.15"), ("GPU-b", "550.54.15"), ("GPU-a", "999.1")}
+    assert by[("GPU-a", "550.54.15")].shapes == 2
+    assert by[("GPU-a", "550.54.15")].figures["seconds"] == pytest.approx(2.0)  # sqrt(1 * 4)
+    assert by[("GPU-a", "999.1")].figures["seconds"] == pytest.approx(8.0)
+
+
+def test_a_figure_only_some_shapes_have_is_not_summarised():
+    records = [make_record(seconds=1.0, shape=shape(1), peak_ratio=0.5), make_record(seconds=2.0, shape=shape(2))]
+    [summary] = summarize(records)
+    assert "peak_ratio" not in summary.figures and "seconds" in summary.figures
+
+
+def test_geometric_mean_refuses_what_it_cannot_mean():
+    assert geometric_mean([]) is None
+    assert geometric_mean([1.0, 0.0]) is None
+    assert geometric_mean([1.0, math.inf]) is None
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)

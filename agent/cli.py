@@ -1,8 +1,10 @@
-"""The ``sixdim`` command line: serve, run, list.
+"""The ``sixdim`` command line: serve, run, list, dimensions.
 
 Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
-configuration, with a message naming the file or variable, the key and what
-was expected.
+configuration, with a message naming the file, variable or flag, the key and what
+was expected (an address ``serve`` cannot listen on included); 130 and 143 when
+``run`` is stopped by SIGINT (Ctrl-C) or SIGTERM, after it has stopped its worker,
+recorded and printed what finished.
 """
 
 from __future__ import annotations
@@ -10,11 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
+import signal
 import sys
+import threading
 from typing import Any, Sequence
 
 from agent import __version__
-from agent.config import ConfigError, Suite, preset_entries, add_option_flags, is_device_selector, load
+from agent.config import (MAX_SECONDS, ConfigError, Suite, add_option_flags, is_device_selector, load,
+                          preset_entries)
 from agent.devices import DeviceError
 from agent.history import HistoryError
 from agent.results import RunRecord
@@ -22,51 +29,119 @@ from workloads import registry
 from workloads.spec import ParamError
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SIGNAL_BASE = 128
+"""A command stopped by signal N exits with 128 + N, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
 
 _RUN_OPTION_KEYS = ("agent.history", "agent.hostname", "agent.log_level", "agent.sample_hz",
                     "guard.enabled", "guard.max_utilization")
+
+
+def _positive_seconds(text: str) -> float:
+    """``--timeout``: a positive, finite number of seconds.  NaN is refused by name: it compares
+    false with everything, so it would mean no timeout at all."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive, finite number of seconds (at most {MAX_SECONDS}), got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """``--nnodes``, ``--nproc-per-node``: a count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _endpoint(text: str) -> str:
+    """``--rdzv-endpoint``: HOST:PORT, a host the other nodes can reach and a port from 1 to 65535."""
+    host, _, port = text.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 1 to 65535, got {text!r}")
+    return text
+
+
+def _embedded_default_summary() -> str:
+    """What ``serve`` runs with no configuration file, read from ``agent/default.toml`` itself so
+    that the help cannot drift from it."""
+    from importlib import resources
+
+    from agent.config import tomllib
+
+    document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+    parts = []
+    for suite in document.get("suites", []):
+        kinds = ", ".join(dict.fromkeys(name for name, _ in registry.SUITES.get(suite.get("preset", ""), [])))
+        every = suite.get("interval_seconds")
+        schedule = f"every {every / 60:g} minutes" if every else f"at cron '{suite.get('cron')}' (UTC)"
+        at_start = ", starting at once" if suite.get("run_at_start") else ""
+        parts.append(f"the built-in {suite.get('preset', suite.get('name'))} suite ({kinds}) {schedule}{at_start}")
+    return "; ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sixdim",
         description="GPU fleet benchmark agent: runs benchmark workloads on a schedule, keeps their results "
-                    "in a SQLite history and exports them as Prometheus metrics.",
+                    "in a SQLite history and exports them as Prometheus metrics. 'sixdim COMMAND --help' "
+                    "explains each command.",
         epilog="Every option is also a SIXDIM_* environment variable and a key of the TOML file; "
                "flags win over variables, variables over the file. Exit codes: 0 ok, 1 a run failed, "
-               "2 bad usage or configuration.")
+               "2 bad usage or configuration, 130/143 'run' stopped by SIGINT/SIGTERM.")
     parser.add_argument("--version", action="version", version=f"sixdim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    suite_names = ", ".join(registry.SUITES)
 
     serve = commands.add_parser(
         "serve", help="run the agent: scheduled suites, /metrics and /healthz",
-        description="Run the agent. Without --config it uses the embedded default: a quick GEMM suite every "
-                    "15 minutes on every GPU (or the CPU), listening on 0.0.0.0:9480.")
+        description="Run the agent: run the configured suites on their schedules on each of their devices, "
+                    "record every result in the history, and serve /metrics (Prometheus) and /healthz. "
+                    f"Without --config it uses the embedded default configuration: {_embedded_default_summary()}, "
+                    "on every GPU (or the CPU where there is none), listening on 0.0.0.0:9480. In a file, "
+                    "each [[suites]] table says what runs (preset: " + suite_names + "; or workloads) and when "
+                    "(interval_seconds or cron); a cron suite waits for its time unless run_at_start = true. "
+                    "SIGTERM or Ctrl-C stops the running worker and exits 0.",
+        epilog="Exit codes: 0 stopped by a signal; 2 bad configuration, or an address it cannot listen on.")
     serve.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
     add_option_flags(serve)
 
     run = commands.add_parser(
         "run", help="run workloads once now, print the results and record them in history",
-        description="Run workloads once, now, in a child process each; print a table (or JSON) and record "
-                    "the runs in the history. Exit code 1 if any run failed or timed out.")
+        description="Run workloads once, now, on each device; print a table (or JSON) and record the runs in "
+                    "the history. The cases of consecutive workloads share one worker process per device (a "
+                    "fresh one after a crash), each case with its own timeout. SIGTERM or Ctrl-C stops the "
+                    "worker and everything it started, records and prints the cases that finished.",
+        epilog="Exit codes: 0 ok; 1 a case failed or timed out; 2 bad usage or configuration; "
+               "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM.")
     run.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
     run.add_argument("--workload", "-w", action="append", metavar="NAME",
                      help="workload to run (repeatable; see 'sixdim list'); default: the suite's workloads")
     run.add_argument("--suite", metavar="NAME",
-                     help="run a configured suite, or a built-in one: quick, full, inference "
-                          "(default: the first configured suite)")
+                     help=f"run a configured suite, or a built-in one: {suite_names} ('sixdim list' shows "
+                          "what each runs; default: the first configured suite)")
     run.add_argument("--device", "-d", default="auto", metavar="auto|cpu|cuda:N",
                      help="where to run: every GPU, else the CPU (auto); the CPU; or one GPU (default: auto)")
     run.add_argument("--param", "-p", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a workload parameter, e.g. -p m=2048 (repeatable)")
-    run.add_argument("--timeout", type=float, metavar="SECONDS",
-                     help="stop a case (one shape, precision and pass) that takes longer "
-                          "(default: the suite's timeout_seconds)")
-    run.add_argument("--json", action="store_true", help="print the run records as JSON")
+                     help="override a workload parameter, e.g. -p m=2048, -p precisions=fp32,bf16 (repeatable; "
+                          "'sixdim list' shows each workload's parameters)")
+    run.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                     help="stop a case (one shape, precision and pass) that takes longer; a positive number "
+                          "(default: the suite's timeout_seconds, else 600)")
+    run.add_argument("--json", action="store_true", help="print the run records as JSON instead of a table")
     nodes = run.add_argument_group("node linearity (torchrun's c10d rendezvous; run the same command on every node)")
-    nodes.add_argument("--nnodes", type=int, metavar="N", help="nodes taking part; implies --workload linearity")
-    nodes.add_argument("--nproc-per-node", type=int, metavar="K", help="ranks on each node (its GPUs; default 1)")
-    nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet (one node's address)")
+    nodes.add_argument("--nnodes", type=_positive_int, metavar="N",
+                       help="nodes taking part, at least 1; implies --workload linearity")
+    nodes.add_argument("--nproc-per-node", type=_positive_int, metavar="K",
+                       help="ranks on each node (its GPUs; default 1)")
+    nodes.add_argument("--rdzv-endpoint", type=_endpoint, metavar="HOST:PORT",
+                       help="where the nodes meet (one node's address and a free port)")
     nodes.add_argument("--rdzv-id", metavar="ID", help="a name shared by the nodes of one run (default: sixdim)")
     run.add_argument("--ai-rank-log", metavar="FILE",
                      help="also write the runs' AI-Rank log lines (convergence and model training) to FILE")
@@ -78,12 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "Input keys, each optional: speed (5+ per-epoch throughputs), accuracy (a number), "
                     'linearity ({"single": x, "multi": y, "count": n}), power_watts (samples), memory_mib '
                     "(samples), convergence (5+ converged values of complete runs). Output keys: speed, "
-                    "accuracy, linearity, power_watts, memory_mib, stability; null where the input is absent.")
+                    "accuracy, linearity, power_watts, memory_mib, stability; null where the input is absent.",
+        epilog="Exit codes: 0 ok; 2 unreadable file, invalid JSON or values.")
     dims.add_argument("file", metavar="FILE", help="the JSON file, or - for standard input")
 
-    listing = commands.add_parser("list", help="list the workloads and their parameters",
-                                  description="List the workloads, their parameters and defaults per device.")
-    listing.add_argument("--json", action="store_true", help="print as JSON")
+    listing = commands.add_parser(
+        "list", help="list the workloads, their parameters and the built-in suites",
+        description="List every workload with its parameters and their defaults on a CPU and on a GPU, then "
+                    f"the built-in suites ({suite_names}) and what each runs.")
+    listing.add_argument("--json", action="store_true", help="print the workloads as JSON")
     listing.add_argument("--shapes", action="store_true",
                          help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
     return parser
@@ -97,6 +175,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `sixdim list | head`: the reader left, which is fine
         sys.stderr.close()
         return EXIT_OK
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling: nothing to clean up
+        print("sixdim: interrupted", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + signal.SIGINT
+
+
+class _BriefFormatter(logging.Formatter):
+    """``sixdim run``'s log lines, shaped like its errors (``sixdim: warning: NVML unavailable: ...``):
+    a person at a terminal reads them, so no timestamp or logger name."""
+
+    def __init__(self) -> None:
+        super().__init__("sixdim: %(level)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.level = record.levelname.lower()
+        return super().format(record)
+
+
+def _setup_logging(command: str, level: str) -> None:
+    """The daemon logs with timestamps and logger names (a journal); ``run`` briefly (a terminal)."""
+    handler = logging.StreamHandler(sys.stderr)
+    journal = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(journal if command == "serve" else _BriefFormatter())
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+    if level != "debug":  # APScheduler logs every job start and end at INFO
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -109,10 +212,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "dimensions":
             return command_dimensions(args)
         config = load(args.config, flags=args)
-        logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        if config.log_level != "debug":  # APScheduler logs every job start and end at INFO
-            logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        _setup_logging(args.command, config.log_level)
         if args.command == "serve":
             from agent.serve import serve
 
@@ -165,7 +265,7 @@ def _print_shapes(spec: Any) -> None:
         try:
             cases = spec.cases(overrides, "cuda")
         except ParamError as exc:  # a workload whose cases come from the user (a command)
-            print(f"  cases: given by its parameters ({exc})\n")
+            print(f"  cases: made from the parameters you give it ({exc})\n")
             return
         every_precision = list(dict.fromkeys(c.precision for c in cases))
         by_label: dict[str, list[str]] = {}
@@ -221,6 +321,71 @@ def _parse_params(pairs: list[str]) -> dict[str, str]:
     return params
 
 
+def _check_finite(overrides: dict[str, Any], specs: list[Any]) -> None:
+    """Refuse 'nan', 'inf', '-Infinity' for a numeric parameter: NaN passes every minimum (it compares
+    false), and neither is a setting a workload can use.  (Text parameters, a command's argv, may
+    hold such words.)"""
+    numeric = {p.name for spec in specs for p in spec.params if p.kind is float}
+    for key, value in overrides.items():
+        if key not in numeric or not isinstance(value, str):
+            continue
+        for item in value.split(","):
+            try:
+                finite = math.isfinite(float(item))
+            except ValueError:
+                continue  # not a number at all: the workload's own check says what it expected
+            if not finite:
+                raise ParamError(f"--param {key}={value}: expected a finite number, got {item.strip()!r}")
+
+
+class _StopOnSignal:
+    """SIGINT (Ctrl-C) and SIGTERM stop ``sixdim run`` as they stop the daemon: through the executor's
+    stop event, which stops the worker's whole process group (the worker runs in its own session, so a
+    Ctrl-C at the terminal never reaches it: stopping it is ours to do), removes its temporary folder
+    and records what finished.  :attr:`received` then gives the exit code."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, stop: threading.Event):
+        self._stop = stop
+        self._previous: dict[int, Any] = {}
+        self.received: int | None = None
+
+    def __enter__(self) -> "_StopOnSignal":
+        for number in self.SIGNALS:
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = number
+            # os.write, not print: a handler may run in the middle of another write to stderr
+            os.write(2, f"\nsixdim: {signal.Signals(number).name} received: stopping the running case\n".encode())
+        self._stop.set()
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a command a signal ended."""
+        return EXIT_SIGNAL_BASE + (self.received or 0)
+
+
+def _node_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The linearity parameters of ``--nnodes`` and its companions, which mean nothing without it."""
+    if not args.nnodes:
+        given = [flag for flag, value in (("--nproc-per-node", args.nproc_per_node),
+                                          ("--rdzv-endpoint", args.rdzv_endpoint), ("--rdzv-id", args.rdzv_id))
+                 if value is not None]
+        if given:
+            raise ParamError(f"{', '.join(given)}: only with --nnodes (node linearity)")
+        return {}
+    return {"nnodes": args.nnodes, "nproc_per_node": args.nproc_per_node or 1,
+            "rdzv_endpoint": args.rdzv_endpoint or "", "rdzv_id": args.rdzv_id or "sixdim"}
+
+
 def command_run(args: argparse.Namespace, config: Any) -> int:
     from agent import app, devices
 
@@ -234,19 +399,18 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
                               detail=f"configured: {', '.join(suites) or 'none'}")
         suites[args.suite] = Suite(name=args.suite, workloads=preset_entries(args.suite), interval_seconds=1.0)
     suite = suites[args.suite] if args.suite else (config.suites[0] if config.suites else None)
-    overrides = _parse_params(args.param)
-    if args.nnodes:
-        overrides.update({"nnodes": args.nnodes, "nproc_per_node": args.nproc_per_node or 1,
-                          "rdzv_endpoint": args.rdzv_endpoint or "", "rdzv_id": args.rdzv_id or "sixdim"})
+    overrides: dict[str, Any] = _parse_params(args.param)
+    nodes = _node_overrides(args)
+    overrides.update(nodes)
+    if nodes:
         args.workload = args.workload or ["linearity"]
-        if args.device == "auto":
-            args.device = "cpu" if _host_has_no_gpu() else "cuda:0"  # one job per node, over all its GPUs
     if args.workload:
         entries = [(registry.get(name), {}) for name in args.workload]
     elif suite is not None:
         entries = [(registry.get(e.name), dict(e.params)) for e in suite.workloads]
     else:
         entries = [(registry.get("gemm"), {})]
+    _check_finite(overrides, [spec for spec, _ in entries])
     for key in overrides:
         if not any(p.name == key for spec, _ in entries for p in spec.params):
             raise ParamError(f"--param {key}: none of the workloads to run ({', '.join(s.name for s, _ in entries)}) "
@@ -258,16 +422,31 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
 
     parts = app.build(config)
+    if nodes and args.device == "auto":  # one job per node, over all its GPUs
+        args.device = "cuda:0" if parts.nvml.availability().available and parts.nvml.gpus else "cpu"
     targets = devices.resolve([args.device], parts.nvml)
     progress = _Progress(sys.stderr)
     records: list[RunRecord] = []
-    for device in targets:
-        progress.prefix = f"{', '.join(dict.fromkeys(spec.name for spec, _ in entries))} on {device.name}"
-        progress.update("starting worker")
-        records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
-                                                   on_progress=progress.update))
-        progress.clear()
-    parts.history.close()
+    with _StopOnSignal(parts.executor.stop) as interrupt:
+        for device in targets:
+            if parts.executor.stop.is_set():
+                break  # the devices not begun are not run, nor recorded as skipped
+            progress.prefix = f"{', '.join(dict.fromkeys(spec.name for spec, _ in entries))} on {device.name}"
+            progress.update("starting worker")
+            records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
+                                                       on_progress=progress.update))
+            progress.clear()
+        parts.history.close()
+        _report(args, config, records)
+    if interrupt.received is not None:
+        print(f"sixdim: stopped by {signal.Signals(interrupt.received).name}; the cases above that finished are "
+              f"recorded", file=sys.stderr)
+        return interrupt.exit_code
+    return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
+
+
+def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> None:
+    """The runs' AI-Rank log (if asked for), then the table or JSON on stdout."""
     if args.ai_rank_log:
         with open(args.ai_rank_log, "w") as handle:
             for record in records:
@@ -278,14 +457,6 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     else:
         print(_results_table(records))
         print(f"\nrecorded in {config.history}")
-    return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
-
-
-def _host_has_no_gpu() -> bool:
-    from collectors.nvml import NvmlCollector
-
-    nvml = NvmlCollector("probe")
-    return not (nvml.availability().available and nvml.gpus)
 
 
 class _Progress:
@@ -316,9 +487,15 @@ def _si(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+INTEGER_PRECISIONS = frozenset({"int8"})
+"""Precisions whose operations are integer ones: their rate is OP/s (TOP/s), not FLOP/s."""
+
+
 def _rate(r: RunRecord) -> str:
-    """The record's main rate: FLOP/s for kernels, bytes/s for copies, samples/s for models."""
-    for figure, unit in (("flops", "FLOP/s"), ("bytes_per_second", "B/s"), ("samples_per_second", "samples/s")):
+    """The record's main rate: FLOP/s for kernels (OP/s for integer ones), bytes/s for copies,
+    samples/s for models."""
+    operations = "OP/s" if r.precision in INTEGER_PRECISIONS else "FLOP/s"
+    for figure, unit in (("flops", operations), ("bytes_per_second", "B/s"), ("samples_per_second", "samples/s")):
         if r.value(figure) is not None:
             return _si(r.value(figure), unit)
     return "-"
@@ -327,6 +504,10 @@ def _rate(r: RunRecord) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 100:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
     if seconds >= 1:
         return f"{seconds:.3g} s"
     if seconds >= 1e-3:
@@ -334,15 +515,30 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds * 1e6:.3g} us"
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+TRAINING_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("accuracy", "accuracy", _number),
+    ("time_to_train_seconds", "time to train", _duration),
+    ("linearity_ratio", "linearity", _number),
+)
+"""Figures of training runs (convergence, a user's command, linearity), each a column only when a
+row has it, so a kernel table stays as narrow as before."""
+
+
 def _results_table(records: list[RunRecord]) -> str:
-    rows = [("workload", "device", "precision", "shape", "mode", "pass", "status", "time", "rate", "power",
-             "memory", "device memory")]
+    extra = [(figure, title, show) for figure, title, show in TRAINING_COLUMNS
+             if any(r.value(figure) is not None for r in records)]
+    rows = [("workload", "device", "precision", "shape", "mode", "pass", "status", "time", "rate",
+             *(title for _, title, _ in extra), "power", "memory", "device memory")]
     notes = []
     for r in records:
         rows.append((r.workload, r.device, r.precision, r.shape, r.mode or "-", r.kernel_pass, r.status,
-                     _duration(r.value("seconds")),
-                     _rate(r), _si(r.value("power_watts"), "W"),
-                     _si(r.value("memory_bytes"), "B"), _si(r.value("device_memory_bytes"), "B")))
+                     _duration(r.value("seconds")), _rate(r), *(show(r.value(figure)) for figure, _, show in extra),
+                     _si(r.value("power_watts"), "W"), _si(r.value("memory_bytes"), "B"),
+                     _si(r.value("device_memory_bytes"), "B")))
         if r.reason:
             notes.append(f"{r.workload} on {r.device}, {r.status}: {r.reason}")
     counted: dict[str, int] = {}

@@ -13,6 +13,7 @@ what was found.  ``sixdim`` turns it into exit code 2.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -31,6 +32,16 @@ from workloads.spec import ParamError
 
 DEFAULT_PORT = 9480
 """Default listen port.  dcgm-exporter uses 9400; sixdim sits next to it at 9480."""
+
+EMBEDDED_SOURCE = "<embedded default>"
+"""The source name of the configuration built into sixdim (``agent/default.toml``)."""
+
+DEFAULT_SOURCE = "the built-in default"
+"""Where an option that no file, variable or flag set gets its value."""
+
+MAX_SECONDS = 365 * 86400
+"""The longest interval, timeout or misfire grace a suite may have (365 days): longer ones are
+typos, and far beyond it the scheduler's date arithmetic overflows."""
 
 
 class ConfigError(Exception):
@@ -123,9 +134,14 @@ def _ratio(value: Any) -> float:
 
 
 def _number(value: Any) -> float:
+    """A finite number: NaN and infinity are never a usable setting (NaN compares false with every
+    bound, so it would slip through any range check after this one)."""
     if isinstance(value, bool):
         raise ValueError
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError
+    return number
 
 
 def _sample_hz(value: Any) -> float:
@@ -155,24 +171,28 @@ def _path(value: Any) -> str:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("agent.listen", "--listen", "SIXDIM_LISTEN", "address of /metrics and /healthz",
+    Option("agent.listen", "--listen", "SIXDIM_LISTEN",
+           "address of /metrics and /healthz (default: 0.0.0.0:9480)",
            _listen, "HOST:PORT with a port from 1 to 65535", lambda: f"0.0.0.0:{DEFAULT_PORT}"),
-    Option("agent.history", "--history", "SIXDIM_HISTORY", "SQLite history database file",
+    Option("agent.history", "--history", "SIXDIM_HISTORY",
+           "SQLite history database file (default: /var/lib/sixdim/history.db for root, else "
+           "$XDG_DATA_HOME/sixdim/history.db, or ~/.local/share/sixdim/history.db)",
            _path, "a file path", lambda: str(default_history_path())),
     Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME", "the hostname label (default: $NODE_NAME or the host name)",
            _str, "a string", default_hostname),
-    Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error",
+    Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error (default: info)",
            _log_level, "one of debug, info, warning, error", lambda: "info"),
-    Option("agent.sample_hz", "--sample-hz", "SIXDIM_SAMPLE_HZ", "telemetry samples per second during a run",
+    Option("agent.sample_hz", "--sample-hz", "SIXDIM_SAMPLE_HZ",
+           "telemetry samples per second during a run, 1 to 100 (default: 10)",
            _sample_hz, "a number from 1 to 100", lambda: 10.0),
     Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
-           "export the model label as dcgm-exporter's modelName (promtool warns on camelCase)",
+           "export the model label as dcgm-exporter's modelName (promtool warns on camelCase; default: off)",
            parse_bool, "true or false", lambda: False),
     Option("guard.enabled", "--guard", "SIXDIM_GUARD",
-           "skip a GPU run while another process uses the GPU or it is busy",
+           "skip a GPU run while another process uses the GPU or it is busy (default: on)",
            parse_bool, "true or false", lambda: True),
     Option("guard.max_utilization", "--guard-max-utilization", "SIXDIM_GUARD_MAX_UTILIZATION",
-           "skip a GPU run when the GPU's utilization is above this ratio",
+           "skip a GPU run when the GPU's utilization is above this ratio, 0 to 1 (default: 0.05)",
            _ratio, "a ratio from 0 to 1", lambda: 0.05),
 )
 
@@ -197,7 +217,16 @@ class Suite:
     timeout_seconds: float = 600.0
     """Per case: a case that runs longer is stopped (the clock restarts with each case)."""
     misfire_grace_seconds: float = 300.0
-    run_at_start: bool = True
+    """A run the daemon missed (it was down, or the device busy) still starts if this late at most."""
+    run_at_start: bool | None = None
+    """Also run once as soon as the daemon starts.  When not given (None): true for an
+    ``interval_seconds`` suite (its first result comes at once, not one interval later), false for
+    a ``cron`` suite, which waits for its time: a nightly full suite must not start whenever the
+    daemon (re)starts.  See :func:`default_run_at_start`."""
+
+    def __post_init__(self) -> None:
+        if self.run_at_start is None:
+            object.__setattr__(self, "run_at_start", default_run_at_start(self.cron))
 
 
 @dataclass(frozen=True)
@@ -211,7 +240,10 @@ class Config:
     guard_enabled: bool
     guard_max_utilization: float
     suites: tuple[Suite, ...]
-    source: str = "<embedded default>"
+    source: str = EMBEDDED_SOURCE
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each option's value came from (key -> file, variable or flag), for errors found later,
+    such as an address already in use."""
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -243,7 +275,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         source = str(config_path)
         document = _read_toml_file(Path(config_path))
     else:
-        source = "<embedded default>"
+        source = EMBEDDED_SOURCE
         document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
 
     unknown = set(document) - _SECTIONS
@@ -260,6 +292,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
                                   detail="unknown key")
 
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for opt in OPTIONS:
         section, name = opt.key.split(".", 1)
         raw, where = None, None
@@ -272,7 +305,9 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
             raw, where = flag_value, f"command-line flag {opt.flag}"
         if where is None:
             values[opt.field] = opt.default()
+            sources[opt.key] = DEFAULT_SOURCE
             continue
+        sources[opt.key] = where
         try:
             values[opt.field] = opt.parse(raw)
         except (ValueError, TypeError):
@@ -282,8 +317,8 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         suites = _parse_suites(document["suites"], source)
     else:
         defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
-        suites = _parse_suites(defaults["suites"], "<embedded default>")
-    return Config(suites=suites, source=source, **values)
+        suites = _parse_suites(defaults["suites"], EMBEDDED_SOURCE)
+    return Config(suites=suites, source=source, sources=sources, **values)
 
 
 def _read_toml_file(path: Path) -> dict[str, Any]:
@@ -329,37 +364,50 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
             workloads = preset_entries(table["preset"])
         else:
             workloads = _parse_workloads(table.get("workloads"), source, f"{where}.workloads")
+        interval = _seconds(table, "interval_seconds", source, where, None)
+        cron = _cron(table.get("cron"), source, f"{where}.cron")
+        if (interval is None) == (cron is None):
+            raise ConfigError(source, where, "exactly one of interval_seconds or cron")
         suites.append(Suite(
             name=name,
             workloads=workloads,
-            interval_seconds=_positive(table, "interval_seconds", source, where, None),
-            cron=_cron(table.get("cron"), source, f"{where}.cron"),
+            interval_seconds=interval,
+            cron=cron,
             devices=_devices(table.get("devices", ["auto"]), source, f"{where}.devices"),
-            timeout_seconds=_positive(table, "timeout_seconds", source, where, 600.0),
-            misfire_grace_seconds=_positive(table, "misfire_grace_seconds", source, where, 300.0),
-            run_at_start=_bool_key(table, "run_at_start", source, where, True),
+            timeout_seconds=_seconds(table, "timeout_seconds", source, where, 600.0),
+            misfire_grace_seconds=_seconds(table, "misfire_grace_seconds", source, where, 300.0),
+            run_at_start=_bool_key(table, "run_at_start", source, where, None),
         ))
-        if (suites[-1].interval_seconds is None) == (suites[-1].cron is None):
-            raise ConfigError(source, where, "exactly one of interval_seconds or cron")
     return tuple(suites)
 
 
 def preset_entries(preset: str) -> tuple[WorkloadEntry, ...]:
-    """The workloads of a built-in suite (quick, full, inference)."""
+    """The workloads of a built-in suite (a name of :data:`workloads.registry.SUITES`)."""
     return tuple(WorkloadEntry(name, dict(params)) for name, params in registry.SUITES[preset])
 
 
-def _positive(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
+def default_run_at_start(cron: str | None) -> bool:
+    """A suite with a cron schedule waits for its time; one with an interval runs at once."""
+    return cron is None
+
+
+def _seconds(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
+    """A positive, finite number of seconds, at most :data:`MAX_SECONDS`.  NaN is refused by name:
+    it compares false with everything, so ``timeout_seconds = nan`` would silently mean no timeout."""
     if key not in table:
         return default
     value = table[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(source, f"{where}.{key}", "a positive number of seconds", value)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 < value <= MAX_SECONDS):
+        raise ConfigError(source, f"{where}.{key}",
+                          f"a positive, finite number of seconds (at most {MAX_SECONDS}, 365 days)", value)
     return float(value)
 
 
-def _bool_key(table: dict, key: str, source: str, where: str, default: bool) -> bool:
-    value = table.get(key, default)
+def _bool_key(table: dict, key: str, source: str, where: str, default: bool | None) -> bool | None:
+    if key not in table:
+        return default
+    value = table[key]
     if not isinstance(value, bool):
         raise ConfigError(source, f"{where}.{key}", "true or false", value)
     return value

@@ -4,6 +4,9 @@ The child is a fresh interpreter (``python -m agent.worker``) in its own session
 and process group, so that a timeout or shutdown can stop it and anything it
 started with one ``killpg``.  Whatever happens there (an exception, a signal, a
 hang, the OOM killer), the daemon gets a :class:`WorkerOutcome` and keeps serving.
+Being in its own session, the worker gets no Ctrl-C from the terminal: whoever runs it
+stops it (``stop``), and however :func:`run_worker` ends, an exception in the caller
+included, the group is killed and the temporary folder removed.
 
 While the worker runs, an optional ``between_cases`` hook (the idle guard) is asked after
 each case and every :data:`BETWEEN_CASES_INTERVAL_SECONDS`; a reason from it stops the
@@ -138,12 +141,15 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
             [sys.executable, "-m", "agent.worker", request_path, results_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=child_env, start_new_session=True)
-        reader = _OutputReader(process.stdout, on_progress)
-        reader.start()
-        if on_start is not None:
-            on_start(process.pid)
-        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval)
-        _kill_group(process.pid, signal.SIGKILL)  # anything the worker left behind
+        try:
+            reader = _OutputReader(process.stdout, on_progress)
+            reader.start()
+            if on_start is not None:
+                on_start(process.pid)
+            ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval)
+        finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
+            _kill_group(process.pid, signal.SIGKILL)  # anything the worker left behind
+            process.wait()
         reader.join(timeout=2.0)
         outcome = _read_results(results_path)
         outcome.returncode = process.returncode

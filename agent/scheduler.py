@@ -7,11 +7,17 @@ the executor's (:class:`agent.devices.DeviceLocks`), one object per device share
 a job holds its device's lock for the whole suite, and a host-wide workload inside it also takes
 every other GPU's, in index order, so it waits for any suite running on another GPU and none can
 start there meanwhile.
+
+A suite runs at start only where its ``run_at_start`` says so (see :class:`agent.config.Suite`: by
+default an interval suite does, a cron suite waits for its time); the log says which at start,
+and logs a line when each suite run starts and ends, with its case counts and duration.
+Cron lines are read in UTC, the scheduler's time zone.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -19,18 +25,21 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from agent.config import Suite
+from agent.config import EMBEDDED_SOURCE, Suite
 from agent.devices import Device
 from agent.executor import Executor
+from agent.results import RunRecord
 from workloads import registry
 
 log = logging.getLogger(__name__)
 
 
 class SuiteScheduler:
-    def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]]):
+    def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]], *, source: str = ""):
+        """``source`` is where the suites were configured (a file, or the embedded default), for the log."""
         self._executor = executor
         self._plan = plan
+        self._source = source
         jobs = sum(len(devices) for _, devices in plan)
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=max(1, jobs))}, timezone=timezone.utc)
@@ -46,8 +55,19 @@ class SuiteScheduler:
 
     def start(self) -> None:
         self._scheduler.start()
+        suites = {f"{suite.name}@{device.name}": suite for suite, devices in self._plan for device in devices}
         for job in self._scheduler.get_jobs():
-            log.info("scheduled %s, next run %s", job.name, job.next_run_time)
+            log.info("scheduled %s: %s", job.name, self._describe(suites[job.id], job.next_run_time))
+
+    def _describe(self, suite: Suite, next_run: datetime | None) -> str:
+        """When a suite runs: its schedule, its first run, and why it does or does not run at start."""
+        schedule = (f"every {suite.interval_seconds:g} s" if suite.interval_seconds
+                    else f"cron '{suite.cron}' (UTC)")
+        if suite.run_at_start:
+            where = " in the embedded default configuration" if self._source == EMBEDDED_SOURCE else ""
+            return f"{schedule}; first run now (run_at_start = true{where})"
+        when = next_run.strftime("%Y-%m-%d %H:%M:%S %Z") if next_run is not None else "never"
+        return f"{schedule}; first run {when} (run_at_start = false: waits for its time)"
 
     @property
     def running(self) -> bool:
@@ -65,8 +85,27 @@ class SuiteScheduler:
         with self._executor.locks.hold([device], stop) as held:
             if not held or stop.is_set():
                 return
+            log.info("suite %s on %s: started (%s, timeout %g s per case)", suite.name, device.name,
+                     _plural(len(suite.workloads), "workload"), suite.timeout_seconds)
+            started = time.monotonic()
+            records: list[RunRecord] = []
             try:
                 items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
-                self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
+                records = self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
             except Exception:  # a bug in one run must not end the schedule
                 log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
+            log.info("suite %s on %s: ended in %.1f s: %s", suite.name, device.name, time.monotonic() - started,
+                     count_statuses(records))
+
+
+def count_statuses(records: list[RunRecord]) -> str:
+    """Case counts by status, e.g. ``12 cases: 10 ok, 2 unsupported``."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return _plural(len(records), "case") + (f": {parts}" if parts else "")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

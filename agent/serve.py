@@ -1,12 +1,15 @@
 """``sixdim serve``: the long-running daemon.
 
-Stays light by design: no torch, no CUDA context.  It schedules suites, runs each
-workload in a child process, and serves /metrics and /healthz.  SIGTERM or
-SIGINT stops the running worker and exits within seconds.
+Stays light by design: no torch, no CUDA context.  It schedules suites, runs a suite's
+workloads in worker child processes (one shared by the cases of consecutive workloads, a
+fresh one after a crash), and serves /metrics and /healthz.  SIGTERM or SIGINT stops the
+running worker and exits within seconds.  An address it cannot listen on is a configuration
+error (exit code 2) that names the address and where it was set.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import threading
@@ -15,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import ProcessCollector
 
 from agent import app, devices
-from agent.config import Config
+from agent.config import Config, ConfigError
 from agent.exporter import SixdimCollector
 from agent.http import HttpServer, make_app
 from agent.scheduler import SuiteScheduler
@@ -31,13 +34,17 @@ def serve(config: Config) -> int:
     ProcessCollector(registry=registry)  # process_resident_memory_bytes etc.: watch the agent itself
     registry.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname,
                                       config.dcgm_label_names, history=parts.history))
-    scheduler = SuiteScheduler(parts.executor, plan)
+    scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
 
     def healthy() -> tuple[bool, str]:
         return (True, "ok") if scheduler.running else (False, "scheduler is not running")
 
     host, port = config.listen_address
-    server = HttpServer(host, port, make_app(registry, healthy))
+    try:
+        server = HttpServer(host, port, make_app(registry, healthy))
+    except OSError as exc:
+        parts.history.close()
+        raise listen_error(config, exc) from None
     stop = threading.Event()
 
     def on_signal(number: int, _frame: object) -> None:
@@ -56,3 +63,14 @@ def serve(config: Config) -> int:
     parts.history.close()
     log.info("stopped")
     return 0
+
+
+def listen_error(config: Config, exc: OSError) -> ConfigError:
+    """The configuration error for an address the agent cannot listen on (in use, not this host's,
+    a privileged port): it names the address, where it was set, and the three ways to change it."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        reason += " (another process, perhaps another sixdim, listens there)"
+    return ConfigError(config.sources.get("agent.listen", config.source), "agent.listen",
+                       "an address this host can listen on", config.listen,
+                       detail=f"{reason}; choose another with --listen, SIXDIM_LISTEN or agent.listen")

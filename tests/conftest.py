@@ -39,8 +39,13 @@ def free_port() -> int:
 
 @pytest.fixture
 def cli_env(tmp_path) -> dict[str, str]:
-    """Environment for running the sixdim CLI in a child: history under tmp_path, no user config."""
+    """Environment for running the sixdim CLI in a child: history under tmp_path, no user config, and
+    temporary folders (``sixdim-run-*``) under ``tmp_path/tmp``, so that a test that kills a child
+    on purpose (a crash) leaves nothing in /tmp, and a test can check a child cleaned up."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
     env["SIXDIM_HISTORY"] = str(tmp_path / "history.db")
     env["SIXDIM_LOG_LEVEL"] = "warning"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(temporary)
     return env

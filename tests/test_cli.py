@@ -69,3 +69,75 @@ def test_run_shows_progress_on_a_terminal(cli_env):
     assert "[gemm on cpu] warming up" in terminal
     assert "[gemm on cpu] round 5/5" in terminal
     assert "round" not in result.stdout.decode()  # progress never pollutes the results on stdout
+
+
+def test_list_shapes_lists_every_workload_the_command_one_included(cli_env):
+    from workloads import registry
+
+    result = run("list", "--shapes", env=cli_env)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    for name in registry.WORKLOADS:
+        assert f"\n{name}: " in "\n" + result.stdout, name
+    command = result.stdout.split("\ncommand: ", 1)[1].split("\n\n", 2)[1]
+    assert command.startswith("  cases: made from the parameters you give it (") and "argv" in command
+
+
+def test_help_names_what_serve_runs_and_every_built_in_suite(cli_env):
+    from workloads import registry
+
+    serve = " ".join(run("serve", "--help", env=cli_env).stdout.split())
+    assert "GEMM suite" not in serve
+    assert "the built-in quick suite (gemm, conv, rnn, sparse_gemm, memory_bandwidth, launch_latency, allreduce) " \
+           "every 15 minutes, starting at once" in serve
+    assert "a cron suite waits for its time unless run_at_start = true" in serve
+    run_help = " ".join(run("run", "--help", env=cli_env).stdout.split())
+    assert f"a built-in one: {', '.join(registry.SUITES)} " in run_help and "training" in registry.SUITES
+    assert "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM" in run_help
+    for command in ("serve", "run", "list", "dimensions"):
+        text = run(command, "--help", env=cli_env)
+        assert text.returncode == 0 and "usage: sixdim " + command in text.stdout
+        options = [line for line in text.stdout.splitlines() if line.startswith("  -")]
+        assert options, command
+        for line in options:  # every option explains itself, on its line or the next
+            following = text.stdout.split(line, 1)[1].splitlines()[1:2]
+            assert len(line.split("  ")) > 2 or (following and following[0].startswith(" " * 10)), line
+
+
+def test_run_warns_once_and_briefly_and_leaves_no_temporary_folder(cli_env):
+    result = run("run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p", "n=32", "-p", "k=32", "-p", "precisions=fp32",
+                 "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01", env=cli_env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    for source in ("NVML unavailable", "RAPL energy unavailable"):
+        lines = [line for line in result.stderr.splitlines() if source in line]
+        assert len(lines) <= 1, lines
+        assert all(line.startswith("sixdim: warning: ") for line in lines), lines
+    from pathlib import Path
+
+    assert list(Path(cli_env["TMPDIR"]).glob("sixdim-run-*")) == []
+
+
+def test_results_table_shows_training_figures_and_int8_in_op_per_second():
+    from agent.cli import _results_table
+    from tests.helpers import make_record
+
+    gemm = make_record(seconds=0.001)
+    kernel_only = _results_table([gemm])
+    assert "accuracy" not in kernel_only and "linearity" not in kernel_only and "FLOP/s" in kernel_only
+
+    int8 = make_record(seconds=0.001)
+    int8.precision = "int8"
+    int8.figures["flops"] = 3.2e14
+    trained = make_record(workload="convergence", accuracy=0.9612, time_to_train_seconds=754.0,
+                          samples_per_second=812.0)
+    scaled = make_record(workload="linearity", linearity_ratio=0.93, samples_per_second=4000.0)
+    table = _results_table([gemm, int8, trained, scaled])
+    header, *rows = table.splitlines()
+    assert header.split("  ")[:1] == ["workload"]
+    for title in ("accuracy", "time to train", "linearity"):
+        assert title in header
+    by_workload = {row.split()[0] + row.split()[2]: row for row in rows}
+    assert "320 TOP/s" in by_workload["gemmint8"] and "FLOP/s" not in by_workload["gemmint8"]
+    assert "1.02 MFLOP/s" in by_workload["gemmbf16"]
+    assert "0.9612" in by_workload["convergencebf16"] and "12 min 34 s" in by_workload["convergencebf16"]
+    assert "0.93" in by_workload["linearitybf16"]

@@ -62,7 +62,7 @@ def test_workload_parameters_in_suites(tmp_path):
     ('', {"SIXDIM_SAMPLE_HZ": "fast"}, ["environment variable SIXDIM_SAMPLE_HZ", "agent.sample_hz", "'fast'"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\n', {}, ["suites[0]", "exactly one of interval_seconds or cron"]),
     ('[[suites]]\nname = "s"\npreset = "nightly"\ncron = "0 3 * * *"\n', {},
-     ["suites[0].preset", "quick, full, inference", "'nightly'"]),
+     ["suites[0].preset", "quick, full, inference, training", "'nightly'"]),
     ('[[suites]]\nname = "s"\ninterval_seconds = 5\n', {}, ["suites[0]", "exactly one of preset"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemmm"]\ninterval_seconds = 5\n', {},
      ["suites[0].workloads[0].name", "unknown workload 'gemmm'"]),
@@ -70,7 +70,7 @@ def test_workload_parameters_in_suites(tmp_path):
      ["suites[0].workloads[0].params", "parameter 'm'", "an integer"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\ncron = "every day"\n', {}, ["suites[0].cron", "crontab"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\ninterval_seconds = -1\n', {},
-     ["suites[0].interval_seconds", "positive"]),
+     ["suites[0].interval_seconds", "positive, finite"]),
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\ninterval_seconds = 5\ndevices = ["gpu0"]\n', {},
      ["suites[0].devices", "cuda:N", "'gpu0'"]),
     ('[agent\n', {}, ["(syntax)", "valid TOML"]),
@@ -137,3 +137,157 @@ def test_help_explains_every_option_and_its_variable(cli_env):
 
     for option in OPTIONS:
         assert option.flag in result.stdout and option.env in result.stdout
+
+
+# ---------------------------------------------------------------------------- run_at_start
+
+def test_a_cron_suite_waits_for_its_time_and_an_interval_suite_runs_at_start(tmp_path):
+    path = write(tmp_path, '[[suites]]\nname = "nightly"\npreset = "full"\ncron = "0 3 * * *"\n\n'
+                           '[[suites]]\nname = "hourly"\nworkloads = ["gemm"]\ninterval_seconds = 3600\n\n'
+                           '[[suites]]\nname = "eager"\npreset = "quick"\ncron = "0 3 * * *"\nrun_at_start = true\n\n'
+                           '[[suites]]\nname = "patient"\nworkloads = ["gemm"]\ninterval_seconds = 60\n'
+                           'run_at_start = false\n')
+    at_start = {s.name: s.run_at_start for s in load(path, env={}).suites}
+    assert at_start == {"nightly": False, "hourly": True, "eager": True, "patient": False}
+
+
+def test_the_embedded_default_says_it_runs_at_start():
+    from importlib import resources
+
+    assert "run_at_start = true" in resources.files("agent").joinpath("default.toml").read_text()
+    [suite] = load(None, env={}).suites
+    assert suite.run_at_start is True
+
+
+def test_the_readme_example_does_not_start_the_full_suite_at_once():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    example = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[[suites]]" in b)
+    from agent.config import tomllib, _parse_suites
+
+    suites = {s.name: s for s in _parse_suites(tomllib.loads(example)["suites"], "README.md")}
+    full = [s for s in suites.values() if s.workloads[0].params.get("set") == "full"]
+    assert full and not any(s.run_at_start for s in full)
+
+
+def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(caplog):
+    import threading
+    import time
+
+    from agent.config import EMBEDDED_SOURCE, Suite, WorkloadEntry
+    from agent.devices import Device, DeviceLocks
+    from agent.scheduler import SuiteScheduler
+    from tests.helpers import make_record
+
+    class Executor:
+        def __init__(self):
+            self.stop, self.locks, self.ran = threading.Event(), DeviceLocks(), threading.Event()
+
+        def execute_many(self, items, device, *, suite, timeout):
+            self.ran.set()
+            return [make_record("ok"), make_record("ok"), make_record("unsupported")]
+
+    cpu = Device("cpu")
+    now = Suite(name="quick", workloads=(WorkloadEntry("gemm"),), interval_seconds=900, run_at_start=True)
+    later = Suite(name="nightly", workloads=(WorkloadEntry("gemm"),), cron="0 3 * * *")
+    executor = Executor()
+    scheduler = SuiteScheduler(executor, [(now, [cpu]), (later, [cpu])], source=EMBEDDED_SOURCE)
+    caplog.set_level("INFO", logger="agent.scheduler")
+    scheduler.start()
+    try:
+        assert executor.ran.wait(30)
+        deadline = time.monotonic() + 30
+        while "ended in" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        scheduler.shutdown()
+    text = caplog.text
+    assert ("scheduled suite quick on cpu: every 900 s; first run now "
+            "(run_at_start = true in the embedded default configuration)") in text
+    assert "scheduled suite nightly on cpu: cron '0 3 * * *' (UTC); first run " in text
+    assert "(run_at_start = false: waits for its time)" in text
+    assert "suite quick on cpu: started (1 workload, timeout 600 s per case)" in text
+    assert "suite quick on cpu: ended in " in text and "s: 3 cases: 2 ok, 1 unsupported" in text
+    assert "suite nightly on cpu: started" not in text
+
+
+# ---------------------------------------------------------------------------- numbers
+
+@pytest.mark.parametrize("key", ["interval_seconds", "timeout_seconds", "misfire_grace_seconds"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "1e12", "true", '"60"'])
+def test_suite_seconds_must_be_positive_and_finite(tmp_path, key, value):
+    schedule = "" if key == "interval_seconds" else "interval_seconds = 60\n"
+    path = write(tmp_path, f'[[suites]]\nname = "s"\nworkloads = ["gemm"]\n{schedule}{key} = {value}\n')
+    with pytest.raises(ConfigError) as caught:
+        load(path, env={})
+    assert str(caught.value).startswith(f"{path}: suites[0].{key}: expected a positive, finite number of seconds")
+
+
+def test_a_nan_timeout_never_disables_the_timeout(tmp_path):
+    path = write(tmp_path, '[[suites]]\nname = "s"\nworkloads = ["gemm"]\ninterval_seconds = 60\n'
+                           'timeout_seconds = nan\n')
+    with pytest.raises(ConfigError, match=r"suites\[0\]\.timeout_seconds.*got nan"):
+        load(path, env={})
+
+
+@pytest.mark.parametrize("variable, key, value", [
+    ("SIXDIM_SAMPLE_HZ", "agent.sample_hz", "nan"),
+    ("SIXDIM_SAMPLE_HZ", "agent.sample_hz", "inf"),
+    ("SIXDIM_SAMPLE_HZ", "agent.sample_hz", "0"),
+    ("SIXDIM_SAMPLE_HZ", "agent.sample_hz", "-5"),
+    ("SIXDIM_GUARD_MAX_UTILIZATION", "guard.max_utilization", "nan"),
+    ("SIXDIM_GUARD_MAX_UTILIZATION", "guard.max_utilization", "-inf"),
+    ("SIXDIM_GUARD_MAX_UTILIZATION", "guard.max_utilization", "-0.1"),
+    ("SIXDIM_LISTEN", "agent.listen", "127.0.0.1:0"),
+    ("SIXDIM_LISTEN", "agent.listen", "127.0.0.1:-1"),
+    ("SIXDIM_LISTEN", "agent.listen", "127.0.0.1:nan"),
+])
+def test_numeric_options_reject_nan_infinity_and_out_of_range(variable, key, value):
+    with pytest.raises(ConfigError) as caught:
+        load(None, env={variable: value})
+    assert str(caught.value).startswith(f"environment variable {variable}: {key}: expected ")
+    assert repr(value) in str(caught.value)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[agent]\nsample_hz = nan\n", "agent.sample_hz"),
+    ("[agent]\nsample_hz = inf\n", "agent.sample_hz"),
+    ("[guard]\nmax_utilization = nan\n", "guard.max_utilization"),
+    ("[guard]\nmax_utilization = -0.5\n", "guard.max_utilization"),
+])
+def test_numeric_keys_in_the_file_reject_nan_and_infinity(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"^{path}: {key}: expected "):
+        load(path, env={})
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--timeout", "nan"], "argument --timeout: expected a positive, finite number of seconds"),
+    (["--timeout", "inf"], "argument --timeout: expected a positive, finite number of seconds"),
+    (["--timeout", "-1"], "argument --timeout: expected a positive, finite number of seconds"),
+    (["--timeout", "0"], "argument --timeout: expected a positive, finite number of seconds"),
+    (["--nnodes", "0"], "argument --nnodes: expected a whole number of at least 1, got '0'"),
+    (["--nnodes", "-2"], "argument --nnodes: expected a whole number of at least 1"),
+    (["--nnodes", "2", "--nproc-per-node", "0"], "argument --nproc-per-node: expected a whole number of at least 1"),
+    (["--nproc-per-node", "2"], "--nproc-per-node: only with --nnodes"),
+    (["--nnodes", "2", "--rdzv-endpoint", "node1:0"], "argument --rdzv-endpoint: expected HOST:PORT with a port"),
+    (["--nnodes", "2", "--rdzv-endpoint", ":29500"], "argument --rdzv-endpoint: expected HOST:PORT with a port"),
+    (["--sample-hz", "nan"], "command-line flag --sample-hz: agent.sample_hz: expected a number from 1 to 100"),
+    (["--guard-max-utilization", "inf"], "command-line flag --guard-max-utilization: guard.max_utilization"),
+    (["-p", "min_round_seconds=nan"], "--param min_round_seconds=nan: expected a finite number, got 'nan'"),
+    (["-p", "precisions=fp32", "-p", "warmup_seconds=-inf"], "expected a finite number, got '-inf'"),
+])
+def test_run_rejects_bad_numbers_with_exit_2_and_no_traceback(cli_env, args, fragment):
+    result = run_cli("run", "-w", "gemm", "-d", "cpu", *args, env=cli_env)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_rejects_a_nan_sample_rate_from_the_environment(cli_env):
+    result = run_cli("serve", env={**cli_env, "SIXDIM_SAMPLE_HZ": "nan"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "environment variable SIXDIM_SAMPLE_HZ: agent.sample_hz: expected a number from 1 to 100, got 'nan'" \
+        in result.stderr

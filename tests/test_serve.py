@@ -1,5 +1,6 @@
 """``sixdim serve`` for real: a child daemon, scraped over HTTP, restarted, stopped."""
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -15,6 +16,21 @@ pytestmark = pytest.mark.slow
 
 EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
                    "shape", "mode", "pass", "driver_version", "cuda_version", "torch_version"}
+
+
+def crash(process) -> None:
+    """SIGKILL the daemon as a crash would, then the workers it had running: they are in sessions of
+    their own, which the daemon's death does not reach, and must not run on after the test.  (The
+    temporary folder of a killed run stays behind, under the test's own TMPDIR: see ``cli_env``.)"""
+    workers = psutil.Process(process.pid).children(recursive=True)
+    process.kill()
+    process.wait()
+    for worker in workers:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    psutil.wait_procs(workers, timeout=10)
 
 
 def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):
@@ -49,8 +65,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         assert "torch" not in maps and "libcuda" not in maps
         assert daemon.get("/healthz") == (200, "ok\n")
     finally:
-        daemon.process.kill()  # killed, not stopped: the restart must not rely on a clean exit
-        daemon.process.wait()
+        crash(daemon.process)  # killed, not stopped: the restart must not rely on a clean exit
 
     [latest] = History(history).latest_ok()
     runs_before = len(list(History(history)))
@@ -121,3 +136,52 @@ def test_runs_recorded_by_another_process_appear_without_a_restart(tmp_path, cli
         assert flops.labels["shape"] == "m=32,n=32,k=32,op=NN"
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("how", ["flag", "environment", "file"])
+def test_an_address_in_use_is_named_with_its_option_and_exits_2(tmp_path, cli_env, how):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        config = tmp_path / "sixdim.toml"
+        config.write_text(f'[agent]\nlisten = "{address}"\n' if how == "file" else "")
+        args = ["--listen", address] if how == "flag" else []
+        env = {**cli_env, "SIXDIM_LISTEN": address} if how == "environment" else cli_env
+        result = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config), *args],
+                                capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    where = {"flag": "command-line flag --listen", "environment": "environment variable SIXDIM_LISTEN",
+             "file": str(config)}[how]
+    assert f"sixdim: error: {where}: agent.listen: expected an address this host can listen on, got '{address}'" \
+        in result.stderr
+    assert "Address already in use" in result.stderr
+    assert "--listen, SIXDIM_LISTEN or agent.listen" in result.stderr
+
+
+def test_the_log_says_when_each_suite_runs_and_each_run_with_its_counts(tmp_path, cli_env):
+    port, history = free_port(), tmp_path / "history.db"
+    nightly = '\n[[suites]]\nname = "nightly"\npreset = "full"\ncron = "0 3 * * *"\ndevices = ["cpu"]\n'
+    config = write_config(tmp_path / "two.toml", history, FAST_GEMM_SUITE + nightly)
+    daemon = Daemon(config, port, {**cli_env, "SIXDIM_LOG_LEVEL": "info"}, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        daemon.wait_for("sixdim_workload_flops")
+        deadline = time.monotonic() + 30
+        while "suite fast on cpu: ended in" not in daemon.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        assert daemon.stop() == 0
+    log = daemon.log_path.read_text()
+    assert "scheduled suite fast on cpu: every 2 s; first run now (run_at_start = true)\n" in log
+    assert "scheduled suite nightly on cpu: cron '0 3 * * *' (UTC); first run " in log
+    assert "(run_at_start = false: waits for its time)" in log
+    assert "INFO agent.scheduler: suite fast on cpu: started (1 workload, timeout 60 s per case)" in log
+    assert "suite fast on cpu: ended in " in log and " s: 1 case: 1 ok" in log
+    assert "suite nightly on cpu: started" not in log
+    assert {r.suite for r in History(history)} == {"fast"}

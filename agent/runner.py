@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from agent.worker import CASE_DONE_PREFIX, PROGRESS_PREFIX
 
@@ -36,7 +36,13 @@ BETWEEN_CASES_INTERVAL_SECONDS = 2.0
 """While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
 case does not keep the GPU from a job that started meanwhile."""
 
-STDERR_TAIL_LINES = 20
+STDERR_TAIL_LINES = 8
+"""Lines of the worker's own output kept for a failure reason (those since the last finished case)."""
+MAX_LINE_BYTES = 4096
+"""A longer output line is cut here (with a note of how much was cut): a workload printing one
+huge line without a newline must not grow the daemon's memory or its history rows.  With the
+tail's line count this bounds what is kept per worker to 32 KiB."""
+READ_CHUNK_BYTES = 65536
 
 
 @dataclass
@@ -76,8 +82,40 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def bounded_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """Lines of a byte stream, split at ``\\n`` and ``\\r`` (a progress bar's redraws are lines too),
+    each cut to ``limit`` bytes with a note of how much was dropped; memory stays bounded by
+    ``limit`` whatever the stream holds between two line ends."""
+    kept = bytearray()
+    dropped = 0
+    for chunk in chunks:
+        start = 0
+        while start < len(chunk):
+            ends = [i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0]
+            end = min(ends) if ends else len(chunk)
+            piece = chunk[start:end]
+            room = limit - len(kept)
+            kept += piece[:max(0, room)]
+            dropped += max(0, len(piece) - max(0, room))
+            if not ends:
+                break
+            yield _line(kept, dropped)
+            kept, dropped = bytearray(), 0
+            start = end + 1
+    if kept or dropped:
+        yield _line(kept, dropped)
+
+
+def _line(kept: bytearray, dropped: int) -> str:
+    text = kept.decode(errors="replace")
+    return text + f" [... {dropped} more bytes cut]" if dropped else text
+
+
 class _OutputReader(threading.Thread):
-    """Reads the worker's merged stdout/stderr: relays progress, keeps the tail for failure reasons."""
+    """Reads the worker's merged stdout/stderr: relays progress, keeps the tail for failure reasons.
+
+    The tail holds the lines since the last finished case only, so a case's failure reason never
+    quotes what an earlier case printed."""
 
     def __init__(self, stream: Any, on_progress: Callable[[str], None] | None):
         super().__init__(daemon=True, name="worker-output")
@@ -87,16 +125,23 @@ class _OutputReader(threading.Thread):
         self.last_case_done = time.monotonic()
         self.cases_done = 0
 
+    def _chunks(self) -> Iterator[bytes]:
+        while True:
+            chunk = self._stream.read1(READ_CHUNK_BYTES)
+            if not chunk:
+                return
+            yield chunk
+
     def run(self) -> None:
-        for raw in self._stream:
-            line = raw.decode(errors="replace").rstrip("\n")
+        for line in bounded_lines(self._chunks()):
             if line.startswith(CASE_DONE_PREFIX):
                 self.last_case_done = time.monotonic()
                 self.cases_done += 1
+                self.tail.clear()
             elif line.startswith(PROGRESS_PREFIX):
                 if self._on_progress is not None:
                     self._on_progress(line[len(PROGRESS_PREFIX):])
-            else:
+            elif line:
                 self.tail.append(line)
 
 

@@ -151,7 +151,8 @@ def main(argv: list[str]) -> int:
             ctx = RunContext(device=request["device"], progress=progress, energy=meter)
             result = run_case(workload, params, ctx, uses_torch)
             _emit(results, {"kind": "case", "index": index, **result})
-            print(f"{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
+            sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
+            print(f"\n{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
     return 0
 
 

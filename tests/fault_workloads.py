@@ -55,3 +55,24 @@ def by_kind(params: dict, ctx: RunContext) -> WorkloadOutput:
     if kind == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
     return succeeds({"seconds": 0.05}, ctx)
+
+
+def floods(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """One huge line with no newline, then a carriage-return progress bar left unterminated."""
+    block = "x" * (1 << 20)
+    for _ in range(params.get("mib", 100)):
+        sys.stdout.write(block)
+    sys.stdout.flush()
+    for percent in range(0, 101, 10):
+        sys.stdout.write(f"\rtraining {percent}%")
+        sys.stdout.flush()
+    time.sleep(params.get("sleep", 0.0))
+    return WorkloadOutput({"seconds": 1.0})
+
+
+def says(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """Prints its word and then succeeds, or exits without a result."""
+    print(params["word"], flush=True)
+    if params.get("exit"):
+        os._exit(3)
+    return WorkloadOutput({"seconds": 1.0})

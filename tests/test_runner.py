@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from agent.runner import TERMINATE_GRACE_SECONDS, run_worker
+from agent.runner import TERMINATE_GRACE_SECONDS, bounded_lines, run_worker
 
 
 def test_successful_worker_returns_figures_window_and_environment():
@@ -132,3 +132,37 @@ def test_a_between_cases_check_that_raises_stops_the_worker():
                          uses_torch=False, between_cases=broken, between_cases_interval=600)
     assert outcome.status == "skipped"
     assert outcome.reason == "the between-cases check failed: OSError: NVML went away"
+
+
+def test_output_lines_are_cut_and_split_at_carriage_returns():
+    chunks = [b"a" * 10_000, b"b" * 10_000 + b"\rprogress 10%\rprogress 20%", b"\nlast"]
+    lines = list(bounded_lines(chunks, limit=100))
+    assert lines[0] == "a" * 100 + " [... 19900 more bytes cut]"
+    assert lines[1:] == ["progress 10%", "progress 20%", "last"]
+
+
+def test_a_huge_line_and_a_progress_bar_neither_grow_the_daemon_nor_fake_a_timeout():
+    before = psutil.Process().memory_info().rss
+    outcome = run_worker("tests.fault_workloads:floods", [{"mib": 200}, {"mib": 0}], "cpu", timeout=60,
+                         uses_torch=False)
+    grown = psutil.Process().memory_info().rss - before
+    assert [outcome.cases[i].status for i in (0, 1)] == ["ok", "ok"]  # each case-done marker was seen
+    assert outcome.status == "ok"
+    assert grown < 64 * 2**20, f"the reader kept {grown / 2**20:.0f} MiB of a 200 MiB line"
+
+
+def test_a_failure_reason_never_quotes_an_earlier_cases_output():
+    outcome = run_worker("tests.fault_workloads:says", [{"word": "secret-of-case-one"}, {"word": "mine", "exit": 1}],
+                         "cpu", 60, uses_torch=False)
+    assert outcome.cases[0].status == "ok" and 1 not in outcome.cases
+    assert outcome.status == "failed"
+    assert "mine" in outcome.reason
+    assert "secret-of-case-one" not in outcome.reason + "".join(outcome.output_tail)
+
+
+def test_an_unterminated_progress_bar_does_not_hide_the_case_done_marker():
+    """Three 1.5 s cases under a 2.5 s per-case timeout: only the markers restart the clock."""
+    outcome = run_worker("tests.fault_workloads:floods", [{"mib": 0, "sleep": 1.5}] * 3, "cpu", timeout=2.5,
+                         uses_torch=False)
+    assert outcome.status == "ok", outcome.reason
+    assert sorted(outcome.cases) == [0, 1, 2]

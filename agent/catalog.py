@@ -69,6 +69,10 @@ class MetricDef:
     """For workload results: the key in a run's ``figures`` that holds the value."""
     extra_labels: tuple[tuple[str, str], ...] = ()
     """(label, parameter) pairs: labels whose values come from the run's parameters (linearity's ``count``)."""
+    figure_labels: tuple[str, ...] = ()
+    """Labels whose values are part of the figure's key, for a metric a run reports several times:
+    the figure ``quality:FID:lower_is_better`` is ``figure`` ``quality`` with ``metric="FID"`` and
+    ``direction="lower_is_better"`` (see :func:`figure_label_values`)."""
 
 
 # --- Workload results (one series per workload, device and parameter set) ---
@@ -167,8 +171,19 @@ WORKLOAD_SAMPLES = MetricDef(
     RESULT_LABELS, figure="samples_per_second")
 WORKLOAD_ACCURACY = MetricDef(
     "sixdim_workload_accuracy", "gauge",
-    "Accuracy reached at convergence (the best evaluation accuracy of the run), ratio.",
+    "Accuracy a training run reached, ratio in [0, 1]: the convergence runs' median; a command's final "
+    "evaluation (its last before the run ended), only when its one higher-is-better quality metric is a ratio "
+    "(a loss, WER or FID is in sixdim_workload_quality).",
     RESULT_LABELS, figure="accuracy")
+QUALITY_METRIC = "metric"
+QUALITY_DIRECTION = "direction"
+WORKLOAD_QUALITY = MetricDef(
+    "sixdim_workload_quality", "gauge",
+    "Final value of each quality metric of a training run (its last evaluation before the run ended): the metric "
+    "label names it (top1_accuracy, WER, eval_loss, FID, CLIP, BBOX, ...), the direction label says whether "
+    "higher or lower is better; ratios in [0, 1], other metrics on their own scale.",
+    RESULT_LABELS + (QUALITY_METRIC, QUALITY_DIRECTION), figure="quality",
+    figure_labels=(QUALITY_METRIC, QUALITY_DIRECTION))
 WORKLOAD_TIME_TO_TRAIN = MetricDef(
     "sixdim_workload_time_to_train_seconds", "gauge",
     "AI-Rank Time2train: time from the start of training until the target accuracy was reached, seconds.",
@@ -196,7 +211,8 @@ RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SM_CLOCK, WORKLOAD_POWER_CAPPED, WORKLOAD_THERMAL_SLOWDOWN, WORKLOAD_HARDWARE_SLOWDOWN,
     WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
     WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P99,
-    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_TIME_TO_TRAIN, WORKLOAD_LINEARITY,
+    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
+    WORKLOAD_LINEARITY,
     WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,
 )
 
@@ -248,6 +264,19 @@ ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + (
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,
 )
+
+
+def figure_label_values(metric: MetricDef, key: str) -> dict[str, str] | None:
+    """The label values a figure key carries for a metric with ``figure_labels``, or None when the
+    key is not one of its figures: ``<figure>:<value>:...:<value>``, one value per label; the
+    first value may itself hold colons (a metric's name), so the key is split from the right."""
+    prefix = f"{metric.figure}:"
+    if not metric.figure_labels or not key.startswith(prefix):
+        return None
+    values = key[len(prefix):].rsplit(":", len(metric.figure_labels) - 1)
+    if len(values) != len(metric.figure_labels) or not all(values):
+        return None
+    return dict(zip(metric.figure_labels, values))
 
 
 def exported_label(label: str, dcgm_label_names: bool) -> str:

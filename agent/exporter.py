@@ -37,6 +37,14 @@ def build_info_labels(hostname: str) -> dict[str, str]:
             "prometheus_client_version": _package_version("prometheus-client")}
 
 
+def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labels: dict[str, str]) -> Iterator[Sample]:
+    """One sample per figure of a metric a run reports several times (each quality metric)."""
+    for key, value in figures.items():
+        extra = catalog.figure_label_values(metric, key)
+        if extra is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield Sample(metric, {**labels, **extra}, float(value))
+
+
 class SixdimCollector(PromCollector):
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
                  history: History | None = None):
@@ -60,6 +68,9 @@ class SixdimCollector(PromCollector):
         for record in self._board.latest():
             labels = record.result_labels()
             for metric in catalog.RESULT_METRICS:
+                if metric.figure_labels:
+                    yield from _labelled_figures(metric, record.figures, labels)
+                    continue
                 value = record.value(metric.figure or "")
                 if value is not None:
                     extra = {label: str(record.params.get(key, "")) for label, key in metric.extra_labels}

@@ -247,6 +247,22 @@ ALLREDUCE = WorkloadSpec(
     scope="host",
 )
 
+def _check_quality_params(params: dict[str, Any]) -> None:
+    """A target that cannot be compared with what is reported, or a metric with no name, is a
+    configuration error to report before the command runs, not a failed run hours later."""
+    import math
+
+    target = params["target_accuracy"]
+    if not math.isfinite(target):
+        raise ParamError(f"workload 'command' parameter 'target_accuracy': expected a finite number, got {target!r}")
+    if target > 1 and params["accuracy_unit"] in ("ratio", "percent"):
+        raise ParamError(f"workload 'command' parameter 'target_accuracy': {target:g} is above 1, but accuracies are "
+                         "reported as ratios: give it as a ratio (e.g. 0.759 for 75.9%)")
+    if not params["quality_metric"].strip():
+        raise ParamError("workload 'command' parameter 'quality_metric': expected a name, "
+                         "e.g. \"top1\" or \"eval_loss\"")
+
+
 def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     import os
     import re
@@ -265,6 +281,10 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
     for pair in params["env"]:
         if "=" not in pair or pair.startswith("="):
             raise ParamError(f"workload 'command' parameter 'env': expected KEY=VALUE items, got {pair!r}")
+    if not params["formats"] and not (params["throughput_regex"] or params["accuracy_regex"]):
+        raise ParamError("workload 'command': nothing to read in its output: formats is empty and neither "
+                         "throughput_regex nor accuracy_regex is set")
+    _check_quality_params(params)
     label = params["label"] or os.path.basename(argv[0].split()[0] if params["shell"] else argv[0])
     return [Case(dict(params), "", label, "training", "command")]
 
@@ -272,7 +292,8 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
 COMMAND = WorkloadSpec(
     name="command",
     description="Any framework: run a training command, sample power and memory while it runs, and read its "
-                "AI-Rank, MLPerf or regex-matched output into speed, accuracy and time to train.",
+                "AI-Rank, MLPerf (training or inference) or regex-matched output into speed, quality (each metric's "
+                "final value, named, with its direction), time to train and latency.",
     entry="workloads.command:run",
     params=(
         Param("argv", str, "the command, as a list of arguments (required)", [], [], many=True, allow_empty=True),
@@ -282,9 +303,21 @@ COMMAND = WorkloadSpec(
         Param("formats", str, "log formats to read (empty: only the regexes)", ["ai_rank", "mlperf"],
               ["ai_rank", "mlperf"], choices=("ai_rank", "mlperf"), many=True, allow_empty=True),
         Param("throughput_regex", str, "regex whose first group is a throughput in samples/s", "", ""),
-        Param("accuracy_regex", str, "regex whose first group is an evaluation accuracy", "", ""),
-        Param("target_accuracy", float, "accuracy that ends time to train, for logs that do not say", 0.0, 0.0,
-              minimum=0.0),
+        Param("accuracy_regex", str, "regex whose first group is an evaluation of the quality metric (an accuracy, or "
+              "e.g. a loss with higher_is_better = false)", "", ""),
+        Param("quality_metric", str, "name of the quality metric accuracy_regex, AI-Rank's eval_accuracy and an MLPerf "
+              "log of an unknown benchmark report (the exported metric label)", "accuracy", "accuracy"),
+        Param("higher_is_better", bool, "that metric's direction: false for a loss, perplexity or error rate "
+              "(MLPerf's known benchmarks have their own)", True, True),
+        Param("accuracy_unit", str, "how that metric is logged: ratio (0-1), percent (0-100, reported as a ratio), "
+              "score (its own scale: never rescaled, never the accuracy figure), or auto (a value with a % sign is "
+              "percent; a higher-is-better series within [0, 1] a ratio, within [0, 100] percent; else a score)",
+              "auto", "auto", choices=("auto", "ratio", "percent", "score")),
+        Param("target_accuracy", float, "quality value that ends time to train, for logs that do not say, in the "
+              "reported unit (a ratio for accuracies); met at or above it, or at or below with higher_is_better = "
+              "false; 0: none", 0.0, 0.0, minimum=0.0),
+        Param("warmup_throughputs", int, "leading throughput readings to skip as warm-up before DeepSpark's speed "
+              "rule", 0, 0, minimum=0),
         Param("label", str, "the series' shape label (default: the program's name)", "", ""),
     ),
     expander=_command_cases,

@@ -36,6 +36,7 @@ SHAPE = "shape"
 MODE = "mode"
 PASS = "pass"
 STATUS = "status"
+SUITE = "suite"
 DRIVER_VERSION = "driver_version"
 CUDA_VERSION = "cuda_version"
 TORCH_VERSION = "torch_version"
@@ -51,6 +52,10 @@ VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
 """The software a result was measured under, so a driver upgrade shows as a new series."""
 
 RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
+
+SUMMARY_LABELS: tuple[str, ...] = DEVICE_LABELS + (SUITE, WORKLOAD, PRECISION, MODE, PASS) + VERSION_LABELS
+"""A summary series: the device, the suite, and the workload's precision, mode and pass, over all the
+suite's shapes (see agent/summary.py), under one set of software versions."""
 
 RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped", "unsupported", "incorrect")
 """``unsupported``: the device lacks what the case needs (a precision, a second GPU).
@@ -202,8 +207,51 @@ WORKLOAD_LAST_RUN = MetricDef(
     RESULT_LABELS, figure="ended_at")
 WORKLOAD_RUNS = MetricDef(
     "sixdim_workload_runs_total", "counter",
-    "Runs of the workload by outcome (ok, failed, timeout, skipped, unsupported, incorrect), from the history.",
-    WORKLOAD_LABELS + (STATUS,))
+    "Cases of the workload run on the device, by outcome (ok, failed, timeout, skipped, unsupported, incorrect), "
+    "from the history; cases a shutdown interrupted before they ran are not counted.",
+    DEVICE_LABELS + (WORKLOAD, STATUS))
+
+# --- Summary series (every suite): geometric means over a suite's shapes ---
+SUMMARY_FLOPS = MetricDef(
+    "sixdim_suite_flops", "gauge",
+    "Geometric mean over the suite's shapes of the achieved FLOP/s (integer OP/s for int8).",
+    SUMMARY_LABELS, figure="flops")
+SUMMARY_SAMPLES = MetricDef(
+    "sixdim_suite_samples_per_second", "gauge",
+    "Geometric mean over the suite's shapes (models, batch sizes) of the throughput, samples/s.",
+    SUMMARY_LABELS, figure="samples_per_second")
+SUMMARY_BANDWIDTH = MetricDef(
+    "sixdim_suite_bytes_per_second", "gauge",
+    "Geometric mean over the suite's sizes of the bandwidth (copies, all-reduce algbw), bytes/s.",
+    SUMMARY_LABELS, figure="bytes_per_second")
+SUMMARY_PEAK_RATIO = MetricDef(
+    "sixdim_suite_peak_ratio", "gauge",
+    "Geometric mean over the suite's shapes of the fraction of the published dense peak, ratio.",
+    SUMMARY_LABELS, figure="peak_ratio")
+SUMMARY_SECONDS = MetricDef(
+    "sixdim_suite_seconds", "gauge",
+    "Geometric mean over the suite's shapes of the time of one operation, seconds.",
+    SUMMARY_LABELS, figure="seconds")
+SUMMARY_SHAPES = MetricDef(
+    "sixdim_suite_shapes", "gauge",
+    "Number of shapes with an ok result that the summary series of the same labels cover.",
+    SUMMARY_LABELS, figure="shapes")
+SUMMARY_METRICS: tuple[MetricDef, ...] = (
+    SUMMARY_FLOPS, SUMMARY_SAMPLES, SUMMARY_BANDWIDTH, SUMMARY_PEAK_RATIO, SUMMARY_SECONDS, SUMMARY_SHAPES)
+
+# --- The history's health ---
+HISTORY_UP = MetricDef(
+    "sixdim_history_up", "gauge",
+    "1 if the last write to the history database succeeded, 0 while results wait in memory for it.", (HOSTNAME,))
+HISTORY_PENDING = MetricDef(
+    "sixdim_history_pending_results", "gauge",
+    "Results recorded but not yet written to the history database (kept in memory and in the spool file).",
+    (HOSTNAME,))
+HISTORY_WRITE_ERRORS = MetricDef(
+    "sixdim_history_write_errors_total", "counter",
+    "Failed writes to the history since the agent started, by reason (locked, disk_full, read_only, corrupt: "
+    "a broken file moved aside at start, io, other, dropped: a waiting result dropped because too many waited).",
+    (HOSTNAME, "reason"))
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,
@@ -258,8 +306,8 @@ HOST_RAPL_ENERGY = MetricDef(
     "sixdim_host_rapl_energy_joules_total", "counter",
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
-ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + (
-    WORKLOAD_RUNS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + (
+    WORKLOAD_RUNS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,

@@ -163,6 +163,22 @@ def _listen(value: Any) -> str:
     return value
 
 
+def _keep_days(value: Any) -> float:
+    number = _number(value)
+    if not 1.0 <= number <= 36500.0:
+        raise ValueError
+    return number
+
+
+def _max_runs(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError
+    number = int(value)
+    if not 1000 <= number <= 100_000_000:
+        raise ValueError
+    return number
+
+
 def _path(value: Any) -> str:
     text = _str(value)
     if not text:
@@ -178,6 +194,12 @@ OPTIONS: tuple[Option, ...] = (
            "SQLite history database file (default: /var/lib/sixdim/history.db for root, else "
            "$XDG_DATA_HOME/sixdim/history.db, or ~/.local/share/sixdim/history.db)",
            _path, "a file path", lambda: str(default_history_path())),
+    Option("agent.history_keep_days", "--history-keep-days", "SIXDIM_HISTORY_KEEP_DAYS",
+           "days raw runs are kept before they are thinned to daily medians per series (default: 90)",
+           _keep_days, "a number of days from 1 to 36500", lambda: 90.0),
+    Option("agent.history_max_runs", "--history-max-runs", "SIXDIM_HISTORY_MAX_RUNS",
+           "raw runs kept at most; the oldest beyond are thinned like old ones (default: 1000000)",
+           _max_runs, "a whole number from 1000 to 100000000", lambda: 1_000_000),
     Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME", "the hostname label (default: $NODE_NAME or the host name)",
            _str, "a string", default_hostname),
     Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error (default: info)",
@@ -218,6 +240,10 @@ class Suite:
     """Per case: a case that runs longer is stopped (the clock restarts with each case)."""
     misfire_grace_seconds: float = 300.0
     """A run the daemon missed (it was down, or the device busy) still starts if this late at most."""
+    export: str = "summary"
+    """What Prometheus sees of the suite's results: ``summary`` (one series per workload, precision,
+    mode and pass: geometric means over the shapes, see :mod:`agent.summary`) or ``shapes`` (that,
+    plus every metric per shape).  Everything is in the history and ``--json`` whichever it is."""
     run_at_start: bool | None = None
     """Also run once as soon as the daemon starts.  When not given (None): true for an
     ``interval_seconds`` suite (its first result comes at once, not one interval later), false for
@@ -233,6 +259,8 @@ class Suite:
 class Config:
     listen: str
     history: str
+    history_keep_days: float
+    history_max_runs: int
     hostname: str
     log_level: str
     sample_hz: float
@@ -335,7 +363,8 @@ def _read_toml_file(path: Path) -> dict[str, Any]:
 
 
 _SUITE_KEYS = {"name", "workloads", "preset", "interval_seconds", "cron", "devices", "timeout_seconds",
-               "misfire_grace_seconds", "run_at_start"}
+               "misfire_grace_seconds", "run_at_start", "export"}
+EXPORTS = ("summary", "shapes")
 
 
 def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
@@ -377,8 +406,15 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
             timeout_seconds=_seconds(table, "timeout_seconds", source, where, 600.0),
             misfire_grace_seconds=_seconds(table, "misfire_grace_seconds", source, where, 300.0),
             run_at_start=_bool_key(table, "run_at_start", source, where, None),
+            export=_export(table.get("export", "summary"), source, f"{where}.export"),
         ))
     return tuple(suites)
+
+
+def _export(value: Any, source: str, where: str) -> str:
+    if value not in EXPORTS:
+        raise ConfigError(source, where, "one of " + ", ".join(EXPORTS), value)
+    return value
 
 
 def preset_entries(preset: str) -> tuple[WorkloadEntry, ...]:

@@ -1,8 +1,11 @@
 """The Prometheus exporter: one custom collector that renders the catalog.
 
-At each scrape it reads the board (latest results, run counts) and every
-telemetry collector, and emits metric families exactly as the catalog defines
-them.  An unavailable collector shows as ``sixdim_collector_up 0`` with its reason.
+It reads the board (latest results, run counts), the history's health and every telemetry
+collector, and emits metric families exactly as the catalog defines them.  An unavailable
+collector shows as ``sixdim_collector_up 0`` with its reason.  What a host exports is budgeted:
+summary series for every suite, per-shape series only for suites that ask (see
+:class:`SixdimCollector`).  The exposition cache (agent/exposition.py) renders it in the
+background; a scrape never runs this code.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from prometheus_client.registry import Collector as PromCollector
 from agent import __version__, catalog
 from agent.board import Board
 from agent.history import History
+from agent.results import RunRecord
+from agent.summary import summarize
 from collectors.base import Availability, Collector, Sample
 
 log = logging.getLogger(__name__)
@@ -45,27 +50,59 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
             yield Sample(metric, {**labels, **extra}, float(value))
 
 
+INTERRUPTED = "interrupted"
+"""The start of the reason of cases a shutdown stopped before they ran: kept in the history, but
+neither counted as runs nor given series of their own."""
+
+PARTS = ("all", "results", "live")
+
+
 class SixdimCollector(PromCollector):
+    """The catalog's metrics, from the board (results) and the telemetry collectors (live).
+
+    ``part`` selects what one instance renders, so the exposition cache can render the large
+    results part only when the board changes and the small live part on its own timer:
+
+    - ``results``: summary series of every suite; every metric per shape for the results of the
+      suites in ``shape_suites`` (a suite's ``export = "shapes"``; ``""`` stands for ad-hoc
+      ``sixdim run --workload`` runs); run counters per device, workload and status;
+    - ``live``: build info, collector availability and readings, the history's health;
+    - ``all``: both (tests, and tools that render once).
+
+    It never reads the database: the board is caught up in the background (agent/exposition.py).
+    """
+
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
-                 history: History | None = None):
+                 history: History | None = None, *, part: str = "all",
+                 shape_suites: Iterable[str] | None = None):
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {PARTS}, not {part!r}")
         self._board = board
         self._history = history
         self._collectors = list(collectors)
         self._hostname = hostname
         self._dcgm = dcgm_label_names
+        self._part = part
+        self._shape_suites = None if shape_suites is None else frozenset(shape_suites)
         self._build_labels = build_info_labels(hostname)
 
     def describe(self) -> list[Metric]:
         return []  # families vary with the hardware; no describe-time scrape
 
+    def _exports_shapes(self, record: RunRecord) -> bool:
+        return self._shape_suites is None or record.suite in self._shape_suites
+
     def _samples(self) -> Iterator[Sample]:
-        if self._history is not None:
-            try:
-                self._board.catch_up(self._history)  # runs recorded by other processes, e.g. `sixdim run`
-            except Exception as exc:  # a locked or broken history must not fail the scrape
-                log.warning("could not read new runs from the history: %s", exc)
-        yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)
-        for record in self._board.latest():
+        if self._part in ("all", "live"):
+            yield from self._live()
+        if self._part in ("all", "results"):
+            yield from self._results()
+
+    def _results(self) -> Iterator[Sample]:
+        latest = self._board.latest()
+        for record in latest:
+            if not self._exports_shapes(record):
+                continue
             labels = record.result_labels()
             for metric in catalog.RESULT_METRICS:
                 if metric.figure_labels:
@@ -75,9 +112,37 @@ class SixdimCollector(PromCollector):
                 if value is not None:
                     extra = {label: str(record.params.get(key, "")) for label, key in metric.extra_labels}
                     yield Sample(metric, {**labels, **extra} if extra else labels, value)
+        for summary in summarize(latest):
+            labels = {**summary.record.result_labels(), catalog.SUITE: summary.record.suite}
+            for metric in catalog.SUMMARY_METRICS:
+                value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
+                if value is not None:
+                    yield Sample(metric, labels, value)
+        yield from self._run_counts()
+
+    def _run_counts(self) -> Iterator[Sample]:
+        """Runs per device, workload and status (not per shape: a full suite has thousands)."""
+        totals: dict[tuple[tuple[str, ...], str, str], list] = {}
         for record, count in self._board.counts():
-            yield Sample(catalog.WORKLOAD_RUNS, {**record.workload_labels(), catalog.STATUS: record.status},
-                         float(count))
+            if record.status == "skipped" and record.reason.startswith(INTERRUPTED):
+                continue
+            labels = record.workload_labels()
+            key = (tuple(labels[label] for label in catalog.DEVICE_LABELS), record.workload, record.status)
+            entry = totals.setdefault(key, [labels, 0])
+            entry[1] += count
+        for (_, workload, status), (labels, count) in totals.items():
+            yield Sample(catalog.WORKLOAD_RUNS, {**labels, catalog.STATUS: status}, float(count))
+
+    def _live(self) -> Iterator[Sample]:
+        yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)
+        if self._history is not None:
+            health = self._history.health()
+            host = {catalog.HOSTNAME: self._hostname}
+            yield Sample(catalog.HISTORY_UP, host, 1.0 if health.up else 0.0)
+            yield Sample(catalog.HISTORY_PENDING, host, float(health.pending))
+            for reason in ("locked", "disk_full", "read_only", "corrupt", "io", "other", "dropped"):
+                yield Sample(catalog.HISTORY_WRITE_ERRORS, {**host, "reason": reason},
+                             float(health.errors.get(reason, 0)))
         for collector in self._collectors:
             availability = collector.availability()
             readings: list[Sample] = []

@@ -20,6 +20,8 @@ from prometheus_client import ProcessCollector
 from agent import app, devices
 from agent.config import Config, ConfigError
 from agent.exporter import SixdimCollector
+from agent.exposition import Exposition
+from agent.history import History
 from agent.http import HttpServer, make_app
 from agent.scheduler import SuiteScheduler
 
@@ -30,10 +32,14 @@ def serve(config: Config) -> int:
     parts = app.build(config)
     plan = [(suite, devices.resolve(suite.devices, parts.nvml)) for suite in config.suites]
 
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)  # process_resident_memory_bytes etc.: watch the agent itself
-    registry.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname,
-                                      config.dcgm_label_names, history=parts.history))
+    results = CollectorRegistry()  # rendered again only when the board changes
+    results.register(SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
+                                     shape_suites=shape_suites(config)))
+    live = CollectorRegistry()  # telemetry and health, rendered on a timer
+    ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
+    live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
+                                  history=parts.history, part="live"))
+    exposition = Exposition(parts.board, results, live, parts.history).start()
     scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
 
     def healthy() -> tuple[bool, str]:
@@ -41,11 +47,13 @@ def serve(config: Config) -> int:
 
     host, port = config.listen_address
     try:
-        server = HttpServer(host, port, make_app(registry, healthy))
+        server = HttpServer(host, port, make_app(exposition, healthy))
     except OSError as exc:
+        exposition.stop()
         parts.history.close()
         raise listen_error(config, exc) from None
     stop = threading.Event()
+    pruner = threading.Thread(target=_prune_daily, args=(parts.history, config, stop), daemon=True, name="prune")
 
     def on_signal(number: int, _frame: object) -> None:
         log.info("received %s, shutting down", signal.Signals(number).name)
@@ -54,15 +62,39 @@ def serve(config: Config) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     scheduler.start()
+    pruner.start()
     log.info("sixdim serving on http://%s:%d/metrics (config: %s, history: %s, %d result series restored)",
              host, server.port, config.source, config.history, len(parts.board.latest()))
     while not stop.wait(1.0):
         pass
     scheduler.shutdown()
     server.shutdown()
+    exposition.stop()
+    pruner.join(timeout=10.0)
     parts.history.close()
     log.info("stopped")
     return 0
+
+
+PRUNE_EVERY_SECONDS = 86400.0
+PRUNE_FIRST_AFTER_SECONDS = 60.0
+"""The first prune waits a minute, so start-up (and a first suite's results) come first."""
+
+
+def shape_suites(config: Config) -> set[str]:
+    """Suites whose results are exported per shape too; ``""`` is ad-hoc ``sixdim run --workload`` runs."""
+    return {suite.name for suite in config.suites if suite.export == "shapes"} | {""}
+
+
+def _prune_daily(history: History, config: Config, stop: threading.Event) -> None:
+    """Thin the history once a day in the background (see :meth:`agent.history.History.prune`)."""
+    wait = PRUNE_FIRST_AFTER_SECONDS
+    while not stop.wait(wait):
+        wait = PRUNE_EVERY_SECONDS
+        try:
+            history.prune(keep_seconds=config.history_keep_days * 86400.0, max_runs=config.history_max_runs)
+        except Exception as exc:  # a locked or full database: try again tomorrow, results are not at risk
+            log.warning("history: pruning failed (%s); it will be tried again in a day", exc)
 
 
 def listen_error(config: Config, exc: OSError) -> ConfigError:

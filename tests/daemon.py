@@ -74,6 +74,7 @@ FAST_GEMM_SUITE = """
 [[suites]]
 name = "fast"
 interval_seconds = 2
+export = "shapes"
 devices = ["cpu"]
 timeout_seconds = 60
 workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, precisions = ["fp32"], min_round_seconds = 0.02, warmup_seconds = 0.05}}]

@@ -42,6 +42,7 @@ SUITE = """
 [[suites]]
 name = "once"
 interval_seconds = 86400
+export = "shapes"
 devices = ["cpu"]
 workloads = [{name = "gemm", params = {m = 256, n = 256, k = 256}}]
 """
@@ -138,7 +139,7 @@ def suite_config(suite: str, device: str, fast: bool) -> str:
     """A [[suites]] table running ``suite`` once at start; with ``fast``, its workloads with short timing."""
     from workloads import registry
 
-    head = (f'[[suites]]\nname = "measured"\ninterval_seconds = 86400\ndevices = ["{device}"]\n'
+    head = (f'[[suites]]\nname = "measured"\ninterval_seconds = 86400\nexport = "shapes"\ndevices = ["{device}"]\n'
             f"timeout_seconds = 600\nrun_at_start = true\n")
     if not fast:
         return head + f'preset = "{suite}"\n'

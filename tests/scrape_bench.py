@@ -51,9 +51,10 @@ from tests.daemon import Daemon, write_config  # noqa: E402
 
 NEVER = """
 [[suites]]
-name = "idle"
+name = "quick"
 interval_seconds = 86400
 run_at_start = false
+export = "shapes"
 devices = ["cpu"]
 workloads = [{name = "gemm", params = {m = 64, n = 64, k = 64}}]
 """

@@ -74,6 +74,10 @@ def test_workload_parameters_in_suites(tmp_path):
     ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\ninterval_seconds = 5\ndevices = ["gpu0"]\n', {},
      ["suites[0].devices", "cuda:N", "'gpu0'"]),
     ('[agent\n', {}, ["(syntax)", "valid TOML"]),
+    ('[[suites]]\nname = "s"\nworkloads = ["gemm"]\ninterval_seconds = 5\nexport = "everything"\n', {},
+     ["suites[0].export", "summary, shapes", "'everything'"]),
+    ('[agent]\nhistory_keep_days = nan\n', {}, ["agent.history_keep_days", "from 1 to 36500"]),
+    ('', {"SIXDIM_HISTORY_MAX_RUNS": "10"}, ["SIXDIM_HISTORY_MAX_RUNS", "agent.history_max_runs", "1000"]),
 ])
 def test_bad_configuration_names_source_key_and_expectation(tmp_path, text, env, fragments):
     path = write(tmp_path, text)
@@ -291,3 +295,13 @@ def test_serve_rejects_a_nan_sample_rate_from_the_environment(cli_env):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "environment variable SIXDIM_SAMPLE_HZ: agent.sample_hz: expected a number from 1 to 100, got 'nan'" \
         in result.stderr
+
+
+def test_user_suites_export_summaries_and_the_embedded_quick_suite_every_shape(tmp_path):
+    assert [s.export for s in load(None, env={}).suites] == ["shapes"]
+    path = write(tmp_path, '[agent]\nhistory_keep_days = 30\n\n[[suites]]\nname = "nightly"\npreset = "full"\n'
+                           'cron = "0 3 * * *"\n\n[[suites]]\nname = "small"\nworkloads = ["gemm"]\n'
+                           'interval_seconds = 60\nexport = "shapes"\n')
+    config = load(path, env={"SIXDIM_HISTORY_MAX_RUNS": "5000"})
+    assert [(s.name, s.export) for s in config.suites] == [("nightly", "summary"), ("small", "shapes")]
+    assert (config.history_keep_days, config.history_max_runs) == (30.0, 5000)

@@ -1,5 +1,6 @@
 """The exporter renders the catalog: names, labels, units, and promtool's lint."""
 
+import pytest
 import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -7,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent import catalog
 from agent.board import Board
 from agent.exporter import SixdimCollector
+from agent.history import History
 from collectors.host import HostCollector, RaplReader
 from collectors.nvml import NvmlCollector
 from tests.conftest import promtool_check
@@ -14,9 +16,9 @@ from tests.fakenvml import FakeGpu, FakeNvml
 from tests.helpers import make_record
 
 
-def scrape(board, collectors=(), dcgm=False) -> str:
+def scrape(board, collectors=(), dcgm=False, **options) -> str:
     registry = CollectorRegistry()
-    registry.register(SixdimCollector(board, list(collectors), "node1", dcgm))
+    registry.register(SixdimCollector(board, list(collectors), "node1", dcgm, **options))
     return generate_latest(registry).decode()
 
 
@@ -92,7 +94,7 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     board.add(make_record(**figures))
     for status in ("failed", "timeout", "skipped"):
         board.add(make_record(status))
-    text = scrape(board, [nvml, host])
+    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"))
     exported = {name for name, _ in samples(text)}
     for metric in catalog.ALL_METRICS:
         assert metric.name in exported, metric.name
@@ -111,3 +113,41 @@ def test_rapl_counter_wrap_is_corrected(tmp_path):
     rapl = RaplReader(tmp_path)
     (zone / "energy_uj").write_text("100000")  # wrapped: 100000 more to the top, 100000 after
     assert rapl.read() == {"package-0": 0.2}
+
+
+def test_suites_export_summaries_and_per_shape_series_only_where_asked():
+    board = Board()
+    for m, seconds in ((8, 1.0), (16, 4.0)):
+        board.add(make_record(seconds=seconds, shape=f"m={m},n={m},k={m}"))  # suite "quick"
+    nightly = make_record(seconds=9.0, shape="m=32,n=32,k=32")
+    nightly.suite = "nightly"
+    board.add(nightly)
+    text = scrape(board, shape_suites={"quick"})
+    assert sorted(dict(k[1])["shape"] for k in samples(text) if k[0] == "sixdim_workload_seconds") == [
+        "m=16,n=16,k=16", "m=8,n=8,k=8"]                     # nightly has no per-shape series
+    assert find(text, "sixdim_suite_seconds", suite="quick") == [pytest.approx(2.0)]  # geometric mean of 1 and 4
+    assert find(text, "sixdim_suite_shapes", suite="quick") == [2.0]
+    assert find(text, "sixdim_suite_seconds", suite="nightly") == [pytest.approx(9.0)]
+    assert "shape" not in dict(next(k for k in samples(text) if k[0] == "sixdim_suite_seconds")[1])
+
+
+def test_run_counters_are_per_workload_and_ignore_cases_a_shutdown_interrupted():
+    board = Board()
+    for m in (8, 16, 32):
+        board.add(make_record(shape=f"m={m},n={m},k={m}"))
+        board.add(make_record("failed", shape=f"m={m},n={m},k={m}"))
+    interrupted = make_record("skipped", shape="m=64,n=64,k=64")
+    interrupted.reason = "interrupted: the agent is shutting down"
+    board.add(interrupted)
+    runs = [(dict(k[1]), v) for k, v in samples(scrape(board)).items() if k[0] == "sixdim_workload_runs_total"]
+    assert sorted((labels["status"], value) for labels, value in runs) == [("failed", 3.0), ("ok", 3.0)]
+    assert all("shape" not in labels for labels, _ in runs)
+
+
+def test_the_history_health_is_exported(tmp_path):
+    history = History(tmp_path / "h.db")
+    text = scrape(Board(), history=history, part="live")
+    assert find(text, "sixdim_history_up") == [1.0]
+    assert find(text, "sixdim_history_pending_results") == [0.0]
+    assert find(text, "sixdim_history_write_errors_total", reason="locked") == [0.0]
+    assert not any(name.startswith("sixdim_workload_") for name, _ in samples(text))  # the live part only

@@ -132,7 +132,7 @@ def test_runs_recorded_by_another_process_appear_without_a_restart(tmp_path, cli
                                  "-p", "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
                                 capture_output=True, text=True, env=cli_env, timeout=120)
         assert result.returncode == 0, result.stderr
-        [flops] = daemon.samples("sixdim_workload_flops")
+        [flops] = daemon.wait_for("sixdim_workload_flops", timeout=15)  # read in the background, about 1 s
         assert flops.labels["shape"] == "m=32,n=32,k=32,op=NN"
     finally:
         daemon.stop()

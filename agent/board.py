@@ -34,6 +34,7 @@ class Board:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: dict[tuple[str, ...], RunRecord] = {}
+        self._latest_by_suite: dict[tuple[tuple[str, ...], str], RunRecord] = {}
         self._counts: dict[tuple[tuple[str, ...], str], tuple[RunRecord, int]] = {}
         self._last_id = 0
         self._shown_pending: set[str] = set()
@@ -43,8 +44,9 @@ class Board:
     @classmethod
     def from_history(cls, history: History) -> "Board":
         board = cls()
-        for record in history.latest_ok():
+        for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
             board._latest[record.key()] = record
+            board._latest_by_suite[(record.key(), record.suite)] = record
         for record, count in history.status_counts():
             board._counts[(record.key(), record.status)] = (record, count)
         board._last_id = history.last_id()
@@ -92,6 +94,7 @@ class Board:
     def _add(self, record: RunRecord) -> None:
         if record.status == "ok":
             self._latest[record.key()] = record
+            self._latest_by_suite[(record.key(), record.suite)] = record
         key = (record.key(), record.status)
         previous = self._counts.get(key)
         self._counts[key] = (record, (previous[1] if previous else 0) + 1)
@@ -100,6 +103,12 @@ class Board:
     def latest(self) -> list[RunRecord]:
         with self._lock:
             return list(self._latest.values())
+
+    def latest_by_suite(self) -> list[RunRecord]:
+        """The newest ok result of each series in each suite: what a suite's summary is made of, so
+        that a shape another suite ran more recently still counts in this suite's summary."""
+        with self._lock:
+            return list(self._latest_by_suite.values())
 
     def counts(self) -> list[tuple[RunRecord, int]]:
         with self._lock:

@@ -89,8 +89,12 @@ class SixdimCollector(PromCollector):
     def describe(self) -> list[Metric]:
         return []  # families vary with the hardware; no describe-time scrape
 
-    def _exports_shapes(self, record: RunRecord) -> bool:
-        return self._shape_suites is None or record.suite in self._shape_suites
+    def _shape_keys(self, by_suite: list[RunRecord]) -> set[tuple[str, ...]] | None:
+        """The series exported per shape: those a shape-exporting suite has a result for (None: all).
+        Each is exported with its newest result, whichever suite measured it."""
+        if self._shape_suites is None:
+            return None
+        return {record.key() for record in by_suite if record.suite in self._shape_suites}
 
     def _samples(self) -> Iterator[Sample]:
         if self._part in ("all", "live"):
@@ -99,9 +103,10 @@ class SixdimCollector(PromCollector):
             yield from self._results()
 
     def _results(self) -> Iterator[Sample]:
-        latest = self._board.latest()
-        for record in latest:
-            if not self._exports_shapes(record):
+        by_suite = self._board.latest_by_suite()
+        shape_keys = self._shape_keys(by_suite)
+        for record in self._board.latest():
+            if shape_keys is not None and record.key() not in shape_keys:
                 continue
             labels = record.result_labels()
             for metric in catalog.RESULT_METRICS:
@@ -112,7 +117,7 @@ class SixdimCollector(PromCollector):
                 if value is not None:
                     extra = {label: str(record.params.get(key, "")) for label, key in metric.extra_labels}
                     yield Sample(metric, {**labels, **extra} if extra else labels, value)
-        for summary in summarize(latest):
+        for summary in summarize(by_suite):
             labels = {**summary.record.result_labels(), catalog.SUITE: summary.record.suite}
             for metric in catalog.SUMMARY_METRICS:
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")

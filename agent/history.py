@@ -379,9 +379,10 @@ class History:
         return [_to_record(row) for row in rows]
 
     def latest_ok(self) -> list[RunRecord]:
-        """The newest successful run of each series."""
+        """The newest successful run of each series in each suite, oldest first (so the last one of
+        a series is its newest of all suites)."""
         return self._records(
-            f"SELECT * FROM runs WHERE id IN (SELECT MAX(id) FROM runs WHERE status = 'ok' GROUP BY {_SERIES})"
+            f"SELECT * FROM runs WHERE id IN (SELECT MAX(id) FROM runs WHERE status = 'ok' GROUP BY {_SERIES}, suite)"
             " ORDER BY id")
 
     def status_counts(self) -> list[tuple[RunRecord, int]]:

@@ -151,3 +151,16 @@ def test_the_history_health_is_exported(tmp_path):
     assert find(text, "sixdim_history_pending_results") == [0.0]
     assert find(text, "sixdim_history_write_errors_total", reason="locked") == [0.0]
     assert not any(name.startswith("sixdim_workload_") for name, _ in samples(text))  # the live part only
+
+
+def test_a_shape_another_suite_ran_later_stays_exported_and_in_both_summaries():
+    board = Board()
+    board.add(make_record(seconds=1.0))                  # suite "quick", exported per shape
+    nightly = make_record(seconds=2.0, ended_at=3000.0)  # the same kernel, later, by a summary-only suite
+    nightly.suite = "nightly"
+    board.add(nightly)
+    text = scrape(board, shape_suites={"quick"})
+    assert find(text, "sixdim_workload_seconds") == [2.0]          # still there, with the newest result
+    assert find(text, "sixdim_suite_shapes", suite="quick") == [1.0]
+    assert find(text, "sixdim_suite_seconds", suite="quick") == [pytest.approx(1.0)]  # quick's own result
+    assert find(text, "sixdim_suite_seconds", suite="nightly") == [pytest.approx(2.0)]

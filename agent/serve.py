@@ -63,8 +63,9 @@ def serve(config: Config) -> int:
     signal.signal(signal.SIGINT, on_signal)
     scheduler.start()
     pruner.start()
-    log.info("sixdim serving on http://%s:%d/metrics (config: %s, history: %s, %d result series restored)",
-             host, server.port, config.source, config.history, len(parts.board.latest()))
+    log.info("sixdim serving on http://%s:%d/metrics (config: %s, history: %s, %d result series restored, "
+             "integrity check %.2f s)", host, server.port, config.source, config.history, len(parts.board.latest()),
+             parts.history.check_seconds)
     while not stop.wait(1.0):
         pass
     scheduler.shutdown()

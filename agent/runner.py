@@ -25,9 +25,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 from agent.worker import CASE_DONE_PREFIX, PROGRESS_PREFIX
+from workloads.lines import bounded_lines, stream_chunks
 
 TERMINATE_GRACE_SECONDS = 3.0
 """After SIGTERM, how long the worker group has before SIGKILL."""
@@ -42,7 +43,6 @@ MAX_LINE_BYTES = 4096
 """A longer output line is cut here (with a note of how much was cut): a workload printing one
 huge line without a newline must not grow the daemon's memory or its history rows.  With the
 tail's line count this bounds what is kept per worker to 32 KiB."""
-READ_CHUNK_BYTES = 65536
 
 
 @dataclass
@@ -82,35 +82,6 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def bounded_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
-    """Lines of a byte stream, split at ``\\n`` and ``\\r`` (a progress bar's redraws are lines too),
-    each cut to ``limit`` bytes with a note of how much was dropped; memory stays bounded by
-    ``limit`` whatever the stream holds between two line ends."""
-    kept = bytearray()
-    dropped = 0
-    for chunk in chunks:
-        start = 0
-        while start < len(chunk):
-            ends = [i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0]
-            end = min(ends) if ends else len(chunk)
-            piece = chunk[start:end]
-            room = limit - len(kept)
-            kept += piece[:max(0, room)]
-            dropped += max(0, len(piece) - max(0, room))
-            if not ends:
-                break
-            yield _line(kept, dropped)
-            kept, dropped = bytearray(), 0
-            start = end + 1
-    if kept or dropped:
-        yield _line(kept, dropped)
-
-
-def _line(kept: bytearray, dropped: int) -> str:
-    text = kept.decode(errors="replace")
-    return text + f" [... {dropped} more bytes cut]" if dropped else text
-
-
 class _OutputReader(threading.Thread):
     """Reads the worker's merged stdout/stderr: relays progress, keeps the tail for failure reasons.
 
@@ -125,15 +96,8 @@ class _OutputReader(threading.Thread):
         self.last_case_done = time.monotonic()
         self.cases_done = 0
 
-    def _chunks(self) -> Iterator[bytes]:
-        while True:
-            chunk = self._stream.read1(READ_CHUNK_BYTES)
-            if not chunk:
-                return
-            yield chunk
-
     def run(self) -> None:
-        for line in bounded_lines(self._chunks()):
+        for line in bounded_lines(stream_chunks(self._stream), MAX_LINE_BYTES):
             if line.startswith(CASE_DONE_PREFIX):
                 self.last_case_done = time.monotonic()
                 self.cases_done += 1

@@ -310,7 +310,7 @@ def test_odd_values_are_ignored_with_warnings_never_exported(tmp_path):
 
 def test_deep_json_and_an_empty_regex_group_do_not_crash_the_case(tmp_path):
     body = """
-        print(':::MLLOG {"key": "eval_accuracy", "value": ' + '[' * 100000 + ']' * 100000 + ', "time_ms": 1}')
+        print(':::MLLOG {"key": "eval_accuracy", "value": ' + '[' * 20000 + ']' * 20000 + ', "time_ms": 1}')
         print('speed img/s')
         print('speed 300 img/s')
     """
@@ -370,3 +370,18 @@ def test_invalid_inference_quotes_the_loadgen_error(tmp_path):
     assert record.reason == ("the MLPerf Inference result is INVALID; loadgen error: "
                              "error_invalid_test_settings: min_query_count must be > 0")
     assert record.details["unreported_figures"]["seconds"] > 0
+
+
+def test_a_command_printing_a_huge_line_without_newline_is_read_with_bounded_memory(tmp_path):
+    body = """
+        import sys
+        sys.stdout.write("x" * (200 * 2**20))   # 200 MiB, no newline
+        sys.stdout.flush()
+        print()
+        print("speed 300 img/s")
+    """
+    record = run_command(tmp_path, argv=[sys.executable, script(tmp_path, "flood.py", body)],
+                         throughput_regex=r"speed (\d+) img/s")
+    assert record.status == "ok", record.reason
+    assert record.figures["samples_per_second"] == 300.0
+    assert record.details["output_lines"] == 2  # the huge line, cut, and the speed line

@@ -34,6 +34,7 @@ import subprocess
 import time
 from typing import Any
 
+from workloads.lines import bounded_lines, stream_chunks
 from workloads.context import RunContext, WorkloadOutput
 from workloads.logparse import (INFERENCE_CHECKS, INFERENCE_RATES, Metric, Quality, TrainingLog, describe_formats,
                                 make_parsers, read_line)
@@ -61,6 +62,11 @@ def _environment(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+MAX_LINE_BYTES = 65536
+"""A line of the command's output longer than this is cut (MLPerf's JSON lines are far shorter): a
+command printing without newlines must not grow the worker's memory."""
+
+
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     parsers = make_parsers(params["formats"], params["throughput_regex"], params["accuracy_regex"])
     argv = params["argv"]
@@ -74,9 +80,8 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     ctx.mark_window_start()
     process = subprocess.Popen(command, shell=params["shell"], cwd=params["cwd"] or None,
                                env=_environment(params["env"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, text=True, errors="replace")
-    for line in process.stdout:
-        line = line.rstrip("\n")
+                               stdin=subprocess.DEVNULL)
+    for line in bounded_lines(stream_chunks(process.stdout), MAX_LINE_BYTES):
         lines += 1
         tail.append(line)
         log.elapsed = time.monotonic() - started

@@ -12,6 +12,11 @@ every GPU's telemetry (:class:`agent.hostprobe.MultiGpuProbe`), and its worker s
 ordered as NVML orders them (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that rank i is NVML's GPU i).
 A GPU in MIG mode is not benchmarked: its runs are ``skipped`` with
 :attr:`agent.devices.Device.mig_reason`.
+
+A missing reading is never 0: a figure the telemetry has no reading for (no sample in or around
+the window, a device without the reading, a worker that had ended) is absent, with the reason
+in ``details["telemetry"]``; a run that is not ``ok`` or ``incorrect`` has no figures at all
+(what its workload reported is kept in ``details["unreported_figures"]``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,22 @@ MIN_TELEMETRY_POWER_SECONDS = 1.0
 """The shortest measured window whose energy-counter difference is reported as the run's power."""
 
 
+REPORTED_STATUSES = ("ok", "incorrect")
+"""Statuses whose figures are reported (a fast wrong answer is worth seeing); the others have none."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The telemetry read while one worker ran, and how many reads failed (each a missing sample)."""
+
+    samples: list[TelemetrySample]
+    failed_reads: int = 0
+    last_error: str = ""
+
+
+NOT_SAMPLED = Sampled([])
+
+
 def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], device_type: str) -> dict[str, str]:
     """Add the daemon-side window figures to a worker's ``figures``; returns notes for the details.
 
@@ -58,20 +79,18 @@ def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], devi
       context and other processes, so it is never the workload's ``memory_bytes``); on a CPU the
       worker's peak resident memory as ``memory_bytes`` where the worker gave none;
     - the average SM clock and the clock-event groups.
+
+    A figure the window has no reading for is left out, never filled with 0; why it is missing
+    stays in the window summary's own notes (``memory_note``, ``clock_event_note``, ...).
     """
     notes: dict[str, str] = {}
     if "power_watts" not in figures:
-        seconds = telemetry.get("window_seconds", 0.0)
-        if "power_watts" not in telemetry:
-            notes["power_note"] = "no power reading for this device"
-        elif telemetry.get("power_source") != "energy_counter":
-            notes["power_note"] = "no energy counter: interpolated power samples are not reported"
-        elif seconds < MIN_TELEMETRY_POWER_SECONDS:
-            notes["power_note"] = (f"measured window of {seconds:.3g} s is shorter than "
-                                   f"{MIN_TELEMETRY_POWER_SECONDS:g} s: power not reported")
-        else:
+        note = _power_note(telemetry)
+        if note is None:
             figures["power_watts"] = telemetry["power_watts"]
             figures["energy_joules"] = telemetry["energy_joules"]
+        else:
+            notes["power_note"] = note
     if "memory_peak_bytes" in telemetry:
         if device_type == "cuda":
             figures["device_memory_bytes"] = telemetry["memory_peak_bytes"]
@@ -81,6 +100,52 @@ def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], devi
         if name in telemetry:
             figures[name] = telemetry[name]
     return notes
+
+
+def _power_note(telemetry: dict[str, Any]) -> str | None:
+    """Why the window's power is not reported as the run's; None where it is."""
+    if "window_seconds" not in telemetry:
+        return telemetry.get("window_note") or telemetry.get("error") or "no measured window"
+    seconds = telemetry["window_seconds"]
+    if telemetry.get("power_source") == "energy_counter":
+        if seconds < MIN_TELEMETRY_POWER_SECONDS:
+            return (f"measured window of {seconds:.3g} s is shorter than {MIN_TELEMETRY_POWER_SECONDS:g} s: "
+                    f"power not reported")
+        return None
+    counter = telemetry.get("energy_note", "no energy counter reading")
+    if telemetry.get("power_source") == "power_samples":
+        return f"{counter}: interpolated power samples are not reported"
+    return f"{counter}; {telemetry.get('power_note', 'no power reading')}"
+
+
+NO_WINDOW_NOTE = "the case marked no measured window, so no telemetry figure was taken from it"
+
+
+def window_telemetry(sampled: Sampled, window: tuple[float, float] | None) -> dict[str, Any]:
+    """The window summary kept in a record's details, with why it is empty where it is."""
+    if window is None:
+        telemetry: dict[str, Any] = {"window_note": NO_WINDOW_NOTE}
+    else:
+        try:
+            telemetry = summarize_window(sampled.samples, *window)
+        except ValueError as exc:
+            telemetry = {"error": str(exc)}
+    if sampled.failed_reads:
+        telemetry.update(failed_reads=sampled.failed_reads, read_error=sampled.last_error)
+    return telemetry
+
+
+def unreported_figures(status: str, figures: dict[str, float]) -> dict[str, Any]:
+    """Details that keep a failed, timed-out or skipped run's figures out of its figures.
+
+    Such a run measured nothing that stands for the workload (a crash mid-way, a run that did
+    not reach its target, a non-finite result), so it has no figures: a reader, the table or
+    a summary would otherwise take them for a result.  What the workload did report stays in
+    the details for diagnosis; the record's reason says why the run is not ``ok``."""
+    if status in REPORTED_STATUSES or not figures:
+        return {}
+    return {"unreported_figures": dict(figures),
+            "figures_note": f"not reported: the run is {status!r} (see its reason)"}
 
 
 @dataclass
@@ -154,12 +219,12 @@ class Executor:
         remaining = group
         while remaining:
             started_at = time.time()
-            outcome, samples = self._run(remaining, device, timeout, use_guard, on_progress)
+            outcome, sampled = self._run(remaining, device, timeout, use_guard, on_progress)
             ended_at = time.time()
             environment = self._environment(device, outcome)
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
-                return self._record(item[0], item[1], device, suite, result, samples, environment, started_at,
+                return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
                                     ended_at)
 
             batch = [record(item, outcome.cases[i]) for i, item in enumerate(remaining) if i in outcome.cases]
@@ -196,21 +261,17 @@ class Executor:
                     if problem else "")
 
     def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
-                samples: list[TelemetrySample], environment: dict[str, Any], started_at: float,
-                ended_at: float) -> RunRecord:
-        telemetry: dict[str, Any] = {}
-        if result.window is not None:
-            try:
-                telemetry = summarize_window(samples, *result.window)
-            except ValueError as exc:
-                telemetry = {"error": str(exc)}
-        figures = dict(result.figures)
+                sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float) -> RunRecord:
+        telemetry = window_telemetry(sampled, result.window)
+        notes: dict[str, Any] = unreported_figures(result.status, result.figures)
+        figures = dict(result.figures) if result.status in REPORTED_STATUSES else {}
         # Device memory bandwidth is the peak of a device-to-device copy only, not of PCIe transfers.
         kind = None if spec.peak_kind == "bandwidth" and case.kernel_pass != "d2d" else spec.peak_kind
         ratio = peak_ratio(device.model_name, kind, case.precision, figures) if device.type == "cuda" else None
         if ratio is not None and result.status == "ok":
             figures["peak_ratio"] = ratio
-        notes = telemetry_figures(figures, telemetry, device.type) if result.status in ("ok", "incorrect") else {}
+        if result.status in REPORTED_STATUSES:
+            notes.update(telemetry_figures(figures, telemetry, device.type))
         return RunRecord(
             suite=suite, workload=spec.name, precision=case.precision, params=case.params, shape=case.shape,
             mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname, device_type=device.type,
@@ -227,35 +288,35 @@ class Executor:
         return host_gpus(self.nvml) if spec.scope == "host" else [device]
 
     def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, timeout: float, use_guard: bool,
-             on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:
+             on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, Sampled]:
         """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
         start) and the telemetry sampled while it ran."""
         if self.stop.is_set():
-            return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), []
+            return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), NOT_SAMPLED
         spec = items[0][0]  # a group's workloads share scope and torch use
         gpus = self._gpus(spec, device)
         for gpu in gpus:
             if gpu.mig_reason is not None:
-                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), []
+                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), NOT_SAMPLED
 
         def waiting(busy: Device) -> None:
             log.info("%s on %s waits for %s: another suite is running on it", spec.name, device.name, busy.name)
 
         with self.locks.hold(gpus or [device], self.stop, on_wait=waiting) as held:
             if not held:
-                return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), []
+                return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), NOT_SAMPLED
             watch: RunWatch | None = None
             if gpus and use_guard and self.guard.enabled:
                 indices = [g.index for g in gpus if g.index is not None]
                 reason = self.idle_guard.before_run(indices, self.guard.max_utilization)
                 if reason is not None:
-                    return WorkerOutcome(status="skipped", reason=reason), []
+                    return WorkerOutcome(status="skipped", reason=reason), NOT_SAMPLED
                 watch = self.idle_guard.watch(indices)
             return self._start(items, device, gpus, timeout, watch, on_progress)
 
     def _start(self, items: list[tuple[WorkloadSpec, Case]], device: Device, gpus: list[Device], timeout: float,
                watch: RunWatch | None,
-               on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, list[TelemetrySample]]:
+               on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, Sampled]:
         spec = items[0][0]
         probe: Probe
         attach: Callable[[int], None] | None
@@ -281,10 +342,10 @@ class Executor:
                                  stop=self.stop, uses_torch=spec.uses_torch, gpu_uuids=[g.uuid for g in gpus],
                                  between_cases=watch.check if watch is not None else None)
         finally:
-            samples = sampler.stop()
+            sampled = Sampled(sampler.stop(), sampler.failed_reads, sampler.last_error)
             if watch is not None:
                 watch.ended()
-        return outcome, samples
+        return outcome, sampled
 
     def _environment(self, device: Device, outcome: WorkerOutcome) -> dict[str, Any]:
         """The worker's view (torch, CUDA runtime, cuDNN, NCCL, Python) plus the driver's and ours."""

@@ -15,6 +15,14 @@ computes over exactly that window:
 - time-weighted average SM and memory clocks, and every clock event seen, grouped into
   ``power_capped``, ``thermal_slowdown`` and ``hardware_slowdown`` (0 or 1 each).
 
+A missing reading is never 0.  A figure needs a reading of its kind inside the window, or one on
+each side of it to interpolate between (a window shorter than the sample period); readings on one
+side only are not stretched over the window.  Otherwise the figure is absent and a note
+(``power_note``, ``energy_note``, ``memory_note``, ``sm_clock_note``, ``memory_clock_note``,
+``clock_event_note``) says why: no sample was taken, the device gives no such reading, or the
+process had ended before the window could be read.  An energy counter that did not advance is
+not 0 W, and a process that has exited is not a process with 0 bytes resident.
+
 Which of these become a result's figures is the executor's choice (:mod:`agent.executor`).
 """
 
@@ -72,17 +80,27 @@ class CpuProbe:
             self._process = None
 
     def _resident_bytes(self) -> float | None:
+        """The worker's resident memory with its live children's, or None once it has ended.
+
+        An exited process that is not reaped yet (a zombie) still answers ``memory_info``, with
+        an RSS of 0 (Linux's ``statm`` of a zombie is all zeros): that 0 is no reading, so an
+        ended worker gives None and an ended child adds nothing.  Each RSS is read before the
+        process is checked: one found alive after its read was alive during it."""
         if self._process is None:
             return None
         try:
             total = self._process.memory_info().rss
+            if not _alive(self._process):
+                return None
             for child in self._process.children(recursive=True):
                 try:
-                    total += child.memory_info().rss
-                except psutil.NoSuchProcess:
+                    rss = child.memory_info().rss
+                    if _alive(child):
+                        total += rss
+                except psutil.Error:
                     pass
             return float(total)
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             return None
 
     def read(self) -> TelemetrySample:
@@ -95,6 +113,11 @@ class CpuProbe:
         )
 
 
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (``is_running`` also rules out a reused PID)."""
+    return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+
+
 class Sampler:
     """Reads a probe at a fixed rate in a background thread, from start() to stop()."""
 
@@ -104,12 +127,16 @@ class Sampler:
         self._samples: list[TelemetrySample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="telemetry-sampler")
+        self.failed_reads = 0
+        """Reads that raised: each is a missing sample, counted so a record can say why it has none."""
+        self.last_error = ""
 
     def _take(self) -> None:
         try:
             self._samples.append(self._probe.read())
-        except Exception:  # a failed read is a missing sample, never a dead agent
-            pass
+        except Exception as exc:  # a failed read is a missing sample, never a dead agent
+            self.failed_reads += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _loop(self) -> None:
         next_time = time.monotonic()
@@ -164,46 +191,114 @@ def time_average(points: Points, start: float, end: float) -> float:
     return integral(points, start, end) / (end - start)
 
 
+def _missing_reason(points: Points, taken: int, start: float, end: float, what: str) -> str | None:
+    """Why ``points`` cannot give the window [start, end] its ``what`` figure; None where they can.
+
+    They can with a reading inside the window, or one on each side of it (a window between two
+    samples).  Readings on one side only would be held across the window: a value nobody read
+    there, and a zero where the held value is one."""
+    duration = end - start
+    if not points:
+        if not taken:
+            return f"no telemetry sample was taken around the {duration:.3g} s measured window"
+        return f"none of the {taken} telemetry samples had a {what} reading"
+    if any(start <= t <= end for t, _ in points) or (points[0][0] <= start and points[-1][0] >= end):
+        return None
+    if points[-1][0] < start:
+        return (f"no {what} reading during or after the {duration:.3g} s measured window: the last was taken "
+                f"{start - points[-1][0]:.3g} s before it began (the process had ended, or the device "
+                f"stopped answering)")
+    return (f"no {what} reading before the {duration:.3g} s measured window ended: the first was taken "
+            f"{points[0][0] - end:.3g} s after it (the process had not started yet, or the window ended "
+            f"before the first sample)")
+
+
+def _power(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Energy and power from the counter, else from power samples; notes where either is missing.
+
+    A counter that did not advance (or went backwards: a driver reload) is no reading of 0 J."""
+    duration = end - start
+    energy = _series(samples, "energy_joules")
+    energy_note = _missing_reason(energy, len(samples), start, end, "energy counter")
+    if energy_note is None and not (energy[0][0] <= start and energy[-1][0] >= end):
+        energy_note = "the energy counter was not read both before and after the measured window"
+    if energy_note is None:
+        joules = value_at(energy, end) - value_at(energy, start)
+        if joules > 0:
+            return {"energy_joules": joules, "power_watts": joules / duration, "power_source": "energy_counter"}
+        energy_note = (f"the energy counter did not advance over the {duration:.3g} s measured window" if joules == 0
+                       else f"the energy counter went back by {-joules:.3g} J over the measured window (reset?)")
+    power = _series(samples, "power_watts")
+    power_note = _missing_reason(power, len(samples), start, end, "power")
+    if power_note is None:
+        watts = time_average(power, start, end)
+        if watts > 0:
+            return {"energy_joules": watts * duration, "power_watts": watts, "power_source": "power_samples",
+                    "energy_note": energy_note}
+        power_note = "every power reading around the measured window was 0 W"
+    return {"energy_note": energy_note, "power_note": power_note}
+
+
+def _memory(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Time-weighted average and peak memory, or a note saying why there are none."""
+    memory = _series(samples, "memory_bytes")
+    note = _missing_reason(memory, len(samples), start, end, "memory")
+    if note is not None:
+        return {"memory_note": note}
+    return {"memory_average_bytes": time_average(memory, start, end),
+            "memory_peak_bytes": max(v for _, v in _clip(memory, start, end))}
+
+
+def _clocks(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Average and lowest SM and memory clocks, each with a note where it is missing."""
+    figures: dict[str, Any] = {}
+    for attribute, what in (("sm_clock_hertz", "SM clock"), ("memory_clock_hertz", "memory clock")):
+        series = _series(samples, attribute)
+        note = _missing_reason(series, len(samples), start, end, what)
+        if note is not None:
+            figures[attribute.replace("_hertz", "_note")] = note
+            continue
+        figures[attribute] = time_average(series, start, end)
+        figures[attribute.replace("_hertz", "_min_hertz")] = min(v for _, v in _clip(series, start, end))
+    return figures
+
+
+def _clock_events(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Every clock event seen in the window, and its 0/1 groups; a note where there was no reading.
+
+    A window between two samples takes the events of the sample just before it (what the device
+    was doing as the window began)."""
+    masks = [(s.time, s.clock_event_mask) for s in samples if s.clock_event_mask is not None]
+    note = _missing_reason([(t, float(m)) for t, m in masks], len(samples), start, end, "clock-event")
+    if note is not None:
+        return {"clock_event_note": note}
+    in_window = [m for t, m in masks if start <= t <= end]
+    if not in_window:  # a window shorter than the sample period, between two samples
+        in_window = [[m for t, m in masks if t <= start][-1]]
+    combined = 0
+    for mask in in_window:
+        combined |= mask
+    reasons = reason_names(combined)
+    figures: dict[str, Any] = {"clock_event_reasons": reasons}
+    for group, members in CLOCK_EVENT_GROUPS.items():
+        figures[group] = 1.0 if members.intersection(reasons) else 0.0
+    return figures
+
+
 def summarize_window(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
-    """Figures (base units) for the measured window [start, end]; absent where nothing was measured."""
+    """Figures (base units) for the measured window [start, end]; absent, with a note, where
+    nothing was measured (see the module's docstring)."""
     if end <= start:
         raise ValueError(f"empty measured window: start {start} >= end {end}")
     duration = end - start
-    figures: dict[str, Any] = {"window_seconds": duration, "telemetry_samples": sum(
-        1 for s in samples if start <= s.time <= end)}
-
-    energy = _series(samples, "energy_joules")
-    power = _series(samples, "power_watts")
-    if len(energy) >= 2 and energy[0][0] <= start and energy[-1][0] >= end:
-        joules = value_at(energy, end) - value_at(energy, start)
-        figures.update(energy_joules=joules, power_watts=joules / duration, power_source="energy_counter")
-    elif power:
-        watts = time_average(power, start, end)
-        figures.update(energy_joules=watts * duration, power_watts=watts, power_source="power_samples")
-
-    memory = _series(samples, "memory_bytes")
-    if memory:
-        figures["memory_average_bytes"] = time_average(memory, start, end)
-        figures["memory_peak_bytes"] = max(v for _, v in _clip(memory, start, end))
-    for attribute in ("sm_clock_hertz", "memory_clock_hertz"):
-        series = _series(samples, attribute)
-        if series:
-            figures[attribute] = time_average(series, start, end)
-            figures[attribute.replace("_hertz", "_min_hertz")] = min(v for _, v in _clip(series, start, end))
-
-    masks = [s for s in samples if s.clock_event_mask is not None]
-    if masks:
-        in_window = [s.clock_event_mask for s in masks if start <= s.time <= end]
-        if not in_window:  # a window shorter than the sample period: the sample just before it
-            in_window = [max((s for s in masks if s.time <= start), key=lambda s: s.time,
-                             default=masks[0]).clock_event_mask]
-        combined = 0
-        for mask in in_window:
-            combined |= mask
-        reasons = reason_names(combined)
-        figures["clock_event_reasons"] = reasons
-        for group, members in CLOCK_EVENT_GROUPS.items():
-            figures[group] = 1.0 if members.intersection(reasons) else 0.0
+    inside = sum(1 for s in samples if start <= s.time <= end)
+    figures: dict[str, Any] = {"window_seconds": duration, "telemetry_samples": inside}
+    if not inside:
+        figures["window_note"] = (f"no telemetry sample was taken during the {duration:.3g} s measured window: "
+                                  f"figures read just before and just after it are interpolated, the others "
+                                  f"are absent")
+    for part in (_power, _memory, _clocks, _clock_events):
+        figures.update(part(samples, start, end))
     return figures
 
 

@@ -33,6 +33,8 @@ class RaplReader:
         self._zones: dict[str, tuple[Path, int]] = {}
         self._last: dict[str, int] = {}
         self._total_uj: dict[str, int] = {}
+        self._unreadable: list[str] = []
+        """Package zones found but not readable at start: their energy is in no total."""
         self.reason = ""
         if not root.is_dir():
             self.reason = f"{root} does not exist (no RAPL powercap driver)"
@@ -46,6 +48,7 @@ class RaplReader:
                 first = int((zone / "energy_uj").read_text())
             except (OSError, ValueError) as exc:
                 self.reason = f"{zone / 'energy_uj'} is not readable: {exc}"
+                self._unreadable.append(zone.name)
                 continue
             domain = name if name not in self._zones else f"{name}@{zone.name}"
             self._zones[domain] = (zone / "energy_uj", max_range)
@@ -59,8 +62,13 @@ class RaplReader:
         return bool(self._zones)
 
     def read(self) -> dict[str, float]:
-        """Joules per package domain since start; a counter wrap adds the zone's range."""
+        """Joules per package domain since start; a counter wrap adds the zone's range.
+
+        A zone that cannot be read now is left out of the answer rather than given its last
+        total again: a stale total would read as "no energy spent since", a zero that was never
+        measured.  Its next good read still adds everything since its last good one."""
         with self._lock:
+            readings: dict[str, float] = {}
             for domain, (path, max_range) in self._zones.items():
                 try:
                     raw = int(path.read_text())
@@ -71,11 +79,16 @@ class RaplReader:
                     delta += max_range
                 self._total_uj[domain] += delta
                 self._last[domain] = raw
-            return {domain: uj / 1e6 for domain, uj in self._total_uj.items()}
+                readings[domain] = self._total_uj[domain] / 1e6
+            return readings
 
     def total_joules(self) -> float | None:
-        """All packages together, or None where RAPL is unavailable."""
-        return sum(self.read().values()) if self.available else None
+        """All packages together, or None where RAPL is unavailable or a package could not be read
+        now: a sum over some packages would pass for the whole CPU's energy."""
+        if not self.available or self._unreadable:
+            return None
+        readings = self.read()
+        return sum(readings.values()) if len(readings) == len(self._zones) else None
 
 
 class HostCollector:
@@ -87,7 +100,7 @@ class HostCollector:
         self._hostname = hostname
         self.rapl = rapl if rapl is not None else RaplReader()
         psutil.cpu_percent(interval=None)  # prime: the next call reports utilization since now
-        if not self.rapl.available:
+        if self.rapl.total_joules() is None:  # absent, or some package unreadable: no total either way
             LogOnce(log).warning(f"RAPL energy unavailable: {self.rapl.reason}; CPU runs report no power")
 
     def availability(self) -> Availability:

@@ -1,6 +1,6 @@
 """Compare sixdim's GEMM and convolution figures with torch.utils.benchmark (and triton's do_bench, cold).
 
-Usage: python -m tests.compare_kernels [--device cpu|cuda:0] [--gemm 256,512,1024,2048]
+Usage: python -m tests.compare_kernels [--device cpu|cuda:0] [--gemm 256,512,1024,2048] [--repeat 3] [--threads N]
 
 Same machine, same run, same shapes: sixdim runs each case through its real path
 (child worker, calibrated rounds, DeepSpark rule); the reference tools time the
@@ -8,11 +8,21 @@ same operation (sixdim's GEMM is ``torch.mm(a, b, out=d)``) in this process, und
 torch flags sixdim's worker reports for the case.  Prints Markdown tables for
 docs/BENCHMARKS.md.  ``tests/gpu_bench.py compare`` is the fuller GPU comparison (every
 precision, cache regimes matched, do_bench_cudagraph for short kernels).
+
+This is where sixdim's times are compared with other tools' (the test suite checks only what
+load cannot change, and one load-robust agreement).  On a machine other jobs also use, one run
+of each can differ by 10x and more, mostly from multi-threaded CPU kernels whose threads wait
+for a descheduled one; so sixdim and the references run alternately ``--repeat`` times and
+the best of each is compared: passing load reaches both alike, and the best of several is
+the least disturbed.  The table says how many runs each figure is the best of.  ``--threads``
+runs both sides on that many CPU threads (the worker through ``OMP_NUM_THREADS``): one thread
+makes a CPU comparison on a shared machine steady, at the cost of not measuring threading.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import tempfile
 from pathlib import Path
@@ -25,6 +35,7 @@ from agent.board import Board
 from agent.devices import resolve
 from agent.executor import Executor, GuardSettings
 from agent.history import History
+from agent.results import RunRecord
 from collectors.nvml import NvmlCollector
 from workloads import registry
 
@@ -62,11 +73,33 @@ def reference(stmt: str, env: dict) -> tuple[float, float | None]:
     return tub, do_bench
 
 
+def _best(records: list[RunRecord]) -> RunRecord:
+    """The ok record with the lowest seconds (the least disturbed run), else the last one."""
+    ok = [r for r in records if r.status == "ok"]
+    return min(ok, key=lambda r: r.figures["seconds"]) if ok else records[-1]
+
+
+def _best_reference(times: list[tuple[float, float | None]]) -> tuple[float, float | None]:
+    dob = [d for _, d in times if d is not None]
+    return min(t for t, _ in times), (min(dob) if dob else None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--gemm", default="256,512,1024,2048", help="square GEMM sizes")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="alternated runs of sixdim and the references per case; the best of each is shown")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for sixdim's worker and the references (default: torch's own choice)")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be at least 1")
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the worker inherits it
+        torch.set_num_threads(args.threads)
     nvml = NvmlCollector("compare")
     [device] = resolve([args.device], nvml)
     torch_device = "cuda" if device.type == "cuda" else "cpu"
@@ -75,19 +108,23 @@ def main() -> None:
         executor = Executor(hostname="compare", history=History(Path(tmp) / "h.db"), board=Board(), nvml=nvml,
                             rapl=None, guard=GuardSettings(enabled=False))
         print(f"machine: {platform.node()}, {device.model_name}, torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads")
+              f"{torch.get_num_threads()} threads; each figure the best of {args.repeat} alternated run(s)")
         print("\n| GEMM M=N=K (D = A·B) | dtype | sixdim s (regime) | torch.utils.benchmark s | ratio | do_bench s | ratio |")
         print("|---|---|---|---|---|---|---|")
         for n in (int(s) for s in args.gemm.split(",")):
-            [record] = executor.execute(registry.get("gemm"), {"m": n, "n": n, "k": n, "precisions": [dtype]}, device)
-            apply_flags(record)
-            a = torch.randn(n, n, device=torch_device, dtype=DTYPES[dtype])
-            b = torch.randn(n, n, device=torch_device, dtype=DTYPES[dtype])
-            d = torch.empty(n, n, device=torch_device, dtype=DTYPES[dtype])
-            tub, dob = reference("torch.mm(a, b, out=d)", {"torch": torch, "a": a, "b": b, "d": d,
-                                                            "device": torch_device})
-            del a, b, d
-            _row(f"{n}", dtype, record, tub, dob)
+            records, references = [], []
+            for _ in range(args.repeat):
+                [record] = executor.execute(registry.get("gemm"), {"m": n, "n": n, "k": n, "precisions": [dtype]},
+                                            device)
+                records.append(record)
+                apply_flags(record)
+                a = torch.randn(n, n, device=torch_device, dtype=DTYPES[dtype])
+                b = torch.randn(n, n, device=torch_device, dtype=DTYPES[dtype])
+                d = torch.empty(n, n, device=torch_device, dtype=DTYPES[dtype])
+                references.append(reference("torch.mm(a, b, out=d)", {"torch": torch, "a": a, "b": b, "d": d,
+                                                                       "device": torch_device}))
+                del a, b, d
+            _row(f"{n}", dtype, _best(records), *_best_reference(references))
 
         print("\n| conv (DeepBench quick shape, forward) | dtype | sixdim s | torch.utils.benchmark s | ratio | "
               "do_bench s | ratio |")
@@ -95,17 +132,27 @@ def main() -> None:
         overrides = {"set": "quick", "precisions": [dtype], "layouts": ["nchw"]}
         if device.type == "cpu":
             overrides["scale"] = 4
-        for record in executor.execute(registry.get("conv"), overrides, device):
-            if record.kernel_pass != "forward":
-                continue
-            p = record.params
-            apply_flags(record)
-            x = torch.randn(p["n"], p["c"], p["h"], p["w"], device=torch_device, dtype=DTYPES[dtype])
-            w = torch.randn(p["k"], p["c"], p["r"], p["s"], device=torch_device, dtype=DTYPES[dtype])
-            tub, dob = reference("F.conv2d(x, w, stride=stride, padding=padding)",
-                                 {"F": F, "x": x, "w": w, "stride": (p["stride_h"], p["stride_w"]),
-                                  "padding": (p["pad_h"], p["pad_w"]), "device": torch_device})
-            _row(record.shape.rsplit(",layout", 1)[0], dtype, record, tub, dob)
+        runs: dict[str, list[RunRecord]] = {}
+        times: dict[str, list[tuple[float, float | None]]] = {}
+        for _ in range(args.repeat):
+            for record in executor.execute(registry.get("conv"), overrides, device):
+                if record.kernel_pass != "forward":
+                    continue
+                runs.setdefault(record.shape, []).append(record)
+                times.setdefault(record.shape, []).append(_conv_reference(record, torch_device, dtype))
+        for shape, records in runs.items():
+            _row(shape.rsplit(",layout", 1)[0], dtype, _best(records), *_best_reference(times[shape]))
+
+
+def _conv_reference(record: RunRecord, torch_device: str, dtype: str) -> tuple[float, float | None]:
+    """The references' times for one forward convolution case, right after sixdim's run of it."""
+    p = record.params
+    apply_flags(record)
+    x = torch.randn(p["n"], p["c"], p["h"], p["w"], device=torch_device, dtype=DTYPES[dtype])
+    w = torch.randn(p["k"], p["c"], p["r"], p["s"], device=torch_device, dtype=DTYPES[dtype])
+    return reference("F.conv2d(x, w, stride=stride, padding=padding)",
+                     {"F": F, "x": x, "w": w, "stride": (p["stride_h"], p["stride_w"]),
+                      "padding": (p["pad_h"], p["pad_w"]), "device": torch_device})
 
 
 def _row(label: str, dtype: str, record, tub: float, dob: float | None) -> None:

@@ -1,10 +1,22 @@
-"""One worker, many cases: each case is its own record, whatever happens to the others."""
+"""One worker, many cases: each case is its own record, whatever happens to the others; and a
+figure nobody measured is absent from it, with the reason in its details, never 0."""
+
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.board import Board
-from agent.devices import cpu_device
-from agent.executor import Executor
+from agent.devices import cpu_device, resolve
+from agent.executor import Executor, GuardSettings
+from agent.exporter import SixdimCollector
 from agent.history import History
+from collectors.host import RaplReader
 from collectors.nvml import NvmlCollector
+from tests.fakenvml import FakeGpu, FakeNvml
+from tests.guard_workloads import spec as sleeping_spec
+from workloads.context import RunContext, WorkloadOutput
 from workloads.spec import Case, Param, WorkloadSpec
 
 
@@ -38,3 +50,117 @@ def test_a_suite_shares_one_worker(tmp_path):
     assert len({r.started_at for r in records}) == 1  # one worker ran all three cases
     ok = records[0]
     assert ok.figures["seconds"] == 0.25 and ok.details["telemetry"]["window_seconds"] > 0.04
+
+
+# ---------------------------------------------------------------------------- no reading is never 0
+# Workloads run by the real worker in a real child process (it imports them from here).
+
+def gives_up_with_figures(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """A run that measured something and then failed (a training that missed its target)."""
+    ctx.mark_window_start()
+    time.sleep(0.05)
+    ctx.mark_window_end()
+    return WorkloadOutput({"seconds": 0.05, "samples_per_second": 120.0, "accuracy": 0.42}, {"epochs": 3},
+                          status="failed", reason="did not reach the target accuracy 0.9")
+
+
+def marks_no_window(params: dict, ctx: RunContext) -> WorkloadOutput:
+    return WorkloadOutput({"seconds": 0.01})
+
+
+def one_case_spec(name: str, entry: str) -> WorkloadSpec:
+    return WorkloadSpec(name=name, description="test", entry=f"tests.test_executor:{entry}", uses_torch=False,
+                        expander=lambda spec, params, device_type: [Case({}, precision="fp32", shape="case=0")])
+
+
+def cpu_executor(tmp_path: Path, **options) -> Executor:
+    return Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+                    **{"rapl": None, **options})
+
+
+def scrape(executor: Executor) -> str:
+    registry = CollectorRegistry()
+    registry.register(SixdimCollector(executor.board, [], "h"))
+    return generate_latest(registry).decode()
+
+
+def test_a_failed_run_has_no_figures_and_keeps_what_it_reported_in_details(tmp_path):
+    executor = cpu_executor(tmp_path)
+    [record] = executor.execute(one_case_spec("gives_up", "gives_up_with_figures"), {}, cpu_device())
+    assert record.status == "failed" and record.reason == "did not reach the target accuracy 0.9"
+    assert record.figures == {}
+    assert record.details["unreported_figures"] == {"seconds": 0.05, "samples_per_second": 120.0, "accuracy": 0.42}
+    assert record.details["figures_note"] == "not reported: the run is 'failed' (see its reason)"
+    assert record.details["epochs"] == 3 and record.details["telemetry"]["window_seconds"] > 0.04
+    [stored] = list(executor.history)
+    assert stored.figures == {}
+    assert "sixdim_workload_seconds" not in scrape(executor)
+
+
+def test_a_case_without_a_measured_window_says_why_it_has_no_telemetry_figures(tmp_path):
+    [record] = cpu_executor(tmp_path).execute(one_case_spec("no_window", "marks_no_window"), {}, cpu_device())
+    assert record.status == "ok" and record.figures == {"seconds": 0.01}
+    assert record.details["telemetry"] == {"window_note": "the case marked no measured window, so no telemetry "
+                                                          "figure was taken from it"}
+    assert record.details["power_note"] == record.details["telemetry"]["window_note"]
+
+
+def test_a_worker_that_ends_before_the_first_sample_has_no_memory_figure(tmp_path):
+    """A sample every 100 s: the sampler reads once before the worker starts and once after it
+    ended, never while it ran.  The CPU run's resident memory is absent, not 0, and says why."""
+    executor = cpu_executor(tmp_path, sample_hz=0.01)
+    [record] = executor.execute(sleeping_spec("quick", [{"seconds": 0.02}]), {}, cpu_device())
+    assert record.status == "ok", record.reason
+    assert "memory_bytes" not in record.figures
+    telemetry = record.details["telemetry"]
+    assert telemetry["telemetry_samples"] == 0
+    assert telemetry["memory_note"] == "none of the 2 telemetry samples had a memory reading"
+    assert "no telemetry sample was taken during the" in telemetry["window_note"]
+    assert "sixdim_workload_memory_bytes" not in scrape(executor)
+
+
+def test_a_stuck_rapl_counter_is_no_power_reading_not_0_watts(tmp_path):
+    """A CPU run of 1.2 s with a RAPL package whose counter never moves: there is no power figure
+    (it was exported as 0 W), and the note says the counter did not advance."""
+    zone = tmp_path / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    (zone / "energy_uj").write_text("1000000\n")
+    executor = cpu_executor(tmp_path, rapl=RaplReader(tmp_path / "powercap"))
+    [record] = executor.execute(sleeping_spec("steady", [{"seconds": 1.2}]), {}, cpu_device())
+    assert record.status == "ok", record.reason
+    assert "power_watts" not in record.figures and "energy_joules" not in record.figures
+    assert record.details["telemetry"]["energy_note"].startswith("the energy counter did not advance over")
+    assert record.details["power_note"].startswith("the energy counter did not advance over")
+    assert "sixdim_workload_power_watts" not in scrape(executor)
+
+
+def test_a_gpu_without_readings_gives_no_figures_but_the_reasons(tmp_path):
+    """A GPU (the fake NVML) whose energy counter stands still and which answers
+    NVML_ERROR_NOT_SUPPORTED for memory and clock events: power, device memory and the clock
+    groups are absent with their reasons; the SM clock, which it reports, is kept."""
+    gpu = FakeGpu(unsupported={"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetCurrentClocksEventReasons"})
+    nvml = NvmlCollector("h", module=FakeNvml([gpu]))
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=nvml, rapl=None,
+                        guard=GuardSettings(enabled=False))
+    [device] = resolve(["cuda:0"], nvml)
+    [record] = executor.execute(sleeping_spec("steady", [{"seconds": 1.2}]), {}, device)
+    assert record.status == "ok", record.reason
+    for figure in ("power_watts", "energy_joules", "device_memory_bytes", "power_capped", "thermal_slowdown",
+                   "hardware_slowdown"):
+        assert figure not in record.figures, figure
+    assert record.figures["sm_clock_hertz"] == pytest.approx(1980e6)
+    telemetry = record.details["telemetry"]
+    samples = telemetry["telemetry_samples"]
+    assert samples >= 5
+    assert telemetry["energy_note"].startswith("the energy counter did not advance over")
+    assert record.details["power_note"].startswith("the energy counter did not advance over")
+    assert telemetry["memory_note"].startswith("none of the ") and telemetry["memory_note"].endswith(
+        " telemetry samples had a memory reading")
+    assert telemetry["clock_event_note"].endswith("telemetry samples had a clock-event reading")
+    text = scrape(executor)
+    assert "sixdim_workload_sm_clock_hertz" in text
+    for metric in ("sixdim_workload_power_watts", "sixdim_workload_device_memory_bytes",
+                   "sixdim_workload_power_capped"):
+        assert metric not in text, metric

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,10 +25,9 @@ def test_gemm_figures_follow_from_its_rounds():
     assert output.figures["seconds"] == pytest.approx(deepspark_mean(rounds))
     assert output.figures["flops"] == pytest.approx(2 * 128 * 64 * 256 / output.figures["seconds"])
     assert output.details["flop_count"] == 2 * 128 * 64 * 256
-    # the window covers the 5 timed rounds, each calibrated to last min_round_seconds (a shared
-    # 2-vCPU machine can still run a round faster than calibration saw, hence the margin)
-    assert ctx.window_end - ctx.window_start >= 0.5 * 5 * 0.02
-    assert output.details["calls_per_round"] * max(rounds) >= 0.5 * 0.02
+    # The window covers the 5 timed rounds: their calls, timed with the same clock (CLOCK_MONOTONIC),
+    # lie inside it.  True however busy the machine is, unlike a bound on how long a round lasts.
+    assert output.details["calls_per_round"] * sum(rounds) <= ctx.window_end - ctx.window_start + 1e-9
 
 
 def test_cpu_shapes_are_the_gpu_shapes_scaled_down():
@@ -37,20 +37,68 @@ def test_cpu_shapes_are_the_gpu_shapes_scaled_down():
     assert (cuda.params["m"], cpu.params["m"]) == (8192, 512)
 
 
-def hand_timed_matmul_seconds(n: int) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(5):
-        torch.matmul(a, b)
+@pytest.fixture
+def one_thread():
+    """torch on one thread in this process, as it was after the test.
+
+    On a machine whose cores other processes use too, a multi-threaded GEMM's threads wait for
+    each other at every barrier, and one descheduled thread stalls them all: its time per call
+    then swings by 10-500x from one second to the next (seen here with two busy loops on two
+    cores).  One thread's time only stretches by the share of a core it gets."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def hand_timed_mm_seconds(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, calls: int) -> float:
+    """Seconds per ``torch.mm(a, b, out=d)`` (sixdim's GEMM call): median of 5 blocks of ``calls``."""
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        for _ in range(10):
-            torch.matmul(a, b)
-        times.append((time.perf_counter() - start) / 10)
+        for _ in range(calls):
+            torch.mm(a, b, out=d)
+        times.append((time.perf_counter() - start) / calls)
     return sorted(times)[2]
 
 
-def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
+ALTERNATIONS = 5
+
+
+def test_gemm_seconds_agree_with_hand_timed_matmul(one_thread):
+    """sixdim's GEMM measurement (the worker's entry, run here) and a hand-timed ``torch.mm`` of the
+    same shape, alternated, the best of each compared.
+
+    Load that comes and goes (other tests, other jobs) reaches both alike, since they alternate
+    every second or so; load that stays slows both alike.  The best of 5 of each is then close
+    to what a quiet machine gives: ratios of the bests of 0.95 to 1.5 with two busy loops on
+    two cores, where single runs on two threads of a machine shared with other jobs gave 0.05
+    to 557 (and the test this one replaces saw 4.9 and 10.2).  The bound, a factor of 3,
+    leaves room for that and still catches what this test is for: a time per round reported
+    as a time per call (x calls_per_round, about 1000 here), milliseconds for seconds (x1000),
+    or a figure that times something other than the call.  The exact relations that no load
+    can break (FLOP/s from seconds, seconds from the rounds) are checked apart."""
+    n = 128
+    [case] = registry.get("gemm").cases({"m": n, "n": n, "k": n, "precisions": ["fp32"], "min_round_seconds": 0.05,
+                                         "warmup_seconds": 0.02}, "cpu")
+    module, _, function = registry.get("gemm").entry.partition(":")
+    run = getattr(__import__(module, fromlist=[function]), function)
+    a, b, d = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+    ours, by_hand = [], []
+    for _ in range(ALTERNATIONS):
+        output = run(case.params, RunContext(device="cpu"))
+        assert output.status == "ok", output.reason
+        ours.append(output.figures["seconds"])
+        by_hand.append(hand_timed_mm_seconds(a, b, d, output.details["calls_per_round"]))
+    ratio = min(ours) / min(by_hand)
+    assert 1 / 3 < ratio < 3, (ratio, ours, by_hand)
+
+
+def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
+    """The real path (CLI, worker, daemon-side telemetry, JSON), checked only by what load cannot
+    change: how its figures follow from each other and from the measured window.  How its
+    seconds compare with an independent timing is the test above (load-robust) and
+    ``python -m tests.compare_kernels`` (the full path, best of alternated runs)."""
     result = subprocess.run([sys.executable, "-m", "agent", "run", "--workload", "gemm", "--device", "cpu", "--json",
                              "-p", "set=square", "-p", "precisions=fp32", "-p", "min_round_seconds=0.2"],
                             capture_output=True, text=True, env=cli_env, timeout=300)
@@ -60,16 +108,19 @@ def test_sixdim_run_json_agrees_with_hand_timed_matmul(cli_env):
     m, n, k = (record["params"][x] for x in "mnk")
     assert m == n == k
     seconds, flops = record["figures"]["seconds"], record["figures"]["flops"]
-    assert seconds > 0 and flops == pytest.approx(2 * m * n * k / seconds)
-    by_hand = hand_timed_matmul_seconds(m)
-    assert 0.5 < seconds / by_hand < 2.0, (seconds, by_hand)
+    rounds, calls = record["details"]["round_seconds"], record["details"]["calls_per_round"]
+    telemetry = record["details"]["telemetry"]
+    assert flops == pytest.approx(2 * m * n * k / seconds, rel=1e-12)
+    assert seconds == pytest.approx(deepspark_mean(rounds), rel=1e-12) and min(rounds) <= seconds <= max(rounds)
+    # seconds per call, in seconds: the rounds' calls fit in the window the daemon saw (x calls or
+    # x1000 too long would not), and the window is the rounds' (JSON keeps 17 digits)
+    assert calls * sum(rounds) <= telemetry["window_seconds"] + 1e-9
     # measured conditions and environment travel with the result
     # on a CPU the workload's memory is the worker's peak resident memory (torch alone is >100 MB)
     assert record["figures"]["memory_bytes"] > 100e6
-    assert record["figures"]["memory_bytes"] >= record["details"]["telemetry"]["memory_average_bytes"]
+    assert record["figures"]["memory_bytes"] >= telemetry["memory_average_bytes"]
     assert record["environment"]["torch"] == torch.__version__
     assert record["environment"]["python"] and record["environment"]["sixdim"]
-    assert record["details"]["telemetry"]["telemetry_samples"] >= 5  # 10 Hz over a >= 1 s window
 
 
 def test_sixdim_run_table_and_history(cli_env, tmp_path):
@@ -88,18 +139,18 @@ def test_sixdim_run_table_and_history(cli_env, tmp_path):
     assert [(r.precision, r.status) for r in stored] == [("fp32", "ok"), ("tf32", "unsupported")]
 
 
-def test_calibration_is_not_fooled_by_one_stall():
-    import torch
+def test_calibration_is_not_fooled_by_one_stall(monkeypatch):
+    """Calibration against a kernel of exactly 1 ms whose first timed call stalls for 50 ms, on a
+    clock that only the kernel moves: the answer cannot depend on how busy the machine is (a
+    real ``sleep(0.001)`` lasts 2 ms or more on a loaded one)."""
+    from workloads import timing
 
-    from workloads.timing import calibrate
-
-    calls = {"n": 0}
+    clock = {"now": 0.0, "calls": 0}
 
     def kernel():
-        calls["n"] += 1
-        if calls["n"] == 4:  # the first timed block of calibration stalls once
-            time.sleep(0.05)
-        time.sleep(0.001)
+        clock["calls"] += 1
+        clock["now"] += 0.001 + (0.05 if clock["calls"] == 4 else 0.0)  # the first timed block stalls once
 
-    block = calibrate(kernel, torch.device("cpu"), warmup_seconds=0.0, min_round_seconds=0.02)
-    assert block >= 15  # about 20 calls of 1 ms, not the single stalled call
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
+    block = timing.calibrate(kernel, torch.device("cpu"), warmup_seconds=0.0, min_round_seconds=0.02)
+    assert block == 22  # 1 call stalled -> confirmed at 1 ms -> 10 calls (10 ms) -> 22 calls (22 ms), twice

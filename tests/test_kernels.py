@@ -8,6 +8,7 @@ import torch
 from workloads import registry
 from workloads.context import RunContext, Unsupported
 from workloads.correctness import check, corrupt_
+from workloads.stats import deepspark_mean
 
 FAST = {"rounds": 3, "min_round_seconds": 0.002, "warmup_seconds": 0.0}
 
@@ -177,9 +178,13 @@ def test_memory_bandwidth_counts_bytes_moved():
 
 
 def test_launch_latency_runs_every_launch():
-    for case, output, _ in run_cases("launch_latency", launches_per_round=500):
+    for case, output, ctx in run_cases("launch_latency", launches_per_round=500):
         assert output.status == "ok" and output.figures["max_relative_error"] == 0.0
-        assert 0 < output.figures["seconds"] < 1e-3
+        rounds = output.details["round_seconds"]
+        assert 0 < output.figures["seconds"] == pytest.approx(deepspark_mean(rounds))
+        # seconds per launch, not per round: the rounds' 500 launches each fit in the measured window
+        # (a fixed bound such as "under 1 ms" is what a busy machine breaks; this holds however busy)
+        assert 500 * sum(rounds) <= ctx.window_end - ctx.window_start + 1e-9
 
 
 # ---------------------------------------------------------------------------- all-reduce

@@ -1,10 +1,18 @@
-"""Window maths on known series: energy counter deltas, trapezoids, peaks, clock events."""
+"""Window maths on known series: energy counter deltas, trapezoids, peaks, clock events; and a
+missing reading (no sample, an ended process, a stuck or unreadable counter) is absent with a
+reason, never 0."""
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from agent.telemetry import Sampler, TelemetrySample, integral, summarize_window, value_at
+from agent.telemetry import CpuProbe, Sampler, TelemetrySample, integral, summarize_window, value_at
+from collectors import host
+from collectors.host import HostCollector, RaplReader
 
 
 def series(fn, start=0.0, stop=10.0, step=0.1, **extra):
@@ -80,6 +88,11 @@ def test_interpolation_and_integral():
 
 
 def test_sampler_reads_at_its_rate():
+    """20 reads a second on a fixed schedule, plus the last one at stop, counted against the time
+    the reads actually spanned rather than a sleep that a busy machine stretches.  Read i comes
+    no earlier than its slot (start + i/20), so never more reads than slots: true under any
+    load.  A late read is followed by quick catch-up reads, so fewer than half the slots would
+    take the sampler thread kept off the CPU for half the run."""
     class CountingProbe:
         def read(self):
             return TelemetrySample(time=time.monotonic(), power_watts=1.0)
@@ -87,6 +100,163 @@ def test_sampler_reads_at_its_rate():
     sampler = Sampler(CountingProbe(), hz=20).start()
     time.sleep(1.0)
     samples = sampler.stop()
-    assert 15 <= len(samples) <= 25
-    gaps = [b.time - a.time for a, b in zip(samples, samples[1:-1])]
-    assert max(gaps) < 0.2
+    scheduled = samples[:-1]  # the last one is stop()'s
+    ran = scheduled[-1].time - scheduled[0].time
+    slots = ran * 20 + 1
+    assert slots / 2 <= len(scheduled) <= slots + 0.5
+    assert ran >= 0.5  # it did read for (most of) the second it was given
+
+
+# ---------------------------------------------------------------------------- a missing reading is never 0
+
+def exited_child() -> subprocess.Popen:
+    """A real child that exits at once, left unreaped (a zombie) as a worker is between its exit
+    and the runner's wait."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    return child
+
+
+def test_an_ended_process_has_no_resident_memory_not_zero():
+    child = exited_child()
+    try:
+        probe = CpuProbe(rapl=None)
+        probe.attach(child.pid)
+        assert psutil.Process(child.pid).memory_info().rss == 0  # what the kernel answers for a zombie
+        assert probe.read().memory_bytes is None  # ... is no reading of the worker
+    finally:
+        child.wait()
+    assert probe.read().memory_bytes is None  # reaped: gone
+
+
+def test_a_worker_that_ended_before_the_first_sample_has_no_memory_figure():
+    """The real sampler over the real probe, attached to a process that ended before the sampler's
+    first read: the window has no memory figure (it read 0 before) and says why."""
+    probe = CpuProbe(rapl=None)
+    started = time.monotonic()
+    child = exited_child()
+    ended = time.monotonic()
+    probe.attach(child.pid)
+    sampler = Sampler(probe, hz=20).start()
+    time.sleep(0.3)
+    samples = sampler.stop()
+    child.wait()
+    assert samples  # at least the first and the last read
+    figures = summarize_window(samples, started, ended)
+    assert "memory_peak_bytes" not in figures and "memory_average_bytes" not in figures
+    assert figures["memory_note"] == f"none of the {len(samples)} telemetry samples had a memory reading"
+    assert figures["telemetry_samples"] == 0 and "no telemetry sample was taken during" in figures["window_note"]
+
+
+def test_a_live_process_and_its_children_are_read():
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            "'print(1, flush=True); import time; time.sleep(30)'], stdout=subprocess.PIPE); "
+            "c.stdout.readline(); print('ready', flush=True); time.sleep(30)")
+    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline() == "ready\n"  # both interpreters are up
+        probe = CpuProbe(rapl=None)
+        probe.attach(worker.pid)
+        [child] = psutil.Process(worker.pid).children()
+        own = psutil.Process(worker.pid).memory_info().rss
+        assert probe.read().memory_bytes >= own + 0.5 * child.memory_info().rss
+    finally:
+        for process in psutil.Process(worker.pid).children() + [psutil.Process(worker.pid)]:
+            process.kill()
+        worker.wait()
+
+
+def test_readings_on_one_side_of_the_window_are_not_held_over_it():
+    # memory read until 1.0 s (the process then ended), a window at [2, 3]: nothing was read in it
+    samples = [TelemetrySample(time=t / 10, memory_bytes=5e8 if t <= 10 else None, sm_clock_hertz=1.5e9)
+               for t in range(0, 41)]
+    figures = summarize_window(samples, 2.0, 3.0)
+    assert "memory_peak_bytes" not in figures
+    assert figures["memory_note"].startswith("no memory reading during or after the 1 s measured window")
+    assert figures["sm_clock_hertz"] == pytest.approx(1.5e9)  # read throughout: kept
+    # readings only after the window: a sampler that started late
+    late = summarize_window([TelemetrySample(time=5.0, memory_bytes=1e9, clock_event_mask=0x4)], 1.0, 2.0)
+    assert "memory_peak_bytes" not in late and "power_capped" not in late
+    assert late["memory_note"].startswith("no memory reading before the 1 s measured window ended")
+    assert late["clock_event_note"].startswith("no clock-event reading before")
+
+
+def test_a_window_between_two_samples_is_interpolated_and_says_so():
+    samples = [TelemetrySample(time=0.0, memory_bytes=1e9, clock_event_mask=0x4),
+               TelemetrySample(time=0.1, memory_bytes=2e9, clock_event_mask=0x1)]
+    figures = summarize_window(samples, 0.04, 0.06)
+    assert figures["telemetry_samples"] == 0 and "interpolated" in figures["window_note"]
+    assert figures["memory_average_bytes"] == pytest.approx(1.5e9)
+    assert figures["power_capped"] == 1.0  # the events of the sample just before the window
+
+
+def test_a_window_with_no_sample_at_all():
+    figures = summarize_window([], 1.0, 1.02)
+    for key in ("power_watts", "energy_joules", "memory_peak_bytes", "sm_clock_hertz", "power_capped"):
+        assert key not in figures
+    for note in ("memory_note", "energy_note", "power_note", "sm_clock_note", "clock_event_note"):
+        assert figures[note] == "no telemetry sample was taken around the 0.02 s measured window"
+
+
+def test_a_counter_that_does_not_advance_is_no_power_reading():
+    stuck = series(lambda t: {"energy_joules": 1000.0})
+    figures = summarize_window(stuck, 2.0, 6.0)
+    assert "power_watts" not in figures and "energy_joules" not in figures
+    assert figures["energy_note"] == "the energy counter did not advance over the 4 s measured window"
+    reset = summarize_window(series(lambda t: {"energy_joules": 1000.0 if t < 4 else 5.0}), 2.0, 6.0)
+    assert "power_watts" not in reset and "went back" in reset["energy_note"]
+    # with power samples beside a stuck counter, those are used (and say the counter was stuck)
+    sampled = summarize_window(series(lambda t: {"energy_joules": 1000.0, "power_watts": 250.0}), 2.0, 6.0)
+    assert sampled["power_source"] == "power_samples" and sampled["power_watts"] == pytest.approx(250.0)
+    assert "did not advance" in sampled["energy_note"]
+    zero = summarize_window(series(lambda t: {"power_watts": 0.0}), 2.0, 6.0)
+    assert "power_watts" not in zero and zero["power_note"] == "every power reading around the measured window was 0 W"
+
+
+def test_a_failing_probe_is_counted_not_zero():
+    class Broken:
+        def read(self):
+            raise OSError("device gone")
+
+    sampler = Sampler(Broken(), hz=50).start()
+    time.sleep(0.1)
+    assert sampler.stop() == []
+    assert sampler.failed_reads >= 2 and sampler.last_error == "OSError: device gone"
+
+
+def rapl_zone(root: Path, index: int, energy_uj: int) -> Path:
+    zone = root / f"intel-rapl:{index}"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text(f"package-{index}\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    (zone / "energy_uj").write_text(f"{energy_uj}\n")
+    return zone
+
+
+def test_an_unreadable_rapl_package_is_absent_not_a_stale_total(tmp_path):
+    zone0, zone1 = rapl_zone(tmp_path, 0, 1_000_000), rapl_zone(tmp_path, 1, 2_000_000)
+    rapl = RaplReader(tmp_path)
+    (zone0 / "energy_uj").write_text("3000000\n")
+    (zone1 / "energy_uj").write_text("2500000\n")
+    assert rapl.read() == {"package-0": 2.0, "package-1": 0.5}
+    (zone1 / "energy_uj").unlink()  # the file cannot be read now
+    (zone0 / "energy_uj").write_text("4000000\n")
+    assert rapl.read() == {"package-0": 3.0}  # package-1 is not "still 0.5 J": it is unread
+    assert rapl.total_joules() is None  # a sum over some packages is not the CPU's energy
+    (zone1 / "energy_uj").write_text("2700000\n")
+    assert rapl.total_joules() == pytest.approx(3.0 + 0.7)  # read again: nothing it spent meanwhile is lost
+
+
+def test_a_package_unreadable_from_the_start_gives_no_total(tmp_path, caplog):
+    rapl_zone(tmp_path, 0, 1_000_000)
+    (rapl_zone(tmp_path, 1, 1_000_000) / "energy_uj").unlink()
+    rapl = RaplReader(tmp_path)
+    assert rapl.available and rapl.total_joules() is None
+    assert "intel-rapl:1/energy_uj is not readable" in rapl.reason
+    caplog.set_level("WARNING", logger=host.log.name)
+    collector = HostCollector("node1", rapl=rapl)
+    assert [s.labels["domain"] for s in collector.collect() if "domain" in s.labels] == ["package-0"]
+    assert "CPU runs report no power" in caplog.text

@@ -135,3 +135,35 @@ def test_no_power_from_a_phase_shorter_than_a_second_or_without_a_counter():
     assert figures == {} and "shorter than 1 s" in details["power_note"]
     figures, details = power_phase(_busy, torch.device("cpu"), RunContext(device="cpu"), seconds=3.0)
     assert figures == {} and details["power_note"]
+
+
+class _FailingMeter(_FakeMeter):
+    """A counter that stops answering after a few readings, as an NVML error or a lost RAPL package would."""
+
+    def __init__(self, watts: float, answers: int):
+        super().__init__(watts)
+        self.answers = answers
+
+    def joules(self) -> float:
+        self.answers -= 1
+        if self.answers < 0:
+            raise RuntimeError("no readable CPU energy counter: package-1 unreadable")
+        return super().joules()
+
+
+def test_a_counter_lost_mid_phase_costs_the_power_figure_not_the_case():
+    figures, details = power_phase(_busy, torch.device("cpu"),
+                                   RunContext(device="cpu", energy=_FailingMeter(100.0, answers=3)),
+                                   seconds=1.0, work_per_call=1.0)
+    assert figures == {}
+    assert "could not be read during the power phase" in details["power_note"]
+    assert "package-1 unreadable" in details["power_note"]
+
+
+def test_a_workload_error_in_the_power_phase_still_fails_the_case():
+    def broken():
+        raise ValueError("the kernel itself failed")
+
+    with pytest.raises(ValueError, match="kernel itself"):
+        power_phase(broken, torch.device("cpu"), RunContext(device="cpu", energy=_FakeMeter(1.0)), seconds=1.0,
+                    seconds_per_unit=1e-3)

@@ -303,6 +303,17 @@ def note_memory(ctx: RunContext) -> None:
 
 # ---------------------------------------------------------------------------- power
 
+class _CounterLost(Exception):
+    """The energy counter failed to answer (not the workload: its own errors fail the case)."""
+
+
+def _counter(meter: Any) -> energy.Reading:
+    try:
+        return energy.read(meter)
+    except Exception as exc:  # NVMLError, RuntimeError from an unavailable RAPL total, OSError
+        raise _CounterLost(f"{type(exc).__name__}: {exc}") from None
+
+
 def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContext, *, seconds: float,
                 calls_per_unit: int = 1, seconds_per_unit: float | None = None,
                 work_per_call: float | None = None, work_unit: str = "flop") -> tuple[dict[str, float], dict[str, Any]]:
@@ -326,14 +337,18 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     block = max(1, round(POWER_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     ctx.progress(f"power phase: {seconds:g} s")
     _synchronize(device)
-    readings = [energy.read(meter)]
     units = 0
-    while readings[-1].monotonic - readings[0].monotonic < seconds:
-        for _ in range(block):
-            call()
-        units += block
-        _synchronize(device)
-        readings.append(energy.read(meter))
+    try:  # a counter that stops answering mid-phase (an NVML error, a RAPL package gone) costs the
+        readings = [_counter(meter)]  # power figure, with the reason, never the case's result
+        while readings[-1].monotonic - readings[0].monotonic < seconds:
+            for _ in range(block):
+                call()
+            units += block
+            _synchronize(device)
+            readings.append(_counter(meter))
+    except _CounterLost as lost:
+        note_memory(ctx)
+        return {}, {"power_note": f"the energy counter could not be read during the power phase: {lost}"}
     note_memory(ctx)
     first, last = readings[0], readings[-1]
     elapsed = last.monotonic - first.monotonic

@@ -59,6 +59,9 @@ def main() -> None:
     parser.add_argument("--sample-seconds", type=float, default=0.5, help="--during: sampling period")
     parser.add_argument("--timeout", type=float, default=540.0,
                         help="--during: stop waiting for the suite after this long (default 540 s)")
+    parser.add_argument("--history-runs", type=int, default=0,
+                        help="idle mode: start from a history of this many synthetic runs (500 series), to see "
+                             "how the history's size changes the footprint")
     parser.add_argument("--out", metavar="DIR", help="also write the figures and samples as JSON under DIR")
     args = parser.parse_args()
     result = measure_during(args) if args.during else measure_idle(args)
@@ -87,6 +90,10 @@ def _maps(pid: int) -> str:
 def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
+        if args.history_runs:
+            from tests.scrape_bench import synthetic_history
+
+            synthetic_history(Path(tmp) / "h.db", args.history_runs, 500)
         config = write_config(Path(tmp) / "c.toml", Path(tmp) / "h.db", SUITE)
         daemon = Daemon(config, port, _env(), Path(tmp) / "serve.log")
         try:
@@ -112,6 +119,7 @@ def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             daemon.stop()
     print(_host_line())
+    print(f"history: {args.history_runs} synthetic runs before start" if args.history_runs else "history: new")
     print(f"window: {elapsed:.1f} s idle between runs, {scrapes} scrapes of /metrics")
     print(f"cpu: {cpu_seconds:.3f} s used = {100 * cpu_seconds / elapsed:.3f}% of one core")
     print(f"rss: mean {sum(rss_samples) / len(rss_samples) / 2**20:.1f} MiB, max {max(rss_samples) / 2**20:.1f} MiB")

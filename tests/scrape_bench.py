@@ -123,6 +123,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--lock-seconds", type=float, default=0.0)
     parser.add_argument("--gzip", action="store_true", help="ask for gzip, as Prometheus does")
+    parser.add_argument("--wrk", action="store_true",
+                        help="generate the load with wrk (C, one process, 2 threads, --scrapers connections) "
+                             "instead of Python threads, so the load generator does not compete for the CPU as much")
     parser.add_argument("--out", help="also write the figures as JSON here")
     args = parser.parse_args()
 
@@ -144,7 +147,7 @@ def main() -> None:
             _, size = scrape(port, False)
             _, gz_size = scrape(port, True)
             process = psutil.Process(daemon.process.pid)
-            result = measure(args, port, process, db)
+            result = measure_wrk(args, port, process) if args.wrk else measure(args, port, process, db)
         finally:
             daemon.stop()
     result.update(startup_seconds=startup, exposition_bytes=size, exposition_gzip_bytes=gz_size, runs=args.runs,
@@ -208,6 +211,48 @@ def measure(args: argparse.Namespace, port: int, process: psutil.Process, db: Pa
         out.update(lock_seconds=args.lock_seconds, scrapes_during_lock=len(during),
                    max_during_lock=max(during, default=float("nan")), p99_during_lock=percentile(during, 0.99))
     return out
+
+
+def _wrk_seconds(text: str) -> float:
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+    for unit in ("us", "ms", "s", "m"):
+        if text.endswith(unit) and text[:-len(unit)].replace(".", "", 1).isdigit():
+            return float(text[:-len(unit)]) * units[unit]
+    raise ValueError(f"not a wrk duration: {text!r}")
+
+
+def measure_wrk(args: argparse.Namespace, port: int, process: psutil.Process) -> dict[str, Any]:
+    """The same measurement with wrk as the load generator (its --latency percentiles)."""
+    command = ["wrk", "-t2", f"-c{args.scrapers}", f"-d{int(args.seconds)}s", "--latency", "--timeout", "30s"]
+    if args.gzip:
+        command += ["-H", "Accept-Encoding: gzip"]
+    cpu_before = process.cpu_times()
+    rss: list[int] = []
+    load = subprocess.Popen(command + [f"http://127.0.0.1:{port}/metrics"], stdout=subprocess.PIPE, text=True)
+    begun = time.monotonic()
+    while load.poll() is None:
+        rss.append(process.memory_info().rss)
+        time.sleep(1.0)
+    output = load.stdout.read()
+    elapsed = time.monotonic() - begun
+    cpu_after = process.cpu_times()
+    percentiles = {}
+    requests, errors = 0, 0
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].endswith("%"):
+            percentiles[parts[0]] = _wrk_seconds(parts[1])
+        elif "requests in" in line:
+            requests = int(parts[0])
+        elif line.strip().startswith("Socket errors") or line.strip().startswith("Non-2xx"):
+            errors += sum(int(x.rstrip(",")) for x in parts if x.rstrip(",").isdigit())
+    return {"scrapers": args.scrapers, "seconds": elapsed, "gzip": args.gzip, "scrapes": requests, "errors": errors,
+            "error_examples": [], "load_generator": "wrk", "p50": percentiles.get("50%", float("nan")),
+            "p90": percentiles.get("90%", float("nan")), "p99": percentiles.get("99%", float("nan")),
+            "max": float("nan"), "rss_first_mib": rss[0] / 2**20 if rss else None,
+            "rss_max_mib": max(rss) / 2**20 if rss else None, "rss_last_mib": rss[-1] / 2**20 if rss else None,
+            "daemon_cpu_seconds": (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system),
+            "rss_mib": [round(v / 2**20, 1) for v in rss], "wrk_output": output}
 
 
 def report(r: dict[str, Any]) -> None:

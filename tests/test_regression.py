@@ -1,0 +1,214 @@
+"""Regression verdicts: baseline, rules, states, segments and version-change verdicts."""
+
+import random
+
+import pytest
+
+from agent import regression as rg
+from agent.regression import Detector, Settings
+from agent.results import RunRecord
+
+
+def noisy(n, level=1.0, sd=0.01, seed=1):
+    rnd = random.Random(seed)
+    return [level * (1 + rnd.gauss(0, sd)) for _ in range(n)]
+
+
+def first(trace, state):
+    return next((i for i, v in enumerate(trace) if v.state == state), None)
+
+
+def test_five_percent_step_is_a_regression_within_three_runs():
+    delays = []
+    for seed in range(40):
+        values = noisy(50, seed=seed) + noisy(10, level=1.05, seed=100 + seed)
+        trace = Detector().trace(values, "seconds")
+        assert all(v.state != rg.REGRESSION for v in trace[:50]), seed
+        at = first(trace, rg.REGRESSION)
+        assert at is not None, seed
+        delays.append(at - 50 + 1)  # 1 = the first slow run
+        assert trace[at].ratio == pytest.approx(1.05, abs=0.02)
+        assert 48 <= trace[at].onset <= 52  # where the change began, give or take a noisy run
+    assert sum(d <= 3 for d in delays) >= 37, delays  # the simulation measures ~97%
+    assert max(delays) <= 6, delays
+
+
+def test_a_reverting_spike_moves_neither_baseline_nor_state():
+    values = noisy(60)
+    spiked = list(values)
+    spiked[45] *= 1.5
+    plain, spike = Detector().trace(values, "seconds"), Detector().trace(spiked, "seconds")
+    assert {v.state for v in spike[40:]} <= {rg.OK, rg.SUSPICIOUS}
+    assert rg.REGRESSION not in {v.state for v in spike}
+    assert spike[-1].baseline == pytest.approx(plain[-1].baseline, rel=0.003)
+    assert spike[-1].state == rg.OK
+
+
+def test_median_and_mad_ignore_one_spike():
+    base = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0]
+    assert rg.median(base + [100.0]) == pytest.approx(1.0, abs=0.006)
+    assert rg.scaled_mad(base + [100.0]) < 0.05
+
+
+def test_improvement_is_the_other_direction():
+    values = noisy(50) + noisy(10, level=0.94, seed=7)
+    assert Detector().evaluate(values, "seconds").state == rg.IMPROVEMENT
+    # the same drop in a rate is a regression
+    assert Detector().evaluate(values, "flops").state == rg.REGRESSION
+    rises = noisy(50) + noisy(10, level=1.06, seed=7)
+    assert Detector().evaluate(rises, "flops").state == rg.IMPROVEMENT
+
+
+def test_incorrect_is_a_regression_at_once():
+    values = noisy(30)
+    statuses = ["ok"] * 29 + ["incorrect"]
+    verdict = Detector().evaluate(values, "seconds", statuses=statuses)
+    assert verdict.state == rg.REGRESSION and "incorrect" in verdict.reason
+    # even with no history at all
+    assert Detector().evaluate([None], "seconds", statuses=["incorrect"]).state == rg.REGRESSION
+
+
+def test_few_points_are_insufficient_data():
+    for n in (0, 1, 5, 15):
+        assert Detector().evaluate(noisy(n), "seconds").state == rg.INSUFFICIENT_DATA, n
+    assert Detector().evaluate(noisy(16), "seconds").state != rg.INSUFFICIENT_DATA
+    # failed runs are not accepted: they do not count towards the baseline
+    values = noisy(16) + [None] * 5
+    statuses = ["ok"] * 12 + ["failed"] * 9
+    assert Detector().evaluate(values, "seconds", statuses=statuses).state == rg.INSUFFICIENT_DATA
+
+
+def test_violations_not_at_the_end_are_suspicious_not_regression():
+    values = noisy(50)
+    values[-4] *= 1.06
+    values[-3] *= 1.06  # two slow runs, then back to normal
+    trace = Detector().trace(values, "seconds")
+    assert trace[-1].state == rg.SUSPICIOUS
+    assert trace[-1].violations == 2
+    assert rg.REGRESSION not in {v.state for v in trace}
+
+
+def test_persistence_two_slow_runs_at_the_end_are_not_yet_a_regression():
+    values = noisy(50) + [1.06, 1.06]
+    assert Detector().evaluate(values, "seconds").state == rg.SUSPICIOUS
+    assert Detector().evaluate(values + [1.06], "seconds").state == rg.REGRESSION
+
+
+def test_baseline_reforms_after_a_persistent_step():
+    s = Settings()
+    values = noisy(50) + noisy(40, level=1.05, seed=3)
+    trace = Detector(s).trace(values, "seconds")
+    onset = first(trace, rg.REGRESSION)
+    assert onset is not None and onset < 53
+    # during the episode the baseline stays frozen at the old level
+    assert trace[onset + 5].baseline == pytest.approx(1.0, abs=0.01)
+    reform = next((i for i, v in enumerate(trace) if "re-formed" in v.reason), None)
+    assert reform is not None, "a persistent step never re-formed the baseline"
+    assert reform - 50 <= s.reform_after + 3
+    assert trace[-1].state == rg.OK
+    assert trace[-1].baseline == pytest.approx(1.05, abs=0.01)
+    assert trace[-1].segment_start >= 50
+
+
+def test_a_version_break_starts_a_new_segment():
+    values = noisy(50) + noisy(30, level=1.08, seed=4)
+    trace = Detector().trace(values, "seconds", breaks=[50])
+    assert rg.REGRESSION not in {v.state for v in trace}
+    assert trace[55].state == rg.INSUFFICIENT_DATA
+    assert trace[-1].segment_start == 50 and trace[-1].baseline == pytest.approx(1.08, abs=0.01)
+
+
+def test_per_workload_and_figure_effects():
+    s = Settings(effects={"allreduce": 0.1, "gemm/power_watts": 0.05})
+    assert s.effects_for("seconds", "allreduce")[1] == 0.1
+    assert s.effects_for("power_watts", "gemm") == pytest.approx((0.05 * 0.025 / 0.018, 0.05))
+    assert s.effects_for("seconds", "gemm") == (s.fast_effect, s.min_effect)
+    values = noisy(50) + noisy(10, level=1.05, seed=7)
+    assert Detector(s).evaluate(values, "seconds", workload="allreduce").state != rg.REGRESSION
+    assert Detector(s).evaluate(values, "seconds", workload="gemm").state == rg.REGRESSION
+
+
+def test_noise_guard_keeps_a_noisy_series_quiet():
+    values = noisy(400, sd=0.05, seed=11)
+    states = {v.state for v in Detector().trace(values, "seconds")}
+    assert rg.REGRESSION not in states
+
+
+def test_mann_whitney_exact_and_approximate():
+    assert rg.mann_whitney_greater([20, 21, 22], list(range(20))) == pytest.approx(1 / 1771)
+    assert rg.mann_whitney_greater([0, 1, 2], [5, 6, 7]) == 1.0
+    # ties use the normal approximation
+    p = rg.mann_whitney_greater([5, 5, 6], [1, 2, 5, 3])
+    assert 0 < p < 0.2
+    assert sum(rg._u_counts(3, 4)) == 35
+
+
+@pytest.mark.parametrize("figure, direction", [
+    ("seconds", rg.UP), ("flops", rg.DOWN), ("samples_per_second", rg.DOWN), ("bytes_per_second", rg.DOWN),
+    ("bus_bytes_per_second", rg.DOWN), ("power_watts", rg.UP), ("flop_per_joule", rg.DOWN),
+    ("samples_per_joule", rg.DOWN), ("memory_bytes", rg.UP), ("accuracy", rg.DOWN),
+    ("stability_ratio", rg.DOWN), ("peak_ratio", rg.DOWN)])
+def test_direction_of_every_watched_figure(figure, direction):
+    assert rg.WATCHED[figure] == direction
+    worse = noisy(50) + noisy(8, level=1 + 0.06 * direction, seed=9)
+    better = noisy(50) + noisy(8, level=1 - 0.06 * direction, seed=9)
+    assert Detector().evaluate(worse, figure).state == rg.REGRESSION
+    assert Detector().evaluate(better, figure).state == rg.IMPROVEMENT
+
+
+def test_state_codes_are_distinct_and_documented():
+    assert set(rg.STATE_CODES) == set(rg.STATES)
+    assert len(set(rg.STATE_CODES.values())) == len(rg.STATES)
+    assert rg.STATE_CODES[rg.REGRESSION] == max(rg.STATE_CODES.values())
+
+
+def record(i, flops, driver="550.54", status="ok", uuid="GPU-1"):
+    return RunRecord(suite="quick", workload="gemm", precision="bf16", params={}, shape="m=8192,n=8192,k=8192",
+                     mode="", kernel_pass="forward", hostname="h1", device_type="cuda", device="cuda:0", gpu="0",
+                     uuid=uuid, model_name="H100", pci_bus_id="0", status=status, reason="",
+                     started_at=1000.0 + 900 * i, ended_at=1010.0 + 900 * i,
+                     figures={"flops": flops, "seconds": 1.0 / flops} if status == "ok" else {},
+                     environment={"driver": driver, "cuda_runtime": "12.4", "torch": "2.5.0"})
+
+
+def test_driver_change_gives_a_version_verdict_naming_both_versions():
+    rnd = random.Random(5)
+    runs = [record(i, 1e15 * (1 + rnd.gauss(0, 0.005))) for i in range(20)]
+    runs += [record(20 + i, 0.929e15 * (1 + rnd.gauss(0, 0.005)), driver="560.28") for i in range(10)]
+    verdicts = rg.version_verdicts(runs, "flops")
+    assert len(verdicts) == 1
+    v = verdicts[0]
+    assert v.changes == {"driver": ("550.54", "560.28")}
+    assert v.state == rg.REGRESSION
+    assert v.ratio == pytest.approx(0.929, abs=0.01)
+    assert v.p_value < 0.001
+    text = v.describe()
+    assert text.startswith("driver 550.54 \u2192 560.28: bf16 gemm m=8192,n=8192,k=8192 \u22127.")
+    assert "(p = " in text
+    # the same history's online verdict: a new segment, no endless alarm from the step
+    assert rg.evaluate_records(runs, "flops").segment_start == 20
+
+
+def test_group_series_and_evaluate_series():
+    runs = [record(i, 1e15 * (1 + 0.001 * (i % 3))) for i in range(30)]
+    other = [record(i, 2e15, uuid="GPU-2") for i in range(5)]
+    groups = rg.group_series(list(reversed(runs)) + other)
+    assert len(groups) == 2
+    mine = groups[runs[0].key()]
+    assert [r.started_at for r in mine] == sorted(r.started_at for r in runs)
+    verdicts = rg.evaluate_series(mine)
+    assert set(verdicts) == {"flops", "seconds"}
+    assert verdicts["flops"].state == rg.OK and verdicts["flops"].direction == rg.DOWN
+    failing = mine + [record(30, 0.0, status="incorrect")]
+    assert rg.evaluate_series(failing)["seconds"].state == rg.REGRESSION
+
+
+def test_tracker_is_cheap_per_run():
+    import time
+    tracker = Detector().tracker("seconds")
+    values = noisy(2000, seed=3)
+    t0 = time.perf_counter()
+    for v in values:
+        tracker.update(v)
+    assert (time.perf_counter() - t0) / len(values) < 0.002
+    assert len(tracker.values) <= 2 * (Settings().window + Settings().slow_runs + Settings().reform_after)

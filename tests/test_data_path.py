@@ -14,7 +14,7 @@ from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 
 pytestmark = pytest.mark.slow
 
-LOCK_SECONDS = 12.0
+LOCK_SECONDS = 20.0
 
 LOCKER = """
 import sqlite3, sys, time

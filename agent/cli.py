@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU fleet benchmark agent: runs benchmark workloads on a schedule, keeps their results "
                     "in a SQLite history and exports them as Prometheus metrics. 'sixdim COMMAND --help' "
                     "explains each command.",
-        epilog="Every option is also a SIXDIM_* environment variable and a key of the TOML file; "
+        epilog="Every agent option (listed under 'options (each also a SIXDIM_* variable ...)' in serve and run: --listen, --history, "
+               "--guard, ...) is also a SIXDIM_* environment variable and a key of the TOML file; "
                "flags win over variables, variables over the file. Exit codes: 0 ok, 1 a run failed, "
                "2 bad usage or configuration, 130/143 'run' stopped by SIGINT/SIGTERM.")
     parser.add_argument("--version", action="version", version=f"sixdim {__version__}")
@@ -523,6 +524,7 @@ TRAINING_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("accuracy", "accuracy", _number),
     ("time_to_train_seconds", "time to train", _duration),
     ("linearity_ratio", "linearity", _number),
+    ("stability_ratio", "stability", _number),
 )
 """Figures of training runs (convergence, a user's command, linearity), each a column only when a
 row has it, so a kernel table stays as narrow as before."""

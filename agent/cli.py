@@ -437,8 +437,13 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
             records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
                                                        on_progress=progress.update))
             progress.clear()
+        waiting = parts.history.retry_pending()
         parts.history.close()
         _report(args, config, records)
+        if waiting:
+            print(f"sixdim: warning: {waiting} result(s) could not be written to {config.history} (see the warning "
+                  f"above); they are kept in {parts.history.spool_path} and written by the next sixdim that opens "
+                  f"this history", file=sys.stderr)
     if interrupt.received is not None:
         print(f"sixdim: stopped by {signal.Signals(interrupt.received).name}; the cases above that finished are "
               f"recorded", file=sys.stderr)

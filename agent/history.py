@@ -240,12 +240,13 @@ class History:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise HistoryError(f"{self.path}: written by a newer sixdim (schema {version} > {SCHEMA_VERSION})")
-        for old in range(version, SCHEMA_VERSION) if version > 0 else ():  # 0: a new, empty file
-            if old in _MIGRATIONS:
-                db.executescript(_MIGRATIONS[old])
-        db.executescript(_SCHEMA)
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        db.commit()
+        if version != SCHEMA_VERSION:  # a current file needs no write to open: another process may hold the lock
+            for old in range(version, SCHEMA_VERSION) if version > 0 else ():  # 0: a new, empty file
+                if old in _MIGRATIONS:
+                    db.executescript(_MIGRATIONS[old])
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.commit()
         db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
 
     def _move_aside(self, why: str) -> None:

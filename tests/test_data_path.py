@@ -93,3 +93,22 @@ def test_a_corrupt_database_is_moved_aside_and_the_agent_serves(tmp_path, cli_en
     assert moved and moved[0].read_bytes().startswith(b"\x00garbage")
     assert "moved it to" in (tmp_path / "log").read_text()
     assert len(list(History(history))) >= 1
+
+
+def test_sixdim_run_with_the_database_locked_keeps_its_results_for_the_next_open(tmp_path, cli_env):
+    history = tmp_path / "history.db"
+    History(history).close()  # an existing history, as on any host that ran sixdim before
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history), "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout.readline().strip() == "locked"
+        done = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p",
+                               "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
+                              capture_output=True, text=True, env=cli_env, timeout=120)
+    finally:
+        locker.kill()
+        locker.wait()
+    assert done.returncode == 0, done.stderr
+    assert "could not be written" in done.stderr and "history.db.spool" in done.stderr
+    assert "Traceback" not in done.stderr
+    [record] = list(History(history))  # the next open writes what the spool kept
+    assert record.workload == "gemm" and record.status == "ok"

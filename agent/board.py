@@ -44,12 +44,15 @@ class Board:
     @classmethod
     def from_history(cls, history: History) -> "Board":
         board = cls()
-        for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
-            board._latest[record.key()] = record
-            board._latest_by_suite[(record.key(), record.suite)] = record
-        for record, count in history.status_counts():
-            board._counts[(record.key(), record.status)] = (record, count)
-        board._last_id = history.last_id()
+        try:
+            for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
+                board._latest[record.key()] = record
+                board._latest_by_suite[(record.key(), record.suite)] = record
+            for record, count in history.status_counts():
+                board._counts[(record.key(), record.status)] = (record, count)
+            board._last_id = history.last_id()
+        except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
+            log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
         board._show_pending(history)
         return board
 

@@ -16,9 +16,11 @@ twice (a spool read back after its rows were committed) is stored once.  What ha
 (:meth:`History.health`): write errors by reason, results pending, whether the last write worked.
 
 **A broken file at start** (not a database, or failing ``PRAGMA quick_check``) is renamed aside
-with a timestamp and a new history started, so the agent keeps serving and benchmarking; a file
-that cannot be opened at all (permissions, a missing mount) is a :class:`HistoryError`, which the
-CLI turns into a clear message and exit code 2.
+with a timestamp and a new history started, so the agent keeps serving and benchmarking.  A file
+that is there and readable in a folder that cannot be written (a read-only mount) does not stop the
+agent either: results queue as for a locked file, and the database is opened at the first write
+that works.  Any other file that cannot be opened (permissions, a missing mount) is a
+:class:`HistoryError`, which the CLI turns into a clear message and exit code 2.
 
 **Retention** (:meth:`History.prune`): raw runs older than a configurable age, or beyond a maximum
 count, are thinned.  Before they are deleted, each series keeps one row per day and software
@@ -188,7 +190,16 @@ class History:
         self._errors: dict[str, int] = {}
         self._up = True
         self._spool_warned = False
-        self._db = self._open()
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self._conn = self._open()
+        except HistoryError as exc:
+            if not self._present_but_unwritable():
+                raise
+            self._up = False
+            self._count("read_only")
+            log.error("history: %s; the file is there but cannot be written (a read-only file system?): results "
+                      "are kept in memory and written once it can be", exc)
         self._load_spool()
         self.retry_pending()
 
@@ -261,9 +272,21 @@ class History:
         log.error("history database %s is unusable (%s); moved it to %s and started a new one",
                   self.path, why, target)
 
+    def _present_but_unwritable(self) -> bool:
+        """A history that exists and can be read, in a folder that cannot be written (a read-only
+        mount): the agent runs on and queues results; anything else that cannot be opened is an error."""
+        return self.path.is_file() and os.access(self.path, os.R_OK) and not os.access(self.path.parent, os.W_OK)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise sqlite3.OperationalError(f"attempt to write a readonly database: {self.path} is not open yet")
+        return self._conn
+
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
 
     # ------------------------------------------------------------------ writing
     def add(self, record: RunRecord) -> int | None:
@@ -306,6 +329,11 @@ class History:
         """Write every queued result in one transaction; True if the queue is now empty."""
         batch = list(self._pending)
         try:
+            if self._conn is None:  # not opened at start (read-only): try again now
+                try:
+                    self._conn = self._open()
+                except HistoryError as exc:
+                    raise sqlite3.OperationalError(f"attempt to write a readonly database ({exc})") from None
             rows = [_row(record) for record in batch]
             columns = list(rows[0])
             sql = (f"INSERT OR IGNORE INTO runs ({', '.join(columns)}) "

@@ -1,11 +1,11 @@
-"""No result lost: the history under a lock held by another process, a full disk, a corrupt
-file, and a restart with results still spooled; and retention that keeps trends and counts.
+"""No result lost: the history under a lock held by another process, a full disk, a read-only
+file system, a corrupt file, and a restart with results still spooled; and retention that keeps
+trends and counts.
 
-Everything is real: SQLite, a second process holding the lock, a small tmpfs for the full disk
-(mounting needs root; where it is refused that test skips and says so).  A file system remounted
-read-only under an open database is not tested: Linux refuses the remount while the file is open
-for writing ("mount point is busy"), and root ignores file modes; SQLite's read-only error takes
-the same path as the other write errors (queued, counted as ``read_only``).
+Everything is real: SQLite, a second process holding the lock, a small tmpfs for the full and the
+read-only disk (mounting needs root; where it is refused those tests skip and say so).  The
+read-only case starts the history on a mount already read-only: Linux refuses to remount a file
+system read-only while a file on it is open for writing ("mount point is busy").
 """
 
 from __future__ import annotations
@@ -198,3 +198,24 @@ def test_pruning_to_a_maximum_count_removes_the_oldest(tmp_path):
         history.add(make_record(seconds=float(i + 1), ended_at=1000.0 + i))
     history.prune(keep_seconds=1e12, max_runs=4, now=2000.0)
     assert [r.figures["seconds"] for r in history] == [7.0, 8.0, 9.0, 10.0]
+
+
+def test_a_read_only_file_system_at_start_keeps_results_until_it_is_writable(small_disk):
+    path = small_disk / "h.db"
+    earlier = History(path)
+    earlier.add(make_record(seconds=1.0))
+    earlier.close()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)  # nothing open: allowed
+    try:
+        history = History(path)  # the agent starts on a read-only mount: it runs on, it does not exit
+        health = history.health()
+        assert not health.up and health.errors.get("read_only", 0) >= 1
+        board = Board.from_history(history)
+        assert history.add(make_record(seconds=2.0)) is None
+        board.catch_up(history)
+        assert {r.figures["seconds"] for r in board.latest()} == {2.0}  # shown while it waits
+        assert history.retry_pending() == 1
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert history.retry_pending() == 0 and history.health().up
+    assert len(rows(path)) == 2

@@ -35,7 +35,7 @@ from agent.history import History
 from agent.hostprobe import MultiGpuProbe
 from agent.peaks import peak_ratio
 from agent.results import RunRecord
-from agent.runner import CaseResult, WorkerOutcome, run_worker
+from agent.runner import STOPPING_REASON, CaseResult, WorkerOutcome, run_worker
 from agent.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
 from collectors.host import RaplReader
 from collectors.nvml import NvmlCollector
@@ -292,7 +292,7 @@ class Executor:
         """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
         start) and the telemetry sampled while it ran."""
         if self.stop.is_set():
-            return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), NOT_SAMPLED
+            return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED
         spec = items[0][0]  # a group's workloads share scope and torch use
         gpus = self._gpus(spec, device)
         for gpu in gpus:
@@ -304,7 +304,7 @@ class Executor:
 
         with self.locks.hold(gpus or [device], self.stop, on_wait=waiting) as held:
             if not held:
-                return WorkerOutcome(status="skipped", reason="interrupted: the agent is shutting down"), NOT_SAMPLED
+                return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED
             watch: RunWatch | None = None
             if gpus and use_guard and self.guard.enabled:
                 indices = [g.index for g in gpus if g.index is not None]

@@ -22,6 +22,7 @@ from agent import __version__, catalog
 from agent.board import Board
 from agent.history import History
 from agent.results import RunRecord
+from agent.runner import STOPPING_REASON
 from agent.summary import summarize
 from collectors.base import Availability, Collector, Sample
 
@@ -50,9 +51,9 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
             yield Sample(metric, {**labels, **extra}, float(value))
 
 
-INTERRUPTED = "interrupted"
-"""The start of the reason of cases a shutdown stopped before they ran: kept in the history, but
-neither counted as runs nor given series of their own."""
+INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
+"""The start of the reason of cases a shutdown stopped before they ran (``interrupted``): kept in
+the history, but neither counted as runs nor given series of their own."""
 
 PARTS = ("all", "results", "live")
 

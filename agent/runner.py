@@ -37,6 +37,9 @@ BETWEEN_CASES_INTERVAL_SECONDS = 2.0
 """While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
 case does not keep the GPU from a job that started meanwhile."""
 
+STOPPING_REASON = "interrupted: sixdim is shutting down (a signal to the daemon or to sixdim run)"
+"""The reason of the cases a stop request left unrun; the exporter counts none of them as runs."""
+
 STDERR_TAIL_LINES = 8
 """Lines of the worker's own output kept for a failure reason (those since the last finished case)."""
 MAX_LINE_BYTES = 4096
@@ -216,7 +219,7 @@ def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[s
     if ended_by == "timeout":
         return "timeout", f"did not finish within its timeout of {timeout:g} s; stopped"
     if ended_by == "stop":
-        return "skipped", "interrupted: the agent is shutting down"
+        return "skipped", STOPPING_REASON
     if ended_by == "busy":
         return "skipped", busy
     last = next((line for line in reversed(tail) if line.strip()), "")

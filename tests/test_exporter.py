@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent import catalog
 from agent.board import Board
 from agent.exporter import SixdimCollector
+from agent.runner import STOPPING_REASON
 from agent.history import History
 from collectors.host import HostCollector, RaplReader
 from collectors.nvml import NvmlCollector
@@ -137,7 +138,7 @@ def test_run_counters_are_per_workload_and_ignore_cases_a_shutdown_interrupted()
         board.add(make_record(shape=f"m={m},n={m},k={m}"))
         board.add(make_record("failed", shape=f"m={m},n={m},k={m}"))
     interrupted = make_record("skipped", shape="m=64,n=64,k=64")
-    interrupted.reason = "interrupted: the agent is shutting down"
+    interrupted.reason = STOPPING_REASON
     board.add(interrupted)
     runs = [(dict(k[1]), v) for k, v in samples(scrape(board)).items() if k[0] == "sixdim_workload_runs_total"]
     assert sorted((labels["status"], value) for labels, value in runs) == [("failed", 3.0), ("ok", 3.0)]

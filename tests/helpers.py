@@ -1,6 +1,9 @@
-"""Builders for run records used across tests."""
+"""Builders for run records used across tests, and another process holding a database's lock."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from agent.results import RunRecord
 
@@ -15,3 +18,29 @@ def make_record(status: str = "ok", *, workload: str = "gemm", seconds: float = 
         reason="" if status == "ok" else "something", started_at=ended_at - 5, ended_at=ended_at,
         figures={"seconds": seconds, "flops": 1024 / seconds, **figures} if status == "ok" else {},
         environment={"driver": driver, "cuda_runtime": "12.4", "torch": "2.13.0"})
+
+
+LOCKER = """
+import select, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+select.select([sys.stdin], [], [], float(sys.argv[2]))  # until told to let go, or the time is up
+db.execute("ROLLBACK")
+"""
+
+
+class Locker:
+    """Another process holding an exclusive write lock on a history database (in WAL mode readers
+    still read), for ``seconds`` or until :meth:`release`."""
+
+    def __init__(self, path, seconds: float = 3600.0):
+        self.process = subprocess.Popen([sys.executable, "-c", LOCKER, str(path), str(seconds)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write("\n")
+            self.process.stdin.flush()
+        assert self.process.wait(timeout=10) == 0

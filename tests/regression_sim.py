@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     report: dict = {"seed": SEED, "settings": {**asdict(settings), "effects": dict(settings.effects)}, "kinds": kinds}
     print(f"Settings: {report['settings']}")
-    print(f"Cross-check, model first alarm vs Detector first regression (200 series each, 3% step): "
+    print("Cross-check, model first alarm vs Detector first regression (200 series each, 3% step): "
           + ", ".join(f"{k} {cross_check(k, settings)} mismatches" for k in kinds), flush=True)
     print(f"Real Detector: {args.runs} no-change runs and {args.trials} trials per step per kind, "
           f"{args.workers} workers", flush=True)

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from agent.history import History, _row  # noqa: E402
 from agent.results import RunRecord  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.daemon import Daemon, write_config  # noqa: E402
+from tests.helpers import Locker  # noqa: E402
 
 NEVER = """
 [[suites]]
@@ -58,16 +58,6 @@ export = "shapes"
 devices = ["cpu"]
 workloads = [{name = "gemm", params = {m = 64, n = 64, k = 64}}]
 """
-
-LOCKER = """
-import sqlite3, sys, time
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-db.execute("ROLLBACK")
-"""
-
 
 def synthetic_history(path: Path, runs: int, series: int) -> None:
     """``runs`` kernel-like results over ``series`` series (GPU 0..7 × shapes × precisions)."""
@@ -185,9 +175,7 @@ def measure(args: argparse.Namespace, port: int, process: psutil.Process, db: Pa
     while time.monotonic() - begun < args.seconds:
         rss.append(process.memory_info().rss)
         if args.lock_seconds and locker is None and time.monotonic() - begun > (args.seconds - args.lock_seconds) / 2:
-            locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(db), str(args.lock_seconds)],
-                                      stdout=subprocess.PIPE, text=True)
-            locker.stdout.readline()
+            locker = Locker(db, args.lock_seconds)
             lock_window = (time.monotonic(), time.monotonic() + args.lock_seconds)
         time.sleep(1.0)
     stop.set()
@@ -196,7 +184,7 @@ def measure(args: argparse.Namespace, port: int, process: psutil.Process, db: Pa
     elapsed = time.monotonic() - begun
     cpu_after = process.cpu_times()
     if locker is not None:
-        locker.wait(timeout=60)
+        locker.release()
     seconds = [s for _, s in latencies]
     out: dict[str, Any] = {
         "scrapers": args.scrapers, "seconds": elapsed, "gzip": args.gzip, "scrapes": len(seconds),

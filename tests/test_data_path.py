@@ -11,20 +11,11 @@ import pytest
 from agent.history import History
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+from tests.helpers import Locker
 
 pytestmark = pytest.mark.slow
 
 LOCK_SECONDS = 20.0
-
-LOCKER = """
-import sqlite3, sys, time
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-db.execute("ROLLBACK")
-"""
-
 
 def timed_scrape(port: int) -> tuple[float, str]:
     begun = time.monotonic()
@@ -47,12 +38,10 @@ def test_a_database_locked_by_another_process_loses_no_run_and_never_slows_a_scr
     try:
         daemon.wait_ready()
         daemon.wait_for("sixdim_workload_flops", timeout=60)
-        locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history), str(LOCK_SECONDS)],
-                                  stdout=subprocess.PIPE, text=True)
-        assert locker.stdout.readline().strip() == "locked"
+        locker = Locker(history, LOCK_SECONDS)
         locked_at, locked_unix = time.monotonic(), time.time()
         slowest, most_pending, locked_errors = 0.0, 0.0, 0.0
-        while locker.poll() is None:
+        while locker.process.poll() is None:
             seconds, text = timed_scrape(port)
             slowest = max(slowest, seconds)
             most_pending = max(most_pending, value(text, "sixdim_history_pending_results") or 0.0)
@@ -98,15 +87,13 @@ def test_a_corrupt_database_is_moved_aside_and_the_agent_serves(tmp_path, cli_en
 def test_sixdim_run_with_the_database_locked_keeps_its_results_for_the_next_open(tmp_path, cli_env):
     history = tmp_path / "history.db"
     History(history).close()  # an existing history, as on any host that ran sixdim before
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(history), "60"], stdout=subprocess.PIPE, text=True)
+    locker = Locker(history)
     try:
-        assert locker.stdout.readline().strip() == "locked"
         done = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p",
                                "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
                               capture_output=True, text=True, env=cli_env, timeout=120)
     finally:
-        locker.kill()
-        locker.wait()
+        locker.release()
     assert done.returncode == 0, done.stderr
     assert "could not be written" in done.stderr and "history.db.spool" in done.stderr
     assert "Traceback" not in done.stderr

@@ -10,10 +10,8 @@ system read-only while a file on it is open for writing ("mount point is busy").
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,33 +19,7 @@ import pytest
 
 from agent.board import Board
 from agent.history import History, HistoryError, error_reason
-from tests.helpers import make_record
-
-LOCKER = """
-import sqlite3, sys, time
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN EXCLUSIVE")
-db.execute("CREATE TABLE IF NOT EXISTS locker_was_here (x)")
-print("locked", flush=True)
-sys.stdin.readline()          # hold the lock until told to let go
-db.execute("ROLLBACK")
-db.close()
-"""
-
-
-class Locker:
-    """Another process holding an exclusive write lock on the database (in WAL mode readers still read)."""
-
-    def __init__(self, path: Path):
-        self.process = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        self.process.stdin.write("\n")
-        self.process.stdin.flush()
-        assert self.process.wait(timeout=10) == 0
-
+from tests.helpers import Locker, make_record
 
 def rows(path: Path) -> list[tuple[str, str]]:
     with sqlite3.connect(path) as db:

@@ -24,7 +24,6 @@ import gzip
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -38,14 +37,6 @@ CATCH_UP_SECONDS = 1.0
 """How often the board is caught up with the history (rows of other processes, queued results)."""
 LIVE_SECONDS = 5.0
 """How often the live telemetry part is rendered again."""
-
-
-@dataclass(frozen=True)
-class Body:
-    """One rendered exposition: the text, and its gzip form once someone asked for it."""
-
-    text: bytes
-    rendered_at: float
 
 
 class Exposition:
@@ -68,10 +59,8 @@ class Exposition:
         self._results_version = -1
         self._live = b""
         self._live_at = float("-inf")
-        self._body = Body(b"", 0.0)
-        self._gzipped: tuple[Body, bytes] | None = None
-        self.render_seconds = 0.0
-        """CPU-light measure of the last results render (wall seconds), for the log and tests."""
+        self._body = b""
+        self._gzipped: tuple[bytes, bytes] | None = None  # (the body it was made from, its gzip form)
         self.refresh()  # the first scrape already has everything
         self._thread = threading.Thread(target=self._loop, daemon=True, name="exposition")
 
@@ -101,9 +90,7 @@ class Exposition:
         changed = False
         version = self._board.version
         if version != self._results_version:
-            started = time.perf_counter()
             self._results = generate_latest(self._results_registry)
-            self.render_seconds = time.perf_counter() - started
             self._results_version = version
             changed = True
         now = self._clock()
@@ -113,9 +100,9 @@ class Exposition:
             changed = True
         if changed:
             with self._lock:
-                self._body = Body(self._live + self._results, now)
+                self._body = self._live + self._results
 
-    def body(self) -> Body:
+    def body(self) -> bytes:
         with self._lock:
             return self._body
 
@@ -124,5 +111,5 @@ class Exposition:
         body = self.body()
         with self._gzip_lock:
             if self._gzipped is None or self._gzipped[0] is not body:
-                self._gzipped = (body, gzip.compress(body.text, compresslevel=6))
+                self._gzipped = (body, gzip.compress(body, compresslevel=6))
             return self._gzipped[1]

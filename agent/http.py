@@ -35,7 +35,7 @@ READ_TIMEOUT_SECONDS = 5.0
 class MetricsSource(Protocol):
     """What /metrics serves: the exposition cache's interface."""
 
-    def body(self) -> object: ...  # an object with .text (bytes)
+    def body(self) -> bytes: ...
     def gzipped(self) -> bytes: ...
 
 
@@ -49,7 +49,6 @@ class _QuietHandler(WSGIRequestHandler):
 class _PooledServer(WSGIServer):
     """A WSGI server whose requests run on a bounded thread pool (see the module docstring)."""
 
-    daemon_threads = True
     request_queue_size = QUEUED  # the listen backlog
 
     def __init__(self, *args: object, **kwargs: object):
@@ -102,7 +101,7 @@ def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
                 data = metrics.gzipped()
                 headers = [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Encoding", "gzip")]
             else:
-                data = metrics.body().text  # type: ignore[attr-defined]
+                data = metrics.body()
                 headers = [("Content-Type", CONTENT_TYPE_LATEST)]
             start_response("200 OK", headers + [("Content-Length", str(len(data)))])
             return [data]

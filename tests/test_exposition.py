@@ -50,11 +50,11 @@ def test_results_render_once_per_board_change_and_live_on_its_interval():
     board.add(make_record(seconds=1.0))
     exposition.refresh()
     assert (results.calls, live.calls) == (2, 1)
-    assert b"results_part 1.0" in exposition.body().text
+    assert b"results_part 1.0" in exposition.body()
     clock.now = 5.0
     exposition.refresh()
     assert (results.calls, live.calls) == (2, 2)
-    text = exposition.body().text
+    text = exposition.body()
     assert text.index(b"live_part") < text.index(b"results_part")  # one exposition, both parts
 
 
@@ -63,7 +63,7 @@ def test_gzip_is_compressed_once_per_body_and_decompresses_to_it():
     exposition = Exposition(board, registry(Counting("results_part")), registry(Counting("live_part")))
     first = exposition.gzipped()
     assert exposition.gzipped() is first
-    assert gzip.decompress(first) == exposition.body().text
+    assert gzip.decompress(first) == exposition.body()
     board.add(make_record(seconds=1.0))
     exposition.refresh()
     assert exposition.gzipped() is not first
@@ -75,9 +75,9 @@ def test_rows_of_another_process_appear_after_a_background_refresh_not_in_a_scra
     results = Counting("results_part", lambda: float(len(board.latest())))
     exposition = Exposition(board, registry(results), registry(Counting("live_part")), mine)
     History(tmp_path / "h.db").add(make_record(seconds=2.0))  # e.g. a `sixdim run`
-    assert b"results_part 0.0" in exposition.body().text      # a scrape reads the cache only
+    assert b"results_part 0.0" in exposition.body()      # a scrape reads the cache only
     exposition.refresh()                                       # what the background thread does
-    assert b"results_part 1.0" in exposition.body().text
+    assert b"results_part 1.0" in exposition.body()
 
 
 def test_the_background_thread_refreshes_and_stops(tmp_path):
@@ -89,9 +89,9 @@ def test_the_background_thread_refreshes_and_stops(tmp_path):
         board.add(make_record(seconds=1.0))
         import time
         deadline = time.monotonic() + 10
-        while b"results_part 1.0" not in exposition.body().text and time.monotonic() < deadline:
+        while b"results_part 1.0" not in exposition.body() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert b"results_part 1.0" in exposition.body().text
+        assert b"results_part 1.0" in exposition.body()
     finally:
         exposition.stop()
     assert not exposition._thread.is_alive()

@@ -10,16 +10,15 @@ from agent import http
 from agent.http import HttpServer, make_app
 
 
-class Body:
-    text = b"# HELP x test\n# TYPE x gauge\nx 1.0\n"
+TEXT = b"# HELP x test\n# TYPE x gauge\nx 1.0\n"
 
 
 class Source:
     def body(self):
-        return Body()
+        return TEXT
 
     def gzipped(self):
-        return gzip.compress(Body.text)
+        return gzip.compress(TEXT)
 
 
 def get(port: int, path: str = "/metrics", gzip_ok: bool = False) -> tuple[int, bytes, dict]:
@@ -33,9 +32,9 @@ def test_metrics_plain_and_gzip():
     server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")))
     try:
         status, body, headers = get(server.port)
-        assert status == 200 and body == Body.text and "Content-Encoding" not in headers
+        assert status == 200 and body == TEXT and "Content-Encoding" not in headers
         status, body, headers = get(server.port, gzip_ok=True)
-        assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == Body.text
+        assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == TEXT
         assert get(server.port, "/healthz")[1] == b"ok\n"
     finally:
         server.shutdown()

@@ -38,7 +38,8 @@ class Summary:
 def group_key(record: RunRecord) -> tuple[str, ...]:
     """What one summary series stands for: the series key without the shape, plus suite and versions."""
     labels = record.result_labels()
-    return (*[k for i, k in enumerate(record.key()) if i != 6], record.suite,
+    return (record.hostname, record.device_type, record.gpu, record.uuid, record.workload, record.precision,
+            record.mode, record.kernel_pass, record.suite,
             labels["driver_version"], labels["cuda_version"], labels["torch_version"])
 
 

@@ -253,6 +253,50 @@ HISTORY_WRITE_ERRORS = MetricDef(
     "a broken file moved aside at start, io, other, dropped: a waiting result dropped because too many waited).",
     (HOSTNAME, "reason"))
 
+# --- Regression verdicts (agent/regression.py, agent/verdicts.py) ---
+FIGURE = "figure"
+"""The watched figure a verdict is about: a key of a run's ``figures`` (``flops``, ``samples_per_second``,
+``power_watts``, ``memory_bytes``, ...)."""
+VERDICT_LABELS: tuple[str, ...] = RESULT_LABELS + (FIGURE,)
+"""A verdict's series: the result series it judges (with the versions of its newest run) and the figure."""
+REGRESSION_STATE_VALUES: tuple[tuple[str, int], ...] = (
+    ("improvement", -1), ("ok", 0), ("insufficient_data", 1), ("suspicious", 2), ("regression", 3))
+"""``sixdim_regression_state``'s values: worse is larger, so ``== 3`` is a regression and ``>= 2``
+deserves a look.  agent/regression.py's STATE_CODES is checked against this by a test."""
+REGRESSION_STATE = MetricDef(
+    "sixdim_regression_state", "gauge",
+    "Regression verdict of a figure of a result series after its latest run: -1 improvement, 0 ok, "
+    "1 insufficient_data, 2 suspicious, 3 regression (an incorrect result is 3 at once). Exported for every "
+    "series exported per shape, and for any other series while it is suspicious, regressed or improved.",
+    VERDICT_LABELS)
+REGRESSION_RATIO = MetricDef(
+    "sixdim_regression_ratio", "gauge",
+    "Current value of the figure (median of the last 3 runs) divided by its baseline, ratio; whether above "
+    "or below 1 is worse depends on the figure (time, power, memory: above; rates, efficiency, accuracy: below).",
+    VERDICT_LABELS)
+BASELINE_VALUE = MetricDef(
+    "sixdim_baseline_value", "gauge",
+    "The figure's baseline: median of the accepted runs of the current stable segment (at most 40, those before "
+    "the last 6), in the figure's own base unit.",
+    VERDICT_LABELS)
+CHANGE_COMPONENT = "component"
+CHANGE_FROM = "from"
+CHANGE_TO = "to"
+CHANGE_VERDICT = "verdict"
+VERSION_CHANGE_RATIO = MetricDef(
+    "sixdim_version_change_ratio", "gauge",
+    "The latest software change of a series among its recent runs: median of the first runs after it divided by "
+    "the median of the last runs before it, ratio.  component names what changed (driver, cuda_runtime, cudnn, "
+    "nccl, torch, vbios; several joined by '+'), from and to the versions, verdict regression, improvement, ok or "
+    "insufficient_data (two-sided rank test and minimum effect).",
+    VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))
+WORKLOAD_LAST_SUCCESS = MetricDef(
+    "sixdim_workload_last_success_timestamp_seconds", "gauge",
+    "Unix time at which the newest ok run of the workload on the device ended, over all its shapes and "
+    "precisions, seconds (the benchmark-stale alert).",
+    DEVICE_LABELS + (WORKLOAD,))
+VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO)
+
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,
     WORKLOAD_SAMPLES_PER_JOULE, WORKLOAD_MEMORY, WORKLOAD_MEMORY_RESERVED, WORKLOAD_DEVICE_MEMORY,
@@ -306,8 +350,8 @@ HOST_RAPL_ENERGY = MetricDef(
     "sixdim_host_rapl_energy_joules_total", "counter",
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
-ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + (
-    WORKLOAD_RUNS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,

@@ -1,4 +1,4 @@
-"""The ``sixdim`` command line: serve, run, list, dimensions.
+"""The ``sixdim`` command line: serve, run, list, dimensions, report, rules.
 
 Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
 configuration, with a message naming the file, variable or flag, the key and what
@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print the workloads as JSON")
     listing.add_argument("--shapes", action="store_true",
                          help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
+
+    from agent import regression_report, rules  # each owns its command's arguments and its work
+
+    regression_report.add_parser(commands)
+    rules.add_parser(commands)
     return parser
 
 
@@ -212,6 +217,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return command_list(args)
         if args.command == "dimensions":
             return command_dimensions(args)
+        if getattr(args, "handler", None) is not None:  # commands whose module runs them (report, rules)
+            return args.handler(args)
         config = load(args.config, flags=args)
         _setup_logging(args.command, config.log_level)
         if args.command == "serve":

@@ -23,6 +23,7 @@ import threading
 
 from agent.history import History
 from agent.results import RunRecord
+from agent.verdicts import Verdicts
 
 log = logging.getLogger("sixdim")
 
@@ -31,7 +32,9 @@ CATCH_UP_BATCH = 10_000
 
 
 class Board:
-    def __init__(self) -> None:
+    def __init__(self, verdicts: Verdicts | None = None) -> None:
+        self.verdicts = verdicts
+        """Regression verdicts fed with every run the board adds (the daemon's; None for ``run``)."""
         self._lock = threading.Lock()
         self._latest: dict[tuple[str, ...], RunRecord] = {}
         self._latest_by_suite: dict[tuple[tuple[str, ...], str], RunRecord] = {}
@@ -42,8 +45,10 @@ class Board:
         """Incremented on every change of what the board shows."""
 
     @classmethod
-    def from_history(cls, history: History) -> "Board":
-        board = cls()
+    def from_history(cls, history: History, verdicts: Verdicts | None = None) -> "Board":
+        """The board of what the history holds; ``verdicts`` are restored from it in the
+        background (the runs up to the last one read here; the board feeds the later ones)."""
+        board = cls(verdicts)
         try:
             for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
                 board._latest[record.key()] = record
@@ -53,6 +58,8 @@ class Board:
             board._last_id = history.last_id()
         except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
             log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
+        if verdicts is not None:
+            verdicts.restore_in_background(history, board._last_id)
         board._show_pending(history)
         return board
 
@@ -95,6 +102,8 @@ class Board:
             self._add(record)
 
     def _add(self, record: RunRecord) -> None:
+        if self.verdicts is not None:
+            self.verdicts.add(record)
         if record.status == "ok":
             self._latest[record.key()] = record
             self._latest_by_suite[(record.key(), record.suite)] = record

@@ -179,6 +179,26 @@ def _max_runs(value: Any) -> int:
     return number
 
 
+def _whole(low: int, high: int) -> Callable[[Any], int]:
+    """A whole number from ``low`` to ``high`` (TOML integer, or its text in a variable or flag)."""
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError
+        return number
+    return parse
+
+
+def _effect(value: Any) -> float:
+    """A relative effect: a ratio above 0 and below 1 (0.018 is 1.8%)."""
+    number = _number(value)
+    if not 0.0 < number < 1.0:
+        raise ValueError
+    return number
+
+
 def _path(value: Any) -> str:
     text = _str(value)
     if not text:
@@ -210,6 +230,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
            "export the model label as dcgm-exporter's modelName (promtool warns on camelCase; default: off)",
            parse_bool, "true or false", lambda: False),
+    Option("regression.window", "--regression-window", "SIXDIM_REGRESSION_WINDOW",
+           "runs of a series' stable segment that form its baseline, 10 to 1000 (default: 40)",
+           _whole(10, 1000), "a whole number from 10 to 1000", lambda: 40),
+    Option("regression.min_baseline", "--regression-min-baseline", "SIXDIM_REGRESSION_MIN_BASELINE",
+           "baseline runs a series needs before it gets a verdict, 5 to 1000 (default: 10)",
+           _whole(5, 1000), "a whole number from 5 to 1000", lambda: 10),
+    Option("regression.min_effect", "--regression-min-effect", "SIXDIM_REGRESSION_MIN_EFFECT",
+           "smallest relative change the 6-run rule reports, a ratio (default: 0.018, i.e. 1.8%%; the 3-run "
+           "rule's 2.5%% scales with it); per workload or figure in the file's [regression.effects] table",
+           _effect, "a ratio above 0 and below 1", lambda: 0.018),
     Option("guard.enabled", "--guard", "SIXDIM_GUARD",
            "skip a GPU run while another process uses the GPU or it is busy (default: on)",
            parse_bool, "true or false", lambda: True),
@@ -218,7 +248,7 @@ OPTIONS: tuple[Option, ...] = (
            _ratio, "a ratio from 0 to 1", lambda: 0.05),
 )
 
-_SECTIONS = {"agent", "guard", "suites"}
+_SECTIONS = {"agent", "guard", "regression", "suites"}
 
 
 @dataclass(frozen=True)
@@ -268,6 +298,12 @@ class Config:
     guard_enabled: bool
     guard_max_utilization: float
     suites: tuple[Suite, ...]
+    regression_window: int = 40
+    regression_min_baseline: int = 10
+    regression_min_effect: float = 0.018
+    regression_effects: dict[str, float] = field(default_factory=dict)
+    """``[regression.effects]``: minimum effects per ``"workload/figure"``, ``"workload"`` or
+    ``"figure"`` (see :meth:`agent.regression.Settings.effects_for`)."""
     source: str = EMBEDDED_SOURCE
     sources: dict[str, str] = field(default_factory=dict)
     """Where each option's value came from (key -> file, variable or flag), for errors found later,
@@ -310,10 +346,11 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
     if unknown:
         raise ConfigError(source, sorted(unknown)[0], "one of the sections " + ", ".join(sorted(_SECTIONS)),
                           detail="unknown top-level key")
-    for section in ("agent", "guard"):
+    for section in ("agent", "guard", "regression"):
         if section in document and not isinstance(document[section], dict):
             raise ConfigError(source, section, "a table", document[section])
         known = {o.key.split(".", 1)[1] for o in OPTIONS if o.key.startswith(section + ".")}
+        known |= {"effects"} if section == "regression" else set()
         for key in document.get(section, {}):
             if key not in known:
                 raise ConfigError(source, f"{section}.{key}", "one of " + ", ".join(sorted(known)),
@@ -341,12 +378,40 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         except (ValueError, TypeError):
             raise ConfigError(where, opt.key, opt.expected, raw) from None
 
+    if values["regression_min_baseline"] > values["regression_window"]:
+        where = sources["regression.min_baseline"]
+        raise ConfigError(where, "regression.min_baseline", f"at most regression.window ({values['regression_window']})",
+                          values["regression_min_baseline"])
+    values["regression_effects"] = _effects(document.get("regression", {}).get("effects", {}), source)
     if "suites" in document:
         suites = _parse_suites(document["suites"], source)
     else:
         defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
         suites = _parse_suites(defaults["suites"], EMBEDDED_SOURCE)
     return Config(suites=suites, source=source, sources=sources, **values)
+
+
+def _effects(table: Any, source: str) -> dict[str, float]:
+    """``[regression.effects]``: ``"workload/figure"``, ``"workload"`` or ``"figure"`` = a ratio."""
+    if not isinstance(table, dict):
+        raise ConfigError(source, "regression.effects", "a table of minimum effects", table)
+    effects = {}
+    for key, value in table.items():
+        try:
+            effects[key] = _effect(value)
+        except (ValueError, TypeError):
+            raise ConfigError(source, f"regression.effects.{key}", "a ratio above 0 and below 1", value) from None
+    return effects
+
+
+def regression_settings(config: Config) -> "Settings":
+    """The detector's settings from the configuration (the rest keep agent/regression.py's defaults)."""
+    from agent.regression import Settings
+
+    return Settings(window=config.regression_window, min_baseline=config.regression_min_baseline,
+                    min_effect=config.regression_min_effect,
+                    fast_effect=Settings.fast_effect * config.regression_min_effect / Settings.min_effect,
+                    effects=dict(config.regression_effects))
 
 
 def _read_toml_file(path: Path) -> dict[str, Any]:

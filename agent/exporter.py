@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector as PromCollector
 from agent import __version__, catalog
 from agent.board import Board
 from agent.history import History
+from agent.regression import IMPROVEMENT, REGRESSION, SUSPICIOUS
 from agent.results import RunRecord
 from agent.runner import STOPPING_REASON
 from agent.summary import summarize
@@ -56,6 +57,9 @@ INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
 the history, but neither counted as runs nor given series of their own."""
 
 PARTS = ("all", "results", "live")
+
+NOTEWORTHY = frozenset({SUSPICIOUS, REGRESSION, IMPROVEMENT})
+"""Verdict states exported for every series, not only those exported per shape."""
 
 
 class SixdimCollector(PromCollector):
@@ -125,19 +129,55 @@ class SixdimCollector(PromCollector):
                 if value is not None:
                     yield Sample(metric, labels, value)
         yield from self._run_counts()
+        yield from self._verdicts(shape_keys)
+
+    def _verdicts(self, shape_keys: set[tuple[str, ...]] | None) -> Iterator[Sample]:
+        """Regression verdicts of the series exported per shape, and of any other series only while
+        it is suspicious, regressed or improved: a full suite's thousands of shapes add series only
+        when something happened to them (the series budget, docs/REGRESSIONS.md)."""
+        verdicts = self._board.verdicts
+        if verdicts is None:
+            return
+        for series in verdicts.snapshot():
+            labels = series.record.result_labels()
+            shown = shape_keys is None or series.record.key() in shape_keys
+            for figure, verdict in series.verdicts.items():
+                if not shown and verdict.state not in NOTEWORTHY:
+                    continue
+                at = {**labels, catalog.FIGURE: figure}
+                yield Sample(catalog.REGRESSION_STATE, at, float(verdict.code))
+                if verdict.ratio is not None:
+                    yield Sample(catalog.REGRESSION_RATIO, at, verdict.ratio)
+                if verdict.baseline is not None:
+                    yield Sample(catalog.BASELINE_VALUE, at, verdict.baseline)
+            for figure, change in series.changes.items():
+                if change.ratio is None or (not shown and change.state != REGRESSION):
+                    continue
+                components = list(change.changes)
+                yield Sample(catalog.VERSION_CHANGE_RATIO, {
+                    **labels, catalog.FIGURE: figure, catalog.CHANGE_COMPONENT: "+".join(components),
+                    catalog.CHANGE_FROM: ",".join(change.changes[c][0] for c in components),
+                    catalog.CHANGE_TO: ",".join(change.changes[c][1] for c in components),
+                    catalog.CHANGE_VERDICT: change.state}, change.ratio)
 
     def _run_counts(self) -> Iterator[Sample]:
         """Runs per device, workload and status (not per shape: a full suite has thousands)."""
         totals: dict[tuple[tuple[str, ...], str, str], list] = {}
+        last_ok: dict[tuple[tuple[str, ...], str], list] = {}
         for record, count in self._board.counts():
             if record.status == "skipped" and record.reason.startswith(INTERRUPTED):
                 continue
             labels = record.workload_labels()
-            key = (tuple(labels[label] for label in catalog.DEVICE_LABELS), record.workload, record.status)
-            entry = totals.setdefault(key, [labels, 0])
+            device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
+            entry = totals.setdefault((device, record.workload, record.status), [labels, 0])
             entry[1] += count
+            if record.status == "ok":
+                newest = last_ok.setdefault((device, record.workload), [labels, record.ended_at])
+                newest[1] = max(newest[1], record.ended_at)
         for (_, workload, status), (labels, count) in totals.items():
             yield Sample(catalog.WORKLOAD_RUNS, {**labels, catalog.STATUS: status}, float(count))
+        for labels, ended in last_ok.values():
+            yield Sample(catalog.WORKLOAD_LAST_SUCCESS, labels, ended)
 
     def _live(self) -> Iterator[Sample]:
         yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)

@@ -132,6 +132,9 @@ ALTER TABLE runs ADD COLUMN uid TEXT NOT NULL DEFAULT '';
 }
 
 _JSON_COLUMNS = ("params", "figures", "details", "environment")
+_COLUMNS = ("id", "suite", "workload", "precision", "params", "shape", "mode", "kernel_pass", "hostname",
+            "device_type", "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason", "started_at",
+            "ended_at", "figures", "details", "environment", "uid")
 
 
 class HistoryError(RuntimeError):
@@ -455,6 +458,28 @@ class History:
         with self._lock:
             rows = self._db.execute("SELECT * FROM daily ORDER BY day").fetchall()
         return [{**dict(row), "figures": json.loads(row["figures"])} for row in rows]
+
+    def recent_per_series(self, runs: int, upto_id: int | None = None,
+                          batch: int = 2_000) -> Iterator[RunRecord]:
+        """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, without
+        their ``details`` (the regression verdicts need figures, statuses and versions only).
+
+        One window-function query picks the ids, then rows are read in batches, so restoring the
+        verdicts of a large history holds neither every row nor the database for long."""
+        bound, args = ("WHERE id <= ?", (upto_id,)) if upto_id is not None else ("", ())
+        with self._lock:
+            ids = [row[0] for row in self._db.execute(
+                f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
+                f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
+        columns = ", ".join(c for c in _COLUMNS if c != "details")
+        for start in range(0, len(ids), batch):
+            chunk = ids[start:start + batch]
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {columns}, '{{}}' AS details FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                    "ORDER BY id", (json.dumps(chunk),)).fetchall()
+            for row in rows:
+                yield _to_record(row)
 
     def __iter__(self) -> Iterator[RunRecord]:
         return iter(self._records("SELECT * FROM runs ORDER BY id"))

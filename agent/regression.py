@@ -61,6 +61,30 @@ WATCHED: dict[str, int] = {
 """RunRecord.figures keys that get a verdict, with the direction that is a regression.  Power is
 watched "for the same work": a series key fixes workload, shape and precision, so it is."""
 
+RATES: tuple[str, ...] = ("flops", "samples_per_second", "bytes_per_second")
+"""Figures that are a rate of the same work as ``seconds``: where a run has one, ``seconds`` (its
+reciprocal) and ``peak_ratio`` (a constant times it) would give the same verdict again."""
+
+
+def watched_figures(figures: Mapping[str, Any]) -> list[str]:
+    """The figures of one run that get a verdict of their own: the watched ones it reports, less
+    those that only restate another (see :data:`RATES`), so that a series exports one verdict per
+    distinct question: speed, power, efficiency, memory, accuracy, stability."""
+    present = [f for f in WATCHED if isinstance(figures.get(f), (int, float)) and not isinstance(figures.get(f), bool)]
+    if any(f in present for f in RATES):
+        present = [f for f in present if f not in ("seconds", "peak_ratio")]
+    return present
+
+
+def primary_figure(figures: Mapping[str, Any]) -> str:
+    """The figure that carries a series' speed: the verdict an ``incorrect`` run turns to regression
+    when the series has no verdict yet."""
+    for figure in (*RATES, "seconds"):
+        if figure in figures:
+            return figure
+    return "seconds"
+
+
 VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios")
 """RunRecord.environment entries whose change is a known break point (a new segment)."""
 

@@ -29,7 +29,7 @@ log = logging.getLogger("sixdim")
 
 
 def serve(config: Config) -> int:
-    parts = app.build(config)
+    parts = app.build(config, verdicts=True)
     plan = [(suite, devices.resolve(suite.devices, parts.nvml)) for suite in config.suites]
 
     results = CollectorRegistry()  # rendered again only when the board changes

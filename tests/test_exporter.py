@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent import catalog
 from agent.board import Board
+from agent.verdicts import Verdicts
 from agent.exporter import SixdimCollector
 from agent.runner import STOPPING_REASON
 from agent.history import History
@@ -88,7 +89,10 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     host = HostCollector("node1", rapl=RaplReader(tmp_path / "powercap"))
     (powercap / "energy_uj").write_text("3500000\n")
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-b", compute_pids=[9])]))
-    board = Board()
+    board = Board(Verdicts())
+    for run in range(30):  # a series with a verdict and a version change: the verdict metrics too
+        board.add(make_record(shape="m=16,n=16,k=16", seconds=0.01 if run < 12 else 0.02, ended_at=1000.0 + run,
+                              driver="550.54.15" if run < 12 else "560.28.03"))
     figures = {metric.figure: 1.0 for metric in catalog.RESULT_METRICS
                if metric.figure not in ("ended_at",) and not metric.figure_labels}
     figures["quality:top1_accuracy:higher_is_better"] = 0.76

@@ -21,6 +21,8 @@ Imports torch: the worker process only.
 
 from __future__ import annotations
 
+import time
+
 from typing import Any, Callable
 
 import torch
@@ -153,9 +155,23 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         torch.cuda.set_device(device)
     flags.apply(precision)
     kernel, sample, working_set, padded = _setup(params, device)
+    if params.get("slowdown_seconds"):
+        kernel = slowed(kernel, params["slowdown_seconds"])
     measured = measure_kernel(kernel, device, ctx, params, working_set_bytes=working_set,
                               flop_count=gemm_flop_count(*padded))
     return finish(params, kernel, sample, measured, padded)
+
+
+def slowed(kernel: Callable[[], object], seconds: float) -> Callable[[], object]:
+    """The self-test slowdown: the kernel, then a busy-wait until ``seconds`` have passed since it
+    was called (a sleep would be as long as the OS pleases), so every timed call takes longer."""
+    def call() -> object:
+        until = time.perf_counter() + seconds
+        out = kernel()
+        while time.perf_counter() < until:
+            pass
+        return out
+    return call
 
 
 def finish(params: dict[str, Any], kernel: Callable[[], object], sample: Callable, measured: Measurement,

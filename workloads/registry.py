@@ -29,6 +29,9 @@ TIMING_PARAMS = (
 )
 SELF_TEST = Param("corrupt", bool, "self-test: corrupt one output element, so the run must report 'incorrect'",
                   False, False)
+SLOWDOWN = Param("slowdown_seconds", float, "self-test: busy-wait this long inside every timed call, so the runs "
+                 "are slower (a fire drill for the regression alert: restart the agent with it set); 0: off",
+                 0.0, 0.0, minimum=0.0)
 
 
 def set_param(help_text: str) -> Param:
@@ -93,7 +96,7 @@ GEMM = WorkloadSpec(
         Param("k", int, "explicit shape: columns of A, rows of B", 0, 0, minimum=0),
         Param("op", str, "explicit shape's transposes (DeepBench's a_t, b_t)", "NN", "NN", choices=("NN", "TN", "NT")),
         MAX_BATCH, LATENCY_SAMPLES,
-    ) + TIMING_PARAMS + (SELF_TEST,),
+    ) + TIMING_PARAMS + (SELF_TEST, SLOWDOWN),
     expander=_gemm_cases,
     peak_kind="flops",
     shapes_help=f"square: 8192³; quick: {len(shapes.GEMM_QUICK)} shapes; training: DeepBench's {len(shapes.GEMM_TRAINING)} "

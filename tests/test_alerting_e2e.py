@@ -1,0 +1,115 @@
+"""End to end: the agent on CPU slows down, a real Prometheus with the generated rules fires the alert.
+
+The path an operator relies on, every piece real: ``sixdim serve`` runs a GEMM every second and
+records it; after a steady phase the agent is restarted with the self-test ``slowdown_seconds``
+parameter (a fire drill), so from that run on every GEMM is slower; the agent's verdict (restored
+from the history across the restart) turns to ``regression``; Prometheus, scraping it with
+deploy/prometheus/sixdim-rules.yml loaded, reports the regression alert ``firing`` in
+``/api/v1/alerts``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port, required_tool
+from tests.daemon import Daemon, write_config
+
+pytestmark = pytest.mark.slow
+
+RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "sixdim-rules.yml"
+ALERT = "SixdimRegression"
+
+STEADY_RUNS = 16
+"""Runs before the slowdown: min_baseline (8) plus the 6-run window, and two to spare."""
+
+
+def suite(slowdown: float) -> str:
+    params = ("m = 192, n = 192, k = 192, precisions = [\"fp32\"], rounds = 5, min_round_seconds = 0.01, "
+              f"warmup_seconds = 0.02, power_seconds = 0.0, slowdown_seconds = {slowdown}")
+    return f"""
+[regression]
+window = 10
+min_baseline = 8
+
+[[suites]]
+name = "drill"
+interval_seconds = 1
+export = "shapes"
+devices = ["cpu"]
+timeout_seconds = 60
+workloads = [{{name = "gemm", params = {{{params}}}}}]
+"""
+
+
+def alerts(port: int) -> list[dict]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["alerts"]
+
+
+def ok_runs(daemon: Daemon) -> float:
+    return sum(s.value for s in daemon.samples("sixdim_workload_runs_total") if s.labels["status"] == "ok")
+
+
+def wait(predicate, timeout: float, what: str, log: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {timeout} s; agent log:\n{log.read_text()[-3000:]}")
+
+
+def test_an_injected_slowdown_fires_the_regression_alert_in_prometheus(tmp_path, cli_env):
+    prometheus = required_tool("prometheus")
+    agent_port, prom_port = free_port(), free_port()
+    history = tmp_path / "h.db"
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {RULES}\n"
+        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    log = tmp_path / "serve.log"
+    daemon = Daemon(write_config(tmp_path / "steady.toml", history, suite(0.0)), agent_port, cli_env, log)
+    try:
+        daemon.wait_ready()
+        wait(lambda: ok_runs(daemon) >= STEADY_RUNS, 240, f"{STEADY_RUNS} steady runs", log)
+        states = {s.labels["figure"]: s.value for s in daemon.samples("sixdim_regression_state")}
+        assert states.get("flops") in (0.0, 2.0), states  # steady: ok (or suspicious), never a regression
+        assert ALERT not in {a["labels"]["alertname"] for a in alerts(prom_port) if a["state"] == "firing"}
+        assert daemon.stop() == 0
+
+        # the fire drill: the same series, from this run on 2 ms slower per GEMM
+        daemon = Daemon(write_config(tmp_path / "slow.toml", history, suite(0.002)), agent_port, cli_env, log)
+        daemon.wait_ready()
+
+        def firing() -> list[dict]:
+            try:
+                return [a for a in alerts(prom_port) if a["labels"]["alertname"] == ALERT and a["state"] == "firing"]
+            except OSError:
+                return []
+
+        [alert] = wait(firing, 180, f"{ALERT} firing in Prometheus", log)
+        labels = alert["labels"]
+        assert labels["hostname"] == "testhost" and labels["workload"] == "gemm" and labels["severity"]
+        assert "testhost" in alert["annotations"]["description"]
+        state = {s.labels["figure"]: s for s in daemon.samples("sixdim_regression_state")}["flops"]
+        assert state.value == 3.0 and state.labels["shape"] == "m=192,n=192,k=192,op=NN"
+        [ratio] = [s for s in daemon.samples("sixdim_regression_ratio") if s.labels["figure"] == "flops"]
+        assert ratio.value < 0.5  # a 192³ fp32 GEMM takes well under 2 ms on a CPU core
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        daemon.stop()

@@ -1,0 +1,107 @@
+"""What the live regression verdicts cost the daemon: per-run update, restore at start, rendering.
+
+Usage: python tests/verdicts_bench.py [--series 400] [--runs 1000] [--figures 3]
+
+Builds a history of ``series`` GEMM series with ``runs`` runs each (1% Gaussian noise; ``figures``
+watched figures per run: flops, power_watts, memory_bytes), then measures
+
+- the restore the daemon does at start (:meth:`agent.verdicts.Verdicts.restore`: each series'
+  last runs only), wall seconds and runs per second;
+- the update after one new run (all of its figures), microseconds, from the restored state;
+- rendering the results part of /metrics with every series' verdicts.
+
+Figures go to docs/BENCHMARKS.md; the tests assert behaviour only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+
+from agent.board import Board  # noqa: E402
+from agent.exporter import SixdimCollector  # noqa: E402
+from agent.history import History  # noqa: E402
+from agent.verdicts import Verdicts  # noqa: E402
+from tests.helpers import make_record  # noqa: E402
+
+FIGURES = ("power_watts", "memory_bytes")
+
+
+def build(path: Path, series: int, runs: int, figures: int, seed: int = 0) -> int:
+    rng = random.Random(seed)
+    history = History(path)
+    records = []
+    for run in range(runs):
+        for shape in range(series):
+            extra = {name: 300.0 * (1 + rng.gauss(0, 0.01)) for name in FIGURES[:max(0, figures - 1)]}
+            records.append(make_record(seconds=0.01 * (1 + rng.gauss(0, 0.01)), ended_at=1e6 + 900.0 * run,
+                                       shape=f"m={shape},n=8,k=8", **extra))
+    with history._lock, history._db:  # one transaction: building the fixture is not what is measured
+        history._db.executemany(
+            "INSERT INTO runs (suite, workload, precision, params, shape, mode, kernel_pass, hostname, device_type, "
+            "device, gpu, uuid, model_name, pci_bus_id, status, reason, started_at, ended_at, figures, details, "
+            "environment, uid) VALUES (:suite, :workload, :precision, :params, :shape, :mode, :kernel_pass, "
+            ":hostname, :device_type, :device, :gpu, :uuid, :model_name, :pci_bus_id, :status, :reason, "
+            ":started_at, :ended_at, :figures, :details, :environment, :uid)",
+            [_row(r, i) for i, r in enumerate(records)])
+    history.close()
+    return len(records)
+
+
+def _row(record, index: int) -> dict:
+    import json
+    row = record.to_dict()
+    row.pop("id")
+    row["uid"] = f"bench-{index}"
+    for column in ("params", "figures", "details", "environment"):
+        row[column] = json.dumps(row[column], sort_keys=True)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=400)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--figures", type=int, default=3, choices=(1, 2, 3))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "history.db"
+        total = build(path, args.series, args.runs, args.figures)
+        history = History(path)
+        verdicts = Verdicts()
+        started = time.perf_counter()
+        read = verdicts.restore(history)
+        restore = time.perf_counter() - started
+        print(f"history: {total} runs, {args.series} series, {args.figures} watched figure(s) per run")
+        print(f"restore: {read} runs read ({verdicts.restore_runs} per series) in {restore:.2f} s "
+              f"({read / restore:,.0f} runs/s)")
+        rng = random.Random(1)
+        new = [make_record(seconds=0.01 * (1 + rng.gauss(0, 0.01)), ended_at=2e6 + i, shape=f"m={i % args.series},n=8,k=8",
+                           **{name: 300.0 for name in FIGURES[:args.figures - 1]}) for i in range(2000)]
+        started = time.perf_counter()
+        for record in new:
+            verdicts.add(record)
+        update = (time.perf_counter() - started) / len(new)
+        print(f"update after one run: {update * 1e6:.0f} us ({args.figures} figure(s))")
+        board = Board(verdicts)
+        for record in new[-args.series:]:
+            board._latest[record.key()] = record
+        registry = CollectorRegistry()
+        registry.register(SixdimCollector(board, [], "bench", part="results"))
+        started = time.perf_counter()
+        body = generate_latest(registry)
+        print(f"render results part with verdicts: {time.perf_counter() - started:.3f} s, {len(body) / 1e6:.2f} MB, "
+              f"{body.count(b'sixdim_regression_state{')} state series")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

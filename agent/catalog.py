@@ -295,7 +295,19 @@ WORKLOAD_LAST_SUCCESS = MetricDef(
     "Unix time at which the newest ok run of the workload on the device ended, over all its shapes and "
     "precisions, seconds (the benchmark-stale alert).",
     DEVICE_LABELS + (WORKLOAD,))
-VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO)
+PEER_RATIO = MetricDef(
+    "sixdim_peer_ratio", "gauge",
+    "A per-shape result's speed (the figure label: FLOP/s, samples/s or bytes/s) divided by the median of the "
+    "same result on every GPU of the same model on this host, ratio; below 1 is slower than its peers. Only "
+    "where at least 2 GPUs of the model have the result under the same versions.",
+    VERDICT_LABELS)
+SUITE_PEER_RATIO = MetricDef(
+    "sixdim_suite_peer_ratio", "gauge",
+    "A summary series' speed (geometric mean over the suite's shapes) divided by the median of the same summary "
+    "on every GPU of the same model on this host, ratio; only where at least 2 GPUs of the model have it.",
+    SUMMARY_LABELS + (FIGURE,))
+VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
+                                          PEER_RATIO, SUITE_PEER_RATIO)
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector as PromCollector
 from agent import __version__, catalog
 from agent.board import Board
 from agent.history import History
-from agent.regression import IMPROVEMENT, REGRESSION, SUSPICIOUS
+from agent.regression import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
 from agent.results import RunRecord
 from agent.runner import STOPPING_REASON
 from agent.summary import summarize
@@ -51,6 +51,29 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
         if extra is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             yield Sample(metric, {**labels, **extra}, float(value))
 
+
+def _peer_ratios(metric: catalog.MetricDef, results: list[tuple[RunRecord, dict, dict[str, str]]]) -> Iterator[Sample]:
+    """Each GPU's speed over the median of the GPUs of the same model on this host that have the same
+    result (labels other than the GPU's equal): the on-host half of the fleet-peer comparison."""
+    groups: dict[tuple, list[tuple[dict[str, str], str, float]]] = {}
+    for record, figures, labels in results:
+        if record.device_type != "cuda":
+            continue
+        figure = next((f for f in RATES if isinstance(figures.get(f), (int, float)) and figures[f] > 0), None)
+        if figure is None:
+            continue
+        peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY)) + (("figure", figure),)
+        groups.setdefault(peers, []).append((labels, figure, float(figures[figure])))
+    for members in groups.values():
+        if len({labels[catalog.UUID] for labels, _, _ in members}) < 2:
+            continue
+        middle = median([value for _, _, value in members])
+        for labels, figure, value in members:
+            yield Sample(metric, {**labels, catalog.FIGURE: figure}, value / middle)
+
+
+_GPU_IDENTITY = frozenset({catalog.GPU, catalog.UUID, catalog.PCI_BUS_ID})
+"""The labels that tell one GPU from its peers of the same model on a host."""
 
 INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
 """The start of the reason of cases a shutdown stopped before they ran (``interrupted``): kept in
@@ -122,12 +145,17 @@ class SixdimCollector(PromCollector):
                 if value is not None:
                     extra = {label: str(record.params.get(key, "")) for label, key in metric.extra_labels}
                     yield Sample(metric, {**labels, **extra} if extra else labels, value)
-        for summary in summarize(by_suite):
+        summaries = summarize(by_suite)
+        for summary in summaries:
             labels = {**summary.record.result_labels(), catalog.SUITE: summary.record.suite}
             for metric in catalog.SUMMARY_METRICS:
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
                 if value is not None:
                     yield Sample(metric, labels, value)
+        shown = [r for r in self._board.latest() if shape_keys is None or r.key() in shape_keys]
+        yield from _peer_ratios(catalog.PEER_RATIO, [(r, r.figures, r.result_labels()) for r in shown])
+        yield from _peer_ratios(catalog.SUITE_PEER_RATIO, [
+            (s.record, s.figures, {**s.record.result_labels(), catalog.SUITE: s.record.suite}) for s in summaries])
         yield from self._run_counts()
         yield from self._verdicts(shape_keys)
 

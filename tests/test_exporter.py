@@ -90,6 +90,7 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     (powercap / "energy_uj").write_text("3500000\n")
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-b", compute_pids=[9])]))
     board = Board(Verdicts())
+    board.add(make_record(gpu="1", uuid="GPU-b"))  # a peer of the same model: the peer ratios too
     for run in range(30):  # a series with a verdict and a version change: the verdict metrics too
         board.add(make_record(shape="m=16,n=16,k=16", seconds=0.01 if run < 12 else 0.02, ended_at=1000.0 + run,
                               driver="550.54.15" if run < 12 else "560.28.03"))

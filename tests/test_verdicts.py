@@ -234,3 +234,15 @@ def test_watched_figures_drop_what_only_restates_another():
         ["flops", "power_watts"]
     assert regression.watched_figures({"seconds": 1, "memory_bytes": 5}) == ["seconds", "memory_bytes"]
     assert regression.watched_figures({"power_capped": 1, "accuracy": True}) == []
+
+
+def test_a_gpu_slower_than_its_peers_of_the_same_model_on_the_host_shows_in_its_peer_ratio():
+    board = Board()
+    for gpu, seconds in (("0", 0.010), ("1", 0.010), ("2", 0.0125)):
+        board.add(make_record(gpu=gpu, uuid=f"GPU-{gpu}", seconds=seconds))
+    board.add(make_record(gpu="3", uuid="GPU-3", seconds=0.02, shape="m=9,n=9,k=9"))  # no peer with this shape
+    samples = scrape(board)
+    ratios = {s.labels["gpu"]: s.value for s in find(samples, "sixdim_peer_ratio", figure="flops")}
+    assert ratios == pytest.approx({"0": 1.0, "1": 1.0, "2": 0.8})
+    suite = {s.labels["gpu"]: s.value for s in find(samples, "sixdim_suite_peer_ratio", figure="flops")}
+    assert suite["2"] == pytest.approx(0.8) and suite["0"] == pytest.approx(1.0)

@@ -10,7 +10,8 @@ registry's GPU defaults: DeepBench's full shapes), makes one ``ok`` result per c
 figures a GPU result of that workload has (the table :data:`GPU_FIGURES`, from the workloads'
 code: kernels report time, rate, power phase, memory, clocks, clock events, spread, error and
 fraction of peak), adds one result per status a suite commonly sees, and renders them through
-the real exporter (``results`` part, with the suite's export setting).  It counts the samples of
+the real exporter (``results`` part, with the suite's export setting, and every series' regression
+verdicts after 20 steady runs: state, ratio and baseline per watched figure).  It counts the samples of
 the exposition: that is the number of series one GPU adds to Prometheus.  It runs nothing on a
 device: the counts follow from the configuration and the exporter alone.
 """
@@ -32,6 +33,7 @@ from agent.board import Board  # noqa: E402
 from agent.config import Suite, preset_entries  # noqa: E402
 from agent.exporter import SixdimCollector  # noqa: E402
 from agent.results import RunRecord  # noqa: E402
+from agent.verdicts import Verdicts  # noqa: E402
 from workloads import registry  # noqa: E402
 
 KERNEL = ("seconds", "flops", "power_watts", "energy_joules", "flop_per_joule", "memory_bytes",
@@ -84,10 +86,18 @@ def records_for(suites: list[Suite]) -> list[RunRecord]:
     return records
 
 
+STEADY_RUNS = 20
+"""Runs fed to each series' regression verdicts first, so they are past ``insufficient_data`` and
+export what a steady agent exports (state, ratio and baseline)."""
+
+
 def count_series(suites: list[Suite]) -> tuple[int, int, dict[str, int]]:
-    board = Board()
+    board = Board(Verdicts())
     records = records_for(suites)
     for record in records:
+        if record.status == "ok":
+            for _ in range(STEADY_RUNS - 1):
+                board.verdicts.add(record)
         board.add(record)
     registry_ = CollectorRegistry()
     registry_.register(SixdimCollector(board, [], "host1", part="results",
@@ -106,9 +116,14 @@ def main() -> None:
     args = parser.parse_args()
     for name, suites in CONFIGS.items():
         cases, series, by_family = count_series(suites)
-        summary = sum(v for k, v in by_family.items() if k.startswith("sixdim_suite_"))
+        summary = sum(v for k, v in by_family.items()
+                      if k.startswith("sixdim_suite_") and not k.startswith("sixdim_suite_peer_"))
+        verdicts = sum(v for k, v in by_family.items()
+                       if k.startswith(("sixdim_regression_", "sixdim_baseline_", "sixdim_version_change_",
+                                        "sixdim_peer_", "sixdim_suite_peer_")))
         print(f"{name}:\n  {cases} cases per GPU -> {series:,} series per GPU "
-              f"({summary:,} summary, {by_family.get('sixdim_workload_runs', 0)} run counters); "
+              f"({summary:,} summary, {by_family.get('sixdim_workload_runs', 0)} run counters, "
+              f"{verdicts:,} verdict); "
               f"{args.gpus} GPUs: {series * args.gpus:,} per host; {args.hosts} hosts: "
               f"{series * args.gpus * args.hosts:,} in the fleet (plus about 15 live telemetry series per GPU)")
 

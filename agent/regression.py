@@ -558,19 +558,36 @@ def group_series(records: Iterable[Any]) -> dict[tuple[str, ...], list[Any]]:
     return groups
 
 
-def versions(record: Any) -> dict[str, str]:
-    """The break-point versions a run was measured under."""
+def versions(record: Any) -> dict[str, str] | None:
+    """The break-point versions a run was measured under; None when the run does not say (a run
+    skipped, interrupted or failed before its worker reported its environment), which must not
+    pass for a change of every version."""
     env = record.environment or {}
+    if not any(env.get(k) for k in VERSION_KEYS):
+        return None
     return {k: str(env.get(k, "")) for k in VERSION_KEYS}
 
 
 def version_breaks(records: Sequence[Any]) -> list[int]:
-    """Indices of runs whose versions differ from the run before: segment starts."""
-    out = []
-    for i in range(1, len(records)):
-        if versions(records[i]) != versions(records[i - 1]):
+    """Indices of runs whose versions differ from the last run before them that had versions:
+    segment starts."""
+    out, known = [], None
+    for i, record in enumerate(records):
+        current = versions(record)
+        if current is None:
+            continue
+        if known is not None and current != known:
             out.append(i)
+        known = current
     return out
+
+
+def _known_before(records: Sequence[Any], at: int) -> dict[str, str]:
+    for record in reversed(records[:at]):
+        current = versions(record)
+        if current is not None:
+            return current
+    return {k: "" for k in VERSION_KEYS}
 
 
 def series_label(record: Any) -> str:
@@ -606,7 +623,7 @@ def version_verdicts(records: Sequence[Any], figure: str, settings: Settings | N
     breaks = version_breaks(records)
     bounds = [0, *breaks, len(records)]
     for n, at in enumerate(breaks):
-        old, new = versions(records[at - 1]), versions(records[at])
+        old, new = _known_before(records, at), versions(records[at]) or {}
         changes = {k: (old[k], new[k]) for k in VERSION_KEYS if old[k] != new[k]}
         before = [v for v in _figure_values(records[bounds[n]:at], figure) if v is not None]
         after = [v for v in _figure_values(records[at:bounds[n + 2]], figure) if v is not None]

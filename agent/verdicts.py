@@ -68,9 +68,10 @@ class SeriesWatch:
     def add(self, record: RunRecord) -> None:
         self.record = record
         versions = regression.versions(record)
-        if self.versions is not None and versions != self.versions:
-            self._version_change(self.versions, versions, record.started_at)
-        self.versions = versions
+        if versions is not None:  # a run that did not say is no version change
+            if self.versions is not None and versions != self.versions:
+                self._version_change(self.versions, versions, record.started_at)
+            self.versions = versions
         if self.change is not None:
             self.change.age += 1
             if self.change.age > self.keep:

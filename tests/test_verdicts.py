@@ -246,3 +246,16 @@ def test_a_gpu_slower_than_its_peers_of_the_same_model_on_the_host_shows_in_its_
     assert ratios == pytest.approx({"0": 1.0, "1": 1.0, "2": 0.8})
     suite = {s.labels["gpu"]: s.value for s in find(samples, "sixdim_suite_peer_ratio", figure="flops")}
     assert suite["2"] == pytest.approx(0.8) and suite["0"] == pytest.approx(1.0)
+
+
+def test_a_run_that_never_reported_its_versions_is_not_a_version_change():
+    """An interrupted or skipped run has no environment: it must not start a new segment."""
+    records = series(noisy(40) + noisy(3, level=1.05, seed=1))
+    interrupted = series([0.01], start=records[39].ended_at + 1, statuses=["skipped"])[0]
+    interrupted.environment = {}
+    records.insert(40, interrupted)
+    verdicts = feed(Verdicts(), records)
+    [snap] = verdicts.snapshot()
+    assert snap.changes == {} and snap.verdicts["flops"].state == regression.REGRESSION
+    assert regression.version_breaks(records) == []
+    assert regression.evaluate_records(records, "flops").state == regression.REGRESSION

@@ -1,0 +1,290 @@
+"""The alert rules generated from the catalog: current, valid for promtool, unit-tested, documented."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent import catalog, cli, rules
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / rules.COMMITTED
+UNIT_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "sixdim-rules-test.yml"
+ALERTMANAGER = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = ROOT / "docs" / "ALERTS.md"
+
+METRIC_NAMES = {metric.name for metric in catalog.ALL_METRICS}
+LABEL_NAMES = {label for metric in catalog.ALL_METRICS for label in metric.labels} | {rules.JOB, rules.INSTANCE}
+PROMQL_WORDS = {"and", "or", "unless", "bool", "offset"}
+
+
+def promtool_check(promtool: str, path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+
+
+def metrics_in(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects: what is left once strings, label matchers,
+    grouping clauses, ranges and offsets are removed, minus function names and keywords."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\boffset\s+\w+", "", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        following = text[match.end():].lstrip()
+        if following.startswith("(") or match.group() in PROMQL_WORDS:
+            continue  # a function or an aggregation
+        names.add(match.group())
+    return names
+
+
+def labels_in(expr: str) -> set[str]:
+    """Label names in grouping clauses and label matchers."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    names = set()
+    for clause in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", text):
+        names |= {name.strip() for name in clause.split(",") if name.strip()}
+    for matchers in re.findall(r"\{([^}]*)\}", text):
+        names |= set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", matchers))
+    return names
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of the level-2 headings of docs/ALERTS.md."""
+    headings = re.findall(r"^## (.+)$", RUNBOOKS.read_text(), re.M)
+    return {re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+# --------------------------------------------------------------------------- the committed file
+
+def test_the_committed_rules_are_what_the_generator_writes():
+    expected = rules.render()
+    assert COMMITTED.exists(), f"{rules.COMMITTED} is missing: run `{rules.REGENERATE}`"
+    assert COMMITTED.read_text() == expected, (
+        f"{rules.COMMITTED} is stale (the catalog or agent/rules.py changed): regenerate it with "
+        f"`{rules.REGENERATE}` and commit it")
+
+
+def test_render_is_deterministic_and_names_its_options():
+    assert rules.render() == rules.render(rules.Options())
+    header = [line for line in rules.render().splitlines() if line.startswith("# Options:")]
+    assert header == ["# Options: --stale-after 2h --failures 3 --failure-window 6h --incorrect-window 1d "
+                      f"--peer-ratio 0.9 --min-peers 3 --job sixdim --runbook-base {rules.DEFAULT_RUNBOOK_BASE}"]
+
+
+def test_promtool_accepts_the_committed_rules(promtool):
+    result = promtool_check(promtool, COMMITTED)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules.alerts())} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass(promtool):
+    """deploy/prometheus/tests/sixdim-rules-test.yml: every alert fires where it should, with its exact
+    labels and annotations, and stays silent where it should not (40 regressed shapes: one alert)."""
+    result = subprocess.run([promtool, "test", "rules", str(UNIT_TESTS)], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_unit_tests_that_fire_and_stay_silent():
+    text = UNIT_TESTS.read_text()
+    cases = re.findall(r"- eval_time: (\S+)\n\s+alertname: (\w+)\n\s+exp_alerts:( \[\])?", text)
+    for alert in rules.alerts():
+        name = alert["alert"]
+        assert any(n == name and not empty for _, n, empty in cases), f"{name}: no case where it fires"
+        assert any(n == name and empty for _, n, empty in cases), f"{name}: no case where it stays silent"
+    assert "regressed on 40 shape(s)" in text  # one alert for 40 shapes, naming how many
+
+
+# --------------------------------------------------------------------------- the rules themselves
+
+def test_every_alert_follows_the_mixin_layout_and_has_a_runbook_section():
+    anchors = runbook_anchors()
+    names = [alert["alert"] for alert in rules.alerts()]
+    assert len(names) == len(set(names))
+    for alert in rules.alerts():
+        name = alert["alert"]
+        assert re.fullmatch(r"Sixdim(?:[A-Z][a-z]+|GPU)+", name), name
+        assert alert["labels"]["severity"] in ("critical", "warning", "info"), name
+        annotations = alert["annotations"]
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        base, _, anchor = annotations["runbook_url"].partition("#")
+        assert base == rules.DEFAULT_RUNBOOK_BASE and anchor == name.lower(), annotations["runbook_url"]
+        assert anchor in anchors, f"docs/ALERTS.md has no section '## {name}'"
+
+
+def test_descriptions_name_the_host_the_device_and_the_value():
+    for alert in rules.alerts():
+        description = alert["annotations"]["description"]
+        assert "$labels.hostname" in description or "$labels.instance" in description, alert["alert"]
+        if catalog.UUID in alert["expr"] and alert["alert"] != "SixdimAgentDown":
+            for label in (catalog.GPU, catalog.UUID, catalog.MODEL_NAME):
+                assert f"$labels.{label} " in description, (alert["alert"], label)
+        if alert["alert"] != "SixdimAgentDown":
+            assert "$value" in description, alert["alert"]
+
+
+def test_severities_and_immediacy():
+    by_name = {alert["alert"]: alert for alert in rules.alerts()}
+    assert by_name["SixdimIncorrectResult"]["labels"]["severity"] == "critical"
+    assert "for" not in by_name["SixdimIncorrectResult"]
+    # the agent already required persistence; the end-to-end test waits for it with a 1 s evaluation interval
+    assert "for" not in by_name["SixdimRegression"]
+    assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
+            "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
+            "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimHistoryDown",
+            "SixdimHistoryDataLoss"} == set(by_name)
+
+
+def test_every_metric_and_label_in_the_rules_is_in_the_catalog():
+    for alert in rules.alerts():
+        selected = metrics_in(alert["expr"])
+        assert selected, alert["alert"]
+        assert selected <= METRIC_NAMES | {rules.PROMETHEUS_UP}, (alert["alert"], selected - METRIC_NAMES)
+        assert labels_in(alert["expr"]) <= LABEL_NAMES, (alert["alert"], labels_in(alert["expr"]) - LABEL_NAMES)
+        for text in alert["annotations"].values():
+            queried = set(re.findall(r"\bsixdim_[a-z_]+", text.replace("sixdim_rules", "")))
+            assert queried <= METRIC_NAMES, (alert["alert"], queried - METRIC_NAMES)
+            assert set(re.findall(r"\$labels\.(\w+)", text)) <= LABEL_NAMES, alert["alert"]
+    assert rules.REGRESSION_CODE == 3 and "sixdim_regression_state == 3" in rules.render()
+
+
+def test_the_metric_parser_finds_metrics_and_skips_functions():
+    expr = ('count by (a, b) (max_over_time(sixdim_x{c=~"d|e"}[1h]) == 1) and on (a) '
+            'sum(rate(up{job="x"}[5m])) offset 1d or time() - y')
+    assert metrics_in(expr) == {"sixdim_x", "up", "y"}
+    assert labels_in(expr) == {"a", "b", "c", "job"}
+
+
+def test_the_dcgm_variant_uses_modelName_and_passes_promtool(tmp_path, promtool):
+    text = rules.render(rules.Options(dcgm_label_names=True))
+    assert catalog.MODEL_NAME not in text
+    assert f"$labels.{catalog.MODEL_NAME_DCGM} " in text and f"{catalog.MODEL_NAME_DCGM}, device_type" in text
+    assert "--dcgm-label-names" in text.splitlines()[3]
+    path = tmp_path / "dcgm.yml"
+    path.write_text(text)
+    result = promtool_check(promtool, path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_options_reach_the_expressions(tmp_path, promtool):
+    options = rules.Options(stale_after=26 * 3600, failures=5, failure_window=12 * 3600, incorrect_window=7200,
+                            peer_ratio=0.8, min_peers=4, job="gpu-bench", runbook_base="https://wiki.example/alerts")
+    by_name = {alert["alert"]: alert for alert in rules.alerts(options)}
+    assert by_name["SixdimBenchmarkStale"]["expr"].endswith("> 93600")
+    assert "[2d2h]" in by_name["SixdimBenchmarkStale"]["expr"]  # the lookback: the threshold plus a day
+    assert by_name["SixdimBenchmarkFailing"]["expr"].endswith(">= 5") and "[12h]" in by_name["SixdimBenchmarkFailing"]["expr"]
+    assert "offset 2h" in by_name["SixdimIncorrectResult"]["expr"]
+    assert "< 0.8" in by_name["SixdimSlowerThanPeers"]["expr"] and ">= 4" in by_name["SixdimSlowerThanPeers"]["expr"]
+    assert 'up{job="gpu-bench"}' in by_name["SixdimAgentDown"]["expr"]
+    assert 'sixdim_build_info{job="gpu-bench"}[2d2h]' in by_name["SixdimAgentDown"]["expr"]  # as long as stale alerts last
+    assert by_name["SixdimAgentDown"]["annotations"]["runbook_url"] == "https://wiki.example/alerts#sixdimagentdown"
+    path = tmp_path / "tuned.yml"
+    path.write_text(rules.render(options))
+    result = promtool_check(promtool, path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("text, seconds", [("2h", 7200), ("90m", 5400), ("1d12h", 129600), ("1w", 604800),
+                                           ("45s", 45)])
+def test_durations_round_trip(text, seconds):
+    assert rules.parse_duration(text) == seconds
+    assert rules.parse_duration(rules.format_duration(seconds)) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0h", "2", "2x", "-1h", "1.5h", "h"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(ValueError):
+        rules.parse_duration(text)
+
+
+@pytest.mark.parametrize("options", [
+    rules.Options(failures=0), rules.Options(peer_ratio=1.0), rules.Options(peer_ratio=0.0),
+    rules.Options(min_peers=1), rules.Options(job=""), rules.Options(job='a"b'),
+    rules.Options(runbook_base="docs/ALERTS.md"), rules.Options(runbook_base="https://x/ALERTS.md#top"),
+    rules.Options(stale_after=0)])
+def test_bad_options_are_refused(options):
+    with pytest.raises(ValueError):
+        rules.render(options)
+
+
+# --------------------------------------------------------------------------- the command
+
+def test_rules_out_writes_the_same_bytes_as_render(tmp_path, capsys):
+    out = tmp_path / "new" / "folder" / "sixdim-rules.yml"
+    assert cli.main(["rules", "--out", str(out)]) == 0
+    assert out.read_bytes() == rules.render().encode()
+    assert capsys.readouterr().out == ""
+    assert cli.main(["rules", "--dcgm-label-names", "--stale-after", "26h"]) == 0
+    assert capsys.readouterr().out == rules.render(rules.Options(dcgm_label_names=True, stale_after=26 * 3600))
+
+
+def test_the_sixdim_command_writes_the_committed_file(tmp_path, cli_env):
+    out = tmp_path / "rules.yml"
+    result = subprocess.run([sys.executable, "-m", "agent", "rules", "--out", str(out)], capture_output=True, text=True,
+                            env=cli_env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == COMMITTED.read_bytes()
+    usage = subprocess.run([sys.executable, "-m", "agent", "rules", "--help"], capture_output=True, text=True,
+                           env=cli_env, timeout=60)
+    assert "(default: 2h)" in usage.stdout and "--peer-ratio" in usage.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stale-after", "2x"], "--stale-after: expected a duration"),
+    (["--stale-after", "0s"], "--stale-after: expected a duration above zero"),
+    (["--failures", "0"], "--failures: expected a whole number of at least 1"),
+    (["--peer-ratio", "1.5"], "--peer-ratio: expected a ratio between 0 and 1"),
+    (["--min-peers", "1"], "--min-peers: expected a whole number of at least 2"),
+    (["--runbook-base", "ALERTS.md"], "--runbook-base: expected an http(s) URL"),
+])
+def test_a_bad_option_value_exits_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["rules", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unwritable_out_path_exits_2(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["rules", "--out", str(blocker / "rules.yml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sixdim: error: cannot write --out {blocker / 'rules.yml'}: ")
+    assert not list(tmp_path.glob(".rules.yml.*"))
+
+
+# --------------------------------------------------------------------------- Alertmanager
+
+def test_the_alertmanager_example_is_valid():
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.skip("amtool is not installed (Debian package 'prometheus-alertmanager')")
+    result = subprocess.run([amtool, "check-config", str(ALERTMANAGER)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    routed = subprocess.run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}",
+                             "alertname=SixdimIncorrectResult", "severity=critical"], capture_output=True, text=True)
+    assert routed.stdout.strip() == "sixdim-pager", routed.stdout + routed.stderr
+    routed = subprocess.run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}",
+                             "alertname=SixdimRegression", "severity=warning"], capture_output=True, text=True)
+    assert routed.stdout.strip() == "sixdim-chat", routed.stdout + routed.stderr
+
+
+def test_the_alertmanager_example_names_real_alerts_and_labels():
+    text = ALERTMANAGER.read_text()
+    alerts = {alert["alert"]: alert for alert in rules.alerts()}
+    mentioned = set(re.findall(r"\bSixdim[A-Za-z]+", text))
+    assert mentioned and mentioned <= set(alerts), mentioned - set(alerts)
+    for clause in re.findall(r"(?:group_by|equal): \[([^\]]*)\]", text):
+        for label in (name.strip() for name in clause.split(",")):
+            assert label == "alertname" or label in LABEL_NAMES, label
+    assert "group_by: [hostname, workload]" in text
+    severities = {alert["labels"]["severity"] for alert in alerts.values()}
+    for severity in severities:
+        assert severity in text

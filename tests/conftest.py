@@ -10,12 +10,12 @@ import subprocess
 import pytest
 
 
-def required_tool(name: str) -> str:
+def required_tool(name: str, package: str = "prometheus") -> str:
     """Path of an external tool; skip with a reason where it is missing, but fail in CI
     (SIXDIM_REQUIRE_TOOLS=1), where .ci/run installs it, so a check never vanishes silently there."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian package 'prometheus')"
+        message = f"{name} is not installed (Debian package '{package}')"
         if os.environ.get("SIXDIM_REQUIRE_TOOLS") == "1":
             pytest.fail(message + " but SIXDIM_REQUIRE_TOOLS=1")
         pytest.skip(message)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent import catalog, cli, rules
+from tests.conftest import required_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / rules.COMMITTED
@@ -263,9 +263,7 @@ def test_an_unwritable_out_path_exits_2(tmp_path, capsys):
 # --------------------------------------------------------------------------- Alertmanager
 
 def test_the_alertmanager_example_is_valid():
-    amtool = shutil.which("amtool")
-    if amtool is None:
-        pytest.skip("amtool is not installed (Debian package 'prometheus-alertmanager')")
+    amtool = required_tool("amtool", "prometheus-alertmanager")
     result = subprocess.run([amtool, "check-config", str(ALERTMANAGER)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     routed = subprocess.run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}",

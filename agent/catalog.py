@@ -236,8 +236,19 @@ SUMMARY_SHAPES = MetricDef(
     "sixdim_suite_shapes", "gauge",
     "Number of shapes with an ok result that the summary series of the same labels cover.",
     SUMMARY_LABELS, figure="shapes")
+SUMMARY_THERMAL_SLOWDOWN = MetricDef(
+    "sixdim_suite_thermal_slowdown", "gauge",
+    "1 if a thermal slowdown held the clocks down during the measured window of any of the suite's shapes "
+    "(the summary's results), else 0.",
+    SUMMARY_LABELS, figure="thermal_slowdown")
+SUMMARY_HARDWARE_SLOWDOWN = MetricDef(
+    "sixdim_suite_hardware_slowdown", "gauge",
+    "1 if a hardware or power-brake slowdown held the clocks down during the measured window of any of the "
+    "suite's shapes, else 0.",
+    SUMMARY_LABELS, figure="hardware_slowdown")
 SUMMARY_METRICS: tuple[MetricDef, ...] = (
-    SUMMARY_FLOPS, SUMMARY_SAMPLES, SUMMARY_BANDWIDTH, SUMMARY_PEAK_RATIO, SUMMARY_SECONDS, SUMMARY_SHAPES)
+    SUMMARY_FLOPS, SUMMARY_SAMPLES, SUMMARY_BANDWIDTH, SUMMARY_PEAK_RATIO, SUMMARY_SECONDS, SUMMARY_SHAPES,
+    SUMMARY_THERMAL_SLOWDOWN, SUMMARY_HARDWARE_SLOWDOWN)
 
 # --- The history's health ---
 HISTORY_UP = MetricDef(

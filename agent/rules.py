@@ -317,11 +317,14 @@ class _Rules:
             f"{{{{ $value }}}} run(s) of {self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} failed or timed out in "
             f"the last {w} (threshold {self.o.failures}). {self.versions_now()}")
 
-    def slowdown(self, name: str, metric: catalog.MetricDef, what: str) -> dict[str, Any]:
+    def slowdown(self, name: str, metric: catalog.MetricDef, summary: catalog.MetricDef, what: str) -> dict[str, Any]:
+        """Per-shape flags (suites exported per shape) or summary flags (every suite)."""
         group = self.device + self.versions
         w = format_duration(SLOWDOWN_WINDOW)
         expr = (f"count by ({self.by(*group)}) (\n"
                 f"  max_over_time({metric.name}[{w}]) == 1\n"
+                f"  or\n"
+                f"  max_over_time({summary.name}[{w}]) == 1\n"
                 f")")
         return self.alert(
             name, expr, "warning",
@@ -439,8 +442,10 @@ class _Rules:
                 self.regression(),
                 self.incorrect(),
                 self.version_change(),
-                self.slowdown("SixdimThermalSlowdown", catalog.WORKLOAD_THERMAL_SLOWDOWN, "thermal slowdown"),
-                self.slowdown("SixdimHardwareSlowdown", catalog.WORKLOAD_HARDWARE_SLOWDOWN, "hardware slowdown"),
+                self.slowdown("SixdimThermalSlowdown", catalog.WORKLOAD_THERMAL_SLOWDOWN,
+                              catalog.SUMMARY_THERMAL_SLOWDOWN, "thermal slowdown"),
+                self.slowdown("SixdimHardwareSlowdown", catalog.WORKLOAD_HARDWARE_SLOWDOWN,
+                              catalog.SUMMARY_HARDWARE_SLOWDOWN, "hardware slowdown"),
             ]},
             {"name": "sixdim-fleet", "rules": [self.peers()]},
             {"name": "sixdim-runs", "rules": [self.stale(), self.failing()]},

@@ -24,6 +24,10 @@ from agent.results import RunRecord
 SUMMARY_FIGURES: tuple[str, ...] = ("flops", "samples_per_second", "bytes_per_second", "peak_ratio", "seconds")
 """The figures summarised, each where every result of the group that has it has it positive."""
 
+SUMMARY_FLAGS: tuple[str, ...] = ("thermal_slowdown", "hardware_slowdown")
+"""0/1 flags summarised as their maximum: 1 if any shape's measured window had it (a geometric mean of
+flags would be 0 as soon as one shape had none)."""
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -65,6 +69,10 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
                 mean = geometric_mean(values)
                 if mean is not None:
                     figures[name] = mean
+        for name in SUMMARY_FLAGS:
+            flags = [float(r.figures[name]) for r in members if isinstance(r.figures.get(name), (int, float))]
+            if flags:
+                figures[name] = max(flags)
         newest = max(members, key=lambda r: (r.ended_at, r.id or 0))
         summaries.append(Summary(newest, len({r.shape for r in members}), figures))
     return summaries

@@ -45,3 +45,12 @@ def test_geometric_mean_refuses_what_it_cannot_mean():
     assert geometric_mean([1.0, 0.0]) is None
     assert geometric_mean([1.0, math.inf]) is None
     assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_slowdown_flags_are_summarised_as_their_maximum_not_a_mean():
+    quiet = make_record(shape="a", thermal_slowdown=0.0, hardware_slowdown=0.0)
+    throttled = make_record(shape="b", thermal_slowdown=1.0, hardware_slowdown=0.0)
+    [summary] = summarize([quiet, throttled])
+    assert summary.figures["thermal_slowdown"] == 1.0 and summary.figures["hardware_slowdown"] == 0.0
+    [alone] = summarize([quiet])
+    assert alone.figures["thermal_slowdown"] == 0.0

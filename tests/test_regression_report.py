@@ -1,0 +1,213 @@
+"""``sixdim report regressions`` over a real history: the shifts, their versions, direction,
+filters, the table, and the errors a person meets."""
+
+import json
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent.cli import main
+from agent.history import History
+from tests.helpers import make_record
+
+RUNS = 100
+HOUR = 3600.0
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """Two series on one host, both upgraded from driver 550.54 to 560.28 at run 60:
+
+    - A (m=8): the upgrade makes it 7% slower (FLOP/s 0.93x);
+    - B (m=16): the upgrade does nothing, but at run 80 it gets 6% faster (no version change).
+    A few failed runs in between (they carry no figures and are not analysed)."""
+    path = tmp_path_factory.mktemp("report") / "history.db"
+    rnd = random.Random(7)
+    t0 = time.time() - RUNS * HOUR
+    h = History(path)
+    starts = {}
+    for i in range(RUNS):
+        driver = "550.54" if i < 60 else "560.28"
+        a = make_record(seconds=0.01 * (1 + rnd.gauss(0, 0.01)) / (0.93 if i >= 60 else 1.0),
+                        ended_at=t0 + i * HOUR, driver=driver)
+        b = make_record(seconds=0.02 * (1 + rnd.gauss(0, 0.01)) * (0.94 if i >= 80 else 1.0),
+                        ended_at=t0 + i * HOUR + 600, driver=driver, shape="m=16,n=16,k=16")
+        h.add(a)
+        h.add(b)
+        starts[("A", i)], starts[("B", i)] = a.started_at, b.started_at
+        if i % 30 == 5:
+            h.add(make_record("failed", ended_at=t0 + i * HOUR + 1200, driver=driver))
+    h.close()
+    return {"path": str(path), "starts": starts}
+
+
+def report(capsys, *args):
+    code = main(["report", "regressions", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def shifts(capsys, history, *args):
+    code, out, err = report(capsys, "--history", history["path"], "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def by(found, shape, figure):
+    [shift] = [s for s in found if s["shape"] == shape and s["figure"] == figure]
+    return shift
+
+
+def test_a_driver_upgrade_that_costs_seven_percent_is_a_regression_at_the_upgrade(capsys, history):
+    found = shifts(capsys, history)
+    assert len(found) == 4, [(s["shape"], s["figure"], s["change_ratio"]) for s in found]
+    flops = by(found, "m=8,n=8,k=8", "flops")
+    assert flops["state"] == "regression"
+    assert flops["change_ratio"] == pytest.approx(0.93, abs=0.01)
+    assert flops["at"] == history["starts"][("A", 60)]  # the first run under the new driver
+    assert flops["versions_before"]["driver"] == "550.54" and flops["versions_after"]["driver"] == "560.28"
+    assert flops["versions_before"]["cuda_runtime"] == flops["versions_after"]["cuda_runtime"] == "12.4"
+    assert flops["version_changed"] == ["driver"]
+    assert flops["p_value"] < 1e-10
+    assert (flops["runs_before"], flops["runs_after"]) == (60, 40)
+    assert {k: flops[k] for k in ("hostname", "gpu", "uuid", "workload", "precision", "mode", "pass")} == {
+        "hostname": "node1", "gpu": "0", "uuid": "GPU-a", "workload": "gemm", "precision": "bf16",
+        "mode": "training", "pass": "forward"}
+    assert flops["model_name"] == "NVIDIA H100 80GB HBM3"
+    assert flops["median_after"] / flops["median_before"] == pytest.approx(flops["change_ratio"])
+    # the same shift in time is worse too: larger is worse for seconds
+    seconds = by(found, "m=8,n=8,k=8", "seconds")
+    assert seconds["state"] == "regression" and seconds["change_ratio"] == pytest.approx(1 / 0.93, abs=0.01)
+
+
+def test_direction_decides_the_state_and_a_harmless_upgrade_is_not_listed(capsys, history):
+    found = shifts(capsys, history)
+    seconds = by(found, "m=16,n=16,k=16", "seconds")
+    assert seconds["state"] == "improvement" and seconds["change_ratio"] == pytest.approx(0.94, abs=0.01)
+    assert seconds["at"] == history["starts"][("B", 80)]
+    assert seconds["version_changed"] == [] and seconds["versions_before"] == seconds["versions_after"]
+    flops = by(found, "m=16,n=16,k=16", "flops")
+    assert flops["state"] == "improvement" and flops["change_ratio"] == pytest.approx(1 / 0.94, abs=0.01)
+    # B's own driver upgrade at run 60 changed nothing: no shift there
+    assert not [s for s in found if s["shape"] == "m=16,n=16,k=16" and s["version_changed"]]
+    assert [s["at"] for s in found] == sorted(s["at"] for s in found)  # oldest first
+
+
+def test_since_state_figure_and_workload_filter_the_list(capsys, history):
+    recent = shifts(capsys, history, "--since", "30h")  # B's change (20 h ago) but not A's (40 h ago)
+    assert {(s["shape"], s["figure"]) for s in recent} == {("m=16,n=16,k=16", "seconds"), ("m=16,n=16,k=16", "flops")}
+    assert shifts(capsys, history, "--since", "600") == []
+    assert len(shifts(capsys, history, "--since", "2w")) == 4
+    assert {s["state"] for s in shifts(capsys, history, "--state", "regression")} == {"regression"}
+    assert {s["figure"] for s in shifts(capsys, history, "--figure", "seconds")} == {"seconds"}
+    assert shifts(capsys, history, "--workload", "conv") == []
+    assert len(shifts(capsys, history, "--workload", "gemm")) == 4
+
+
+def test_the_minimum_effect_comes_from_the_configuration(capsys, history, tmp_path):
+    assert shifts(capsys, history, "--regression-min-effect", "0.08") == []  # every shift here is 6-8%
+    config = tmp_path / "sixdim.toml"
+    config.write_text('[regression.effects]\n"gemm/seconds" = 0.08\n')
+    assert {s["figure"] for s in shifts(capsys, history, "--config", str(config))} == {"flops"}
+
+
+def test_the_table_names_the_versions_and_the_change(capsys, history):
+    code, out, _ = report(capsys, "--history", history["path"])
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["when", "(UTC)", "state"]
+    flops = next(line for line in lines if "m=8,n=8,k=8" in line and " flops " in line)
+    assert "regression" in flops and "driver 550.54 \u2192 560.28" in flops and "\u22127." in flops
+    improved = next(line for line in lines if "m=16,n=16,k=16" in line and " seconds " in line)
+    assert "improvement" in improved and "\u22126." in improved and improved.rstrip().endswith("-")
+    assert "4 shift(s): 2 regression(s), 2 improvement(s)" in out
+
+
+def test_nothing_found_says_so(capsys, history):
+    code, out, _ = report(capsys, "--history", history["path"], "--since", "10m")
+    assert code == 0 and out.startswith("no shifts found since ")
+
+
+def test_a_missing_history_is_exit_2_naming_the_file(capsys, tmp_path):
+    missing = tmp_path / "nowhere" / "history.db"
+    code, out, err = report(capsys, "--history", str(missing))
+    assert code == 2 and out == ""
+    assert err.startswith("sixdim: error: ") and str(missing) in err
+    assert not missing.parent.exists()  # a report creates nothing
+
+
+def test_a_file_that_is_not_a_history_is_exit_2_naming_it(capsys, tmp_path):
+    junk = tmp_path / "notes.txt"
+    junk.write_text("not a database\n" * 100)
+    code, _, err = report(capsys, "--history", str(junk))
+    assert code == 2 and str(junk) in err and "not a database" in err
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).execute("CREATE TABLE other (x)").connection.close()
+    code, _, err = report(capsys, "--history", str(empty))
+    assert code == 2 and str(empty) in err and "runs" in err
+
+
+def test_a_bad_since_is_a_usage_error(capsys, history):
+    for bad in ("3x", "-5m", "0", "nan", ""):
+        with pytest.raises(SystemExit) as stopped:
+            main(["report", "regressions", "--history", history["path"], "--since", bad])
+        assert stopped.value.code == 2
+        assert "--since" in capsys.readouterr().err
+
+
+def test_the_report_writes_nothing_to_the_history(capsys, history, tmp_path):
+    copy = tmp_path / "history.db"
+    copy.write_bytes(open(history["path"], "rb").read())
+    before = copy.read_bytes()
+    assert len(shifts(capsys, {"path": str(copy)})) == 4
+    assert copy.read_bytes() == before
+    wal = tmp_path / "history.db-wal"  # SQLite's companion of a WAL database, as any reader makes it
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_a_history_in_a_folder_it_cannot_write_is_read_as_it_is(capsys, history, tmp_path, monkeypatch):
+    """Where SQLite cannot create the -shm companion (a read-only folder, another user's), a history
+    with no -wal file is read immutable; with a -wal file (uncommitted runs) it is an error."""
+    real = sqlite3.connect
+
+    def no_shm(database, *args, **kwargs):
+        db = real(database, *args, **kwargs)
+        if "immutable=1" not in str(database):
+            db.close()
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", no_shm)
+    copy = tmp_path / "history.db"
+    copy.write_bytes(open(history["path"], "rb").read())
+    assert len(shifts(capsys, {"path": str(copy)})) == 4
+    (tmp_path / "history.db-wal").write_bytes(b"")
+    code, _, err = report(capsys, "--history", str(copy))
+    assert code == 2 and str(copy) in err and "readonly" in err
+
+
+def test_the_history_comes_from_the_environment_like_other_commands(capsys, history, monkeypatch):
+    monkeypatch.setenv("SIXDIM_HISTORY", history["path"])
+    code, out, _ = report(capsys, "--json")
+    assert code == 0 and len(json.loads(out)) == 4
+
+
+def test_report_without_a_kind_prints_help_and_exits_2(capsys):
+    assert main(["report"]) == 2
+    assert "regressions" in capsys.readouterr().out
+
+
+def test_the_command_line_loads_no_numpy_until_a_report_runs(cli_env, history):
+    """``import agent.cli`` stays light; the command itself works end to end in a child."""
+    probe = "import sys, agent.cli; agent.cli.build_parser(); print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))"
+    light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env, timeout=60)
+    assert light.stdout.strip() == "[]", light.stderr
+    cli_env = {**cli_env, "SIXDIM_HISTORY": history["path"]}
+    result = subprocess.run([sys.executable, "-m", "agent", "report", "regressions", "--json", "--figure", "flops"],
+                            capture_output=True, text=True, env=cli_env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(s["state"] for s in json.loads(result.stdout)) == ["improvement", "regression"]

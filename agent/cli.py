@@ -1,4 +1,4 @@
-"""The ``sixdim`` command line: serve, run, list, dimensions, report, rules.
+"""The ``sixdim`` command line: serve, run, list, dimensions, report, rules, dashboards.
 
 Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
 configuration, with a message naming the file, variable or flag, the key and what
@@ -167,9 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
 
     from agent import regression_report, rules  # each owns its command's arguments and its work
+    from dashboards import command as dashboards_command
 
     regression_report.add_parser(commands)
     rules.add_parser(commands)
+    dashboards_command.add_parser(commands)
     return parser
 
 

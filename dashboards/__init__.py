@@ -1,0 +1,1 @@
+"""Grafana dashboards for sixdim, generated with grafanalib from the metric catalog."""

@@ -69,12 +69,18 @@ def _figure(text: str) -> str:
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Register ``report`` (``report regressions``) on the CLI's subcommands."""
     report = commands.add_parser(
-        "report", help="reports over the run history: 'report regressions' lists every shift",
-        description="Reports over the run history. 'sixdim report regressions' runs a change-point analysis over "
-                    "every series of the history and lists each shift with its time, change, p-value and the "
-                    "software versions either side.",
-        epilog="Exit codes: 0 the report was made; 2 bad usage, configuration or history.")
-    report.set_defaults(handler=lambda args: _help(report))
+        "report", help="reports over the run history: 'report --html FILE' a page, 'report regressions' every shift",
+        description="Reports over the run history. 'sixdim report --html FILE' writes one self-contained HTML page "
+                    "(the six dimensions per device and workload, trend charts with version changes marked, the "
+                    "version comparison and the regressions; needs the 'report' extra for plotly). 'sixdim report "
+                    "regressions' runs a change-point analysis over every series of the history and lists each "
+                    "shift with its time, change, p-value and the software versions either side.",
+        epilog="Exit codes: 0 the report was made; 2 bad usage, configuration or history, or plotly missing for "
+               "--html. See docs/REPORT.md and docs/REGRESSIONS.md.")
+    from agent import html_report  # its arguments only: plotly and numpy load inside the command
+
+    html_report.add_arguments(report)
+    report.set_defaults(handler=lambda args: _report(report, args))
     kinds = report.add_subparsers(dest="report", metavar="REPORT")
     regressions = kinds.add_parser(
         "regressions", help="change points of every series over the whole history (E-Divisive means)",
@@ -101,12 +107,38 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     regressions.add_argument("--json", action="store_true",
                              help="print a JSON list of shifts instead of a table")
     add_option_flags(regressions, ("agent.history", "regression.min_effect"))
-    regressions.set_defaults(handler=command_regressions)
+    regressions.set_defaults(handler=lambda args: _regressions(report, args))
 
 
 def _help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return EXIT_USAGE
+
+
+def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``sixdim report`` with no kind: ``--html FILE`` writes the page; neither is a usage error."""
+    from agent import html_report
+
+    if getattr(args, "html", None):
+        return html_report.command_html(html_report.html_flags(args))
+    code = _help(parser)
+    print("sixdim: error: report: give --html FILE or a report kind (regressions)", file=sys.stderr)
+    return code
+
+
+def _regressions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``report regressions``; options given before ``regressions`` are ``--html``'s, so an error."""
+    from agent import html_report
+
+    if getattr(args, "html", None):
+        print("sixdim: error: report: --html and 'regressions' are two reports: give one", file=sys.stderr)
+        return EXIT_USAGE
+    misplaced = html_report.given(args)
+    if misplaced:
+        print(f"sixdim: error: report: {', '.join(misplaced)} before 'regressions' belong to --html; give them after "
+              "it: sixdim report regressions [options]", file=sys.stderr)
+        return EXIT_USAGE
+    return command_regressions(args)
 
 
 # ---------------------------------------------------------------------------- reading

@@ -1,0 +1,143 @@
+"""Every PromQL query a dashboard's JSON holds, with what may legitimately return nothing.
+
+For the end-to-end test that runs each query against a real Prometheus scraping an agent: it reads the
+generated JSON (what ships), not the generator.
+
+* ``all_queries(dashboard_json)`` lists every panel target (rows' collapsed panels included), every
+  query variable and every Prometheus annotation as a :class:`Query`.
+* ``substitute(expr, ...)`` replaces the dashboard variables (All: ``.*``) and Grafana's
+  ``$__rate_interval``, ``$__interval`` and ``$__range`` so the text is plain PromQL.
+
+A query that is not ``gpu_only`` and has no ``may_be_empty`` reason returns data on every host running
+the default configuration, a CPU-only one included, once it has recorded a run and Prometheus holds
+two scrapes within ``$__rate_interval``.  The markers come from the panel description, whose lines
+start with ``GPU-only: <why>.`` or ``May be empty: <why>.`` for the whole panel, or ``Query B (what)
+is GPU-only: <why>.`` / ``Query B (what) may be empty: <why>.`` for one query; a variable's from its
+description (``May be empty: <why>.``); an annotation's from build.ANNOTATION_MAY_BE_EMPTY (an
+annotation marks events, and there is none on a steady host).
+
+A variable's ``expr`` is the series selector inside ``label_values(selector, label)`` (PromQL: run it
+and read ``label`` from the series it returns, or ask ``/api/v1/label/<label>/values?match[]=``);
+``label`` names the label.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from dashboards.grafana import GPU_ONLY, MAY_BE_EMPTY
+
+PANEL, VARIABLE, ANNOTATION = "panel", "variable", "annotation"
+
+
+@dataclass(frozen=True)
+class Query:
+    dashboard: str
+    """The dashboard's uid (``sixdim-fleet``, ...)."""
+    panel_title: str
+    """The panel's title; a variable's name; an annotation's name."""
+    expr: str
+    """PromQL with the dashboard's variables and Grafana's macros still in it (see :func:`substitute`)."""
+    gpu_only: bool
+    """Data only where a GPU is: empty on a CPU-only host."""
+    may_be_empty: str | None
+    """Why it may legitimately return nothing on a steady host, or None when it must return data."""
+    kind: str
+    """``panel``, ``variable`` or ``annotation``."""
+    panel_id: int | None = None
+    ref_id: str | None = None
+    label: str | None = None
+    """A variable's label (``label_values(expr, label)``)."""
+    instant: bool = False
+    """A panel target evaluated at one time (tables, bar gauges) rather than over the time range."""
+    legend: str | None = None
+
+
+_PANEL_MARK = re.compile(rf"^({re.escape(GPU_ONLY)}|{re.escape(MAY_BE_EMPTY)}): (.+?)\.?$")
+_QUERY_MARK = re.compile(rf"^Query ([A-Z]+)(?: \([^)]*\))? "
+                         rf"(is {re.escape(GPU_ONLY)}|{re.escape(MAY_BE_EMPTY.lower())}): (.+?)\.?$")
+_LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.S)
+
+
+def markers(description: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The panel's markers ({"gpu_only"|"may_be_empty": why}) and each query's, by refId."""
+    panel: dict[str, str] = {}
+    per_query: dict[str, dict[str, str]] = {}
+    for paragraph in description.split("\n"):
+        line = paragraph.strip()
+        if m := _PANEL_MARK.match(line):
+            panel["gpu_only" if m.group(1) == GPU_ONLY else "may_be_empty"] = m.group(2)
+        elif m := _QUERY_MARK.match(line):
+            kind = "gpu_only" if m.group(2).startswith("is ") else "may_be_empty"
+            per_query.setdefault(m.group(1), {})[kind] = m.group(3)
+    return panel, per_query
+
+
+def panels(dashboard: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, those inside collapsed rows included, rows themselves included."""
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def variable_query(variable: Mapping[str, Any]) -> str:
+    query = variable.get("query")
+    if isinstance(query, Mapping):
+        query = query.get("query", "")
+    return str(query or variable.get("definition", ""))
+
+
+def all_queries(dashboard: Mapping[str, Any]) -> list[Query]:
+    from dashboards.build import ANNOTATION_MAY_BE_EMPTY
+
+    uid = dashboard["uid"]
+    out: list[Query] = []
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") != "query":
+            continue
+        text = variable_query(variable)
+        match = _LABEL_VALUES.match(text)
+        if not match:
+            raise ValueError(f"{uid}: variable {variable['name']}: not label_values(selector, label): {text!r}")
+        mark, _ = markers(variable.get("description", ""))
+        out.append(Query(uid, variable["name"], match.group(1).strip(), False, mark.get("may_be_empty"), VARIABLE,
+                         label=match.group(2)))
+    for panel in panels(dashboard):
+        if panel.get("type") == "row":
+            continue
+        mark, per_query = markers(panel.get("description", ""))
+        for target in panel.get("targets", []):
+            ref = target.get("refId")
+            own = per_query.get(ref, {})
+            gpu_only = "gpu_only" in mark or "gpu_only" in own
+            empty = mark.get("may_be_empty") or own.get("may_be_empty")
+            out.append(Query(uid, panel["title"], target["expr"], gpu_only, empty, PANEL, panel_id=panel.get("id"),
+                             ref_id=ref, instant=bool(target.get("instant")), legend=target.get("legendFormat")))
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if "expr" not in annotation:
+            continue
+        out.append(Query(uid, annotation["name"], annotation["expr"], False,
+                         ANNOTATION_MAY_BE_EMPTY.get(annotation["name"]), ANNOTATION))
+    return out
+
+
+DEFAULT_VARIABLE_VALUE = ".*"
+
+
+def substitute(expr: str, variables: Mapping[str, str] | None = None, *, rate_interval: str = "1m",
+               interval: str = "15s", range_: str = "1h") -> str:
+    """Plain PromQL: Grafana's macros replaced by durations, each ``$var`` / ``${var}`` /
+    ``${var:format}`` by its value in ``variables`` (a regex, as the ``=~`` matchers expect), else ``.*``
+    (the All option)."""
+    values = dict(variables or {})
+    macros = {"__rate_interval": rate_interval, "__interval": interval, "__range": range_}
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in macros:
+            return macros[name]
+        return values.get(name, DEFAULT_VARIABLE_VALUE)
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[a-z]+)?\}|\$([A-Za-z_][A-Za-z0-9_]*)", replace, expr)

@@ -26,7 +26,7 @@ from agent.devices import DeviceError
 from agent.history import HistoryError
 from agent.results import RunRecord
 from workloads import registry
-from workloads.spec import ParamError
+from workloads.spec import ParamError, brief
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGNAL_BASE = 128
@@ -295,27 +295,31 @@ def _show(value: Any) -> str:
 # ---------------------------------------------------------------------------- dimensions
 
 def command_dimensions(args: argparse.Namespace) -> int:
-    from workloads.dimensions import DimensionsError, compute
+    """Exit 0 with finite JSON, or 2 with one line on stderr: unreadable, not UTF-8, not JSON (NaN,
+    nesting too deep and 5,000-digit numbers included), or values out of their range."""
+    from workloads.dimensions import MAX_INPUT_BYTES, DimensionsError, InputError, compute, read_json, to_json
 
     source = "<stdin>" if args.file == "-" else args.file
     try:
         if args.file == "-":
-            text = sys.stdin.read()
+            stream = getattr(sys.stdin, "buffer", None)
+            data = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else \
+                sys.stdin.read(MAX_INPUT_BYTES + 1).encode("utf-8", errors="surrogateescape")
         else:
-            with open(args.file) as handle:
-                text = handle.read()
+            with open(args.file, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         print(f"sixdim: error: {source}: no such file", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        result = compute(json.loads(text))
-    except json.JSONDecodeError as exc:
-        print(f"sixdim: error: {source}: not valid JSON: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"sixdim: error: {source}: cannot read it: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    except DimensionsError as exc:
+    try:
+        output = to_json(compute(read_json(data)))
+    except (InputError, DimensionsError) as exc:
         print(f"sixdim: error: {source}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(result, indent=2))
+    print(output)
     return EXIT_OK
 
 
@@ -326,7 +330,7 @@ def _parse_params(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ParamError(f"--param {pair!r}: expected KEY=VALUE, e.g. m=2048")
+            raise ParamError(f"--param {brief(pair)}: expected KEY=VALUE, e.g. m=2048")
         params[key] = value
     return params
 
@@ -345,7 +349,9 @@ def _check_finite(overrides: dict[str, Any], specs: list[Any]) -> None:
             except ValueError:
                 continue  # not a number at all: the workload's own check says what it expected
             if not finite:
-                raise ParamError(f"--param {key}={value}: expected a finite number, got {item.strip()!r}")
+                pair = f"{key}={value}"
+                shown = pair if pair.isprintable() and len(pair) <= 120 else brief(pair)
+                raise ParamError(f"--param {shown}: expected a finite number, got {brief(item.strip())}")
 
 
 class _StopOnSignal:

@@ -28,7 +28,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from workloads import registry
-from workloads.spec import ParamError
+from workloads.spec import ParamError, brief
 
 DEFAULT_PORT = 9480
 """Default listen port.  dcgm-exporter uses 9400; sixdim sits next to it at 9480."""
@@ -43,6 +43,11 @@ MAX_SECONDS = 365 * 86400
 """The longest interval, timeout or misfire grace a suite may have (365 days): longer ones are
 typos, and far beyond it the scheduler's date arithmetic overflows."""
 
+MIN_SECONDS = 1
+"""The shortest interval, timeout or misfire grace (1 s): APScheduler takes the misfire grace in
+whole seconds (0.5 would become 0, which it refuses when the daemon starts) and turns a shorter
+interval into 1 s silently."""
+
 
 class ConfigError(Exception):
     """Bad configuration: the message says where, which key, what was expected."""
@@ -51,7 +56,7 @@ class ConfigError(Exception):
         self.source, self.key, self.expected, self.got = source, key, expected, got
         message = f"{source}: {key}: expected {expected}"
         if got is not None:
-            message += f", got {got!r}"
+            message += f", got {brief(got)}"  # cut: one line, whatever the value
         if detail:
             message += f" ({detail})"
         super().__init__(message)
@@ -121,8 +126,14 @@ class Option:
 
 
 def _str(value: Any) -> str:
+    """A string that is valid Unicode: an environment variable with bytes that are not UTF-8 arrives
+    with lone surrogates, which no label, file name or page could be written with."""
     if not isinstance(value, str):
         raise ValueError
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError from None
     return value
 
 
@@ -138,7 +149,10 @@ def _number(value: Any) -> float:
     bound, so it would slip through any range check after this one)."""
     if isinstance(value, bool):
         raise ValueError
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number past a float's range (TOML integers have no limit)
+        raise ValueError from None
     if not math.isfinite(number):
         raise ValueError
     return number
@@ -201,7 +215,7 @@ def _effect(value: Any) -> float:
 
 def _path(value: Any) -> str:
     text = _str(value)
-    if not text:
+    if not text or "\0" in text:  # no file name holds a NUL byte; open() raises ValueError on one
         raise ValueError
     return text
 
@@ -375,7 +389,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         sources[opt.key] = where
         try:
             values[opt.field] = opt.parse(raw)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             raise ConfigError(where, opt.key, opt.expected, raw) from None
 
     if values["regression_min_baseline"] > values["regression_window"]:
@@ -414,17 +428,43 @@ def regression_settings(config: Config) -> "Settings":
                     effects=dict(config.regression_effects))
 
 
+MAX_FILE_BYTES = 16 * 2**20
+"""The largest configuration file read (16 MiB): a real one is a few kilobytes."""
+
+
 def _read_toml_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(str(path), "(file)", "an existing TOML file", detail="no such file") from None
     except OSError as exc:
         raise ConfigError(str(path), "(file)", "a readable TOML file", detail=exc.strerror or str(exc)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(str(path), "(file)", f"a TOML file of at most {MAX_FILE_BYTES // 2**20} MiB",
+                          detail="file too large")
+    try:
+        text = data.decode("utf-8")  # TOML is UTF-8, whatever the locale says
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "(encoding)", "UTF-8 text (TOML files are UTF-8)",
+                          detail=f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8") from None
+    return parse_toml(text, str(path))
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """A TOML document, or ConfigError: bad syntax, nesting too deep for the parser (tomllib recurses
+    once per level: ``x = [[[[...]]]]`` 100,000 deep is a RecursionError), or an integer longer than
+    Python reads (4,300 digits: a ValueError that is not a TOMLDecodeError)."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "(syntax)", "valid TOML", detail=str(exc)) from None
+        raise ConfigError(source, "(syntax)", "valid TOML", detail=str(exc)) from None
+    except RecursionError:
+        raise ConfigError(source, "(syntax)", "valid TOML", detail="arrays or tables nested too deeply") from None
+    except ValueError:  # int("9" * 5000): past Python's integer digit limit
+        limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+        raise ConfigError(source, "(syntax)", "valid TOML",
+                          detail=f"a number of more than {limit} digits") from None
 
 
 _SUITE_KEYS = {"name", "workloads", "preset", "interval_seconds", "cron", "devices", "timeout_seconds",
@@ -493,15 +533,16 @@ def default_run_at_start(cron: str | None) -> bool:
 
 
 def _seconds(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
-    """A positive, finite number of seconds, at most :data:`MAX_SECONDS`.  NaN is refused by name:
-    it compares false with everything, so ``timeout_seconds = nan`` would silently mean no timeout."""
+    """A positive, finite number of seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`.  NaN is refused by name:
+    it compares false with everything, so ``timeout_seconds = nan`` would silently mean no timeout.
+    (The range is checked before ``isfinite``, which raises OverflowError on a 400-digit integer.)"""
     if key not in table:
         return default
     value = table[key]
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or not 0 < value <= MAX_SECONDS):
-        raise ConfigError(source, f"{where}.{key}",
-                          f"a positive, finite number of seconds (at most {MAX_SECONDS}, 365 days)", value)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_SECONDS <= value <= MAX_SECONDS
+            or not math.isfinite(value)):
+        raise ConfigError(source, f"{where}.{key}", f"a positive, finite number of seconds, from {MIN_SECONDS} "
+                          f"to {MAX_SECONDS} (365 days)", value)
     return float(value)
 
 
@@ -541,11 +582,12 @@ def _devices(value: Any, source: str, key: str) -> tuple[str, ...]:
 
 
 def is_device_selector(text: str) -> bool:
-    """'auto', 'cpu' or 'cuda:N'."""
+    """'auto', 'cpu' or 'cuda:N', N an index of at most 4 ASCII digits (``str.isdigit`` alone takes
+    '²' and '٣', which ``int`` then refuses or reads as another number)."""
     if text in {"auto", "cpu"}:
         return True
     prefix, _, index = text.partition(":")
-    return prefix == "cuda" and index.isdigit()
+    return prefix == "cuda" and 1 <= len(index) <= 4 and index.isascii() and index.isdigit()
 
 
 def _parse_workloads(value: Any, source: str, key: str) -> tuple[WorkloadEntry, ...]:

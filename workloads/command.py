@@ -27,6 +27,7 @@ Torch-free: the command may use any framework, or none.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import shlex
 import statistics
@@ -112,14 +113,26 @@ def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, A
     _time_to_train(log, qualities, params, figures, details)
     _latency(log, figures, details)
     _inference_details(log, details)
+    _drop_non_finite(log, figures)
     _note_warnings(log, details)
     status, reason = _verdict(log)
     return WorkloadOutput(figures, details, status=status, reason=reason)
 
 
+def _drop_non_finite(log: TrainingLog, figures: dict[str, float]) -> None:
+    """The parsers read only finite figures below :data:`workloads.logparse.MAX_READING`, so every
+    figure is finite; should one ever not be, it is dropped with a warning, never exported."""
+    for key in [k for k, v in figures.items() if not math.isfinite(v)]:
+        log.warn(f"figure {key!r} is not finite ({figures.pop(key)}): not reported")
+
+
 def _note_warnings(log: TrainingLog, details: dict[str, Any]) -> None:
+    """``warnings``: each message once (at most 20, then a count); ``ignored_lines``: how many output
+    lines had a value, or were themselves, ignored."""
     if log.warnings:
         details["warnings"] = log.all_warnings()
+    if log.ignored_lines:
+        details["ignored_lines"] = log.ignored_lines
 
 
 def _nothing_read(log: TrainingLog, lines: int, params: dict[str, Any]) -> str:

@@ -20,7 +20,12 @@ checkpoints offline and logs them with later times than its ``run_stop``).  Taki
 report the worst evaluation for a lower-is-better metric (word error rate, loss, FID).
 
 A figure that is not a finite, non-negative number (NaN, infinity, a boolean, a negative
-throughput) is ignored with a warning: never exported, never counted as 0 or 1.
+throughput) or is absurdly large (above :data:`MAX_READING`) is ignored with a warning: never
+exported, never counted as 0 or 1.  Neither does a line a parser cannot read (JSON nested too
+deeply, a ``metadata`` that is not an object, an expression's group that matched nothing) end the
+run: it is ignored with a warning, and :attr:`TrainingLog.ignored_lines` counts such lines.  The
+patterns match in time linear in the line (a lazy group before trailing spaces would take seconds
+on a 64 KiB line of spaces).
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-AI_RANK = re.compile(r"AI-Rank-log\s+(\d+(?:\.\d+)?)\s+(.*?)\s*$")
-MLLOG = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
-MLL = re.compile(r":::MLL\s+(\S+)\s+([A-Za-z0-9_.]+):\s*(.*?)\s*$")
-MLP05 = re.compile(r":::MLPv0\.5\.0\s+(\S+)\s+(\S+)\s+\([^)]*\)\s+([A-Za-z0-9_.]+)(?::\s*(.*?))?\s*$")
+AI_RANK = re.compile(r"AI-Rank-log\s+(\d+(?:\.\d+)?)\s+(.*)")
+MLLOG = re.compile(r":::MLLOG\s+(\{.*)")  # the JSON runs to the line's end: checked in _parse_mllog
+MLL = re.compile(r":::MLL\s+(\S+)\s+([A-Za-z0-9_.]+):(.*)")
+MLP05 = re.compile(r":::MLPv0\.5\.0\s+(\S+)\s+(\S+)\s+\([^)]{0,1000}\)\s+([A-Za-z0-9_.]+)(?::(.*))?\s*$")
 NUMBER = re.compile(r"[-+]?(?:\b(?:nan|inf(?:inity)?)\b|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 LATENCY_PERCENTILE = re.compile(r"result_(\d+(?:\.\d+)?)_percentile_latency_ns")
 
@@ -43,6 +48,9 @@ HIGHER_IS_BETTER = "higher_is_better"
 LOWER_IS_BETTER = "lower_is_better"
 UNITS = ("auto", "ratio", "percent", "score")
 MAX_WARNINGS = 20
+MAX_READING = 1e15
+"""The largest figure read (throughput, quality value, seconds, nanoseconds): a bigger one is garbage
+(10^15 samples per second; 10^15 ns is 11 days), and sums and means of readings below it stay finite."""
 
 TIME_UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
               "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hour": 3600.0,
@@ -185,6 +193,10 @@ class TrainingLog:
     errors: list[str] = field(default_factory=list)          # MLPerf records marked metadata.is_error
     recognised: Counter = field(default_factory=Counter)    # lines recognised, by format
     warnings: list[str] = field(default_factory=list)
+    warning_count: int = 0
+    """Every warning, repeats included (:attr:`warnings` keeps each message once)."""
+    ignored_lines: int = 0
+    """Lines on which something was ignored with a warning: a figure, or the whole line."""
     elapsed: float | None = None
     """Seconds since the command started, set by the reader before each line."""
     _seen_throughputs: set = field(default_factory=set, repr=False)
@@ -192,6 +204,7 @@ class TrainingLog:
 
     def warn(self, message: str) -> None:
         """Note an ignored figure once; past :data:`MAX_WARNINGS`, only count them."""
+        self.warning_count += 1
         if message in self.warnings:
             return
         if len(self.warnings) < MAX_WARNINGS:
@@ -268,6 +281,9 @@ def _reading(log: TrainingLog, value: Any, what: str) -> float | None:
     if number < 0:
         log.warn(f"{what}: {number:g} is negative: ignored")
         return None
+    if number > MAX_READING:
+        log.warn(f"{what}: {number:g} is too large (above {MAX_READING:g}): ignored")
+        return None
     return number
 
 
@@ -305,7 +321,7 @@ def parse_ai_rank(line: str, log: TrainingLog) -> bool:
     if not match:
         return False
     log.recognised["ai_rank"] += 1
-    stamp = float(match.group(1))
+    stamp = _float_or_none(match.group(1))  # 5,000 digits read as infinity: no time
     for item in (part.strip() for part in match.group(2).split(",")):
         key, sep, value = item.partition(":")
         key = key.strip()
@@ -316,7 +332,7 @@ def parse_ai_rank(line: str, log: TrainingLog) -> bool:
     return True
 
 
-def _ai_rank_event(log: TrainingLog, key: str, stamp: float) -> None:
+def _ai_rank_event(log: TrainingLog, key: str, stamp: float | None) -> None:
     log.events.append(key)
     if key == "test_begin":
         log.begin = stamp
@@ -369,9 +385,10 @@ def parse_mlperf(line: str, log: TrainingLog) -> bool:
 
 def _parse_mllog(line: str, log: TrainingLog) -> bool:
     match = MLLOG.search(line)
-    if not match:
+    text = match.group(1).rstrip() if match else ""
+    if not text.endswith("}"):
         return False
-    ok, record = _json(log, match.group(1), "MLPerf line")
+    ok, record = _json(log, text, "MLPerf line")
     if not ok or not isinstance(record, dict) or not isinstance(record.get("key"), str):
         return ok
     stamp = record.get("time_ms")
@@ -386,7 +403,8 @@ def _parse_mll(line: str, log: TrainingLog) -> bool:
         return False
     if not _relevant(match.group(2)):
         return True
-    ok, payload = _json(log, match.group(3), f"MLPerf {match.group(2)}") if match.group(3) else (True, None)
+    text = match.group(3).strip()
+    ok, payload = _json(log, text, f"MLPerf {match.group(2)}") if text else (True, None)
     if not ok:
         return True
     value, metadata = payload, {}
@@ -402,6 +420,7 @@ def _parse_mlp05(line: str, log: TrainingLog) -> bool:
     if not match:
         return False
     benchmark, stamp, key, text = match.groups()
+    text = text.strip() if text is not None else None
     if log.benchmark is None:
         _record(log, "submission_benchmark", benchmark, None, {})
     if not _relevant(key):
@@ -483,7 +502,11 @@ def _run_stop(log: TrainingLog, seconds: float | None, metadata: dict[str, Any])
     if seconds < log.begin:
         log.warn("MLPerf run_stop is earlier than run_start: no time to train")
         return
-    log.total_time = seconds - log.begin
+    total = seconds - log.begin
+    if not total <= MAX_READING:  # stamps of 1e308 and -1e308: their difference overflows (or is absurd)
+        log.warn(f"MLPerf run_stop - run_start is out of range ({total:g} s): no time to train")
+        return
+    log.total_time = total
     if log.status in (None, "success"):
         log.time_to_train, log.time_to_train_rule = log.total_time, "MLPerf run_stop - run_start"
 
@@ -623,12 +646,16 @@ def describe_formats(formats: Sequence[str], throughput_regex: str = "", accurac
 
 
 def read_line(line: str, parsers: Sequence[Parser], log: TrainingLog) -> None:
-    """Feed one line to every parser; a parser that fails on odd input costs a warning, not the run."""
+    """Feed one line to every parser; a parser that fails on odd input costs a warning, not the run.
+    A line that cost any warning is counted in :attr:`TrainingLog.ignored_lines`."""
+    before = log.warning_count
     for parse in parsers:
         try:
             parse(line, log)
         except Exception as exc:  # never let a strange line end the case
             log.warn(f"a parser failed on a line ({type(exc).__name__}: {str(exc)[:80]}): line ignored")
+    if log.warning_count > before:
+        log.ignored_lines += 1
 
 
 def parse_lines(lines: Iterable[str], parsers: Sequence[Parser], log: TrainingLog | None = None) -> TrainingLog:

@@ -11,10 +11,35 @@ cases of a run, so torch is imported once; each case becomes its own result.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 DeviceType = Literal["cpu", "cuda"]
+
+MAX_MAGNITUDE = 2**53
+"""The largest magnitude of a numeric parameter unless its spec sets a ``maximum`` (9,007,199,254,740,992:
+the largest whole number a float, JSON and the history hold exactly).  Beyond it a value is a typo, or an
+attack: ``m = 10**4000`` would reach the worker as a 4,000-digit shape."""
+
+MAX_DURATION_SECONDS = 365 * 86400
+"""The longest duration parameter (named ``*_seconds`` or ``*_timeout``) unless its spec sets a
+``maximum``: a year, as for a suite's seconds keys (:data:`agent.config.MAX_SECONDS`)."""
+
+
+def brief(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for a one-line error message whatever the
+    value: a 4,000-digit number, a long list or a deeply nested one."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, a structure nested too deeply
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def is_duration(name: str) -> bool:
+    """Whether a parameter is a duration, by its name (``power_seconds``, ``rdzv_timeout``)."""
+    return name.endswith(("_seconds", "_timeout"))
 
 
 class ParamError(ValueError):
@@ -32,6 +57,9 @@ class Param:
     cuda_default: Any
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    """For a number: the largest value.  None: :data:`MAX_DURATION_SECONDS` for a duration (see
+    :func:`is_duration`), else :data:`MAX_MAGNITUDE`.  A float must be finite in any case."""
     many: bool = False
     """A list of values (a comma-separated string on the command line)."""
     allow_empty: bool = False
@@ -40,17 +68,25 @@ class Param:
     def default(self, device_type: DeviceType) -> Any:
         return self.cuda_default if device_type == "cuda" else self.cpu_default
 
+    def bounds(self) -> tuple[float, float]:
+        """The range of a numeric parameter: (lowest, highest), both inclusive."""
+        high = self.maximum if self.maximum is not None else (
+            MAX_DURATION_SECONDS if is_duration(self.name) else MAX_MAGNITUDE)
+        low = self.minimum if self.minimum is not None else -MAX_MAGNITUDE
+        return low, high
+
     def coerce(self, value: Any) -> Any:
         """Check and convert a configured value; raise ParamError saying what was expected."""
         if self.many:
             items = (value.split(",") if value else []) if isinstance(value, str) else value
             if not isinstance(items, (list, tuple)) or (not items and not self.allow_empty):
-                raise ParamError(f"expected a list of {self.describe_expected()}, got {value!r}")
+                raise ParamError(f"expected a list of {self.describe_expected()}, got {brief(value)}")
             return [self._coerce_one(item.strip() if isinstance(item, str) else item) for item in items]
         return self._coerce_one(value)
 
     def _coerce_one(self, value: Any) -> Any:
         expected = self.describe_expected()
+        given = value
         try:
             if self.kind is bool:
                 if isinstance(value, str) and value.lower() in {"true", "1", "yes", "false", "0", "no"}:
@@ -60,28 +96,41 @@ class Param:
             elif self.kind is int:
                 if isinstance(value, bool) or not isinstance(value, (int, str)):
                     raise ValueError
-                value = int(value)
+                value = int(value)  # past Python's 4,300 digits: ValueError
             elif self.kind is float:
                 if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                     raise ValueError
-                value = float(value)
+                value = float(value)  # an int past a float's range: OverflowError; "1e400": inf
+                if not math.isfinite(value):  # NaN passes every range check (it compares false): refuse it here
+                    raise ValueError
             elif not isinstance(value, str):
                 raise ValueError
-        except ValueError:
-            raise ParamError(f"expected {expected}, got {value!r}") from None
+        except (ValueError, OverflowError):
+            raise ParamError(f"expected {expected}, got {brief(given)}") from None
         if self.choices is not None and value not in self.choices:
-            raise ParamError(f"expected {expected}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            raise ParamError(f"expected {expected}, got {value!r}")
+            raise ParamError(f"expected {expected}, got {brief(given)}")
+        if self.kind in (int, float):
+            low, high = self.bounds()
+            if not low <= value <= high:
+                raise ParamError(f"expected {expected}, got {brief(given)}")
         return value
 
     def describe_expected(self) -> str:
         if self.choices is not None:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        noun = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[self.kind]
-        if self.minimum is not None:
-            return f"{noun} >= {self.minimum:g}"
+        noun = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[self.kind]
+        if self.kind in (int, float):
+            low, high = self.bounds()
+            unit = " (seconds)" if is_duration(self.name) else ""
+            if self.minimum is not None:
+                return f"{noun} >= {_number_text(low)} and <= {_number_text(high)}{unit}"
+            return f"{noun} from {_number_text(low)} to {_number_text(high)}{unit}"
         return noun
+
+
+def _number_text(value: float) -> str:
+    """A bound as people write it: whole numbers in full (``9007199254740992``), others as ``%g``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)

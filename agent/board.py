@@ -21,11 +21,28 @@ import logging
 import sqlite3
 import threading
 
+from agent import catalog
 from agent.history import History
 from agent.results import RunRecord
 from agent.verdicts import Verdicts
 
 log = logging.getLogger("sixdim")
+
+INTERRUPTED = "interrupted"
+"""The start of the reason of cases a shutdown stopped before they ran (agent.runner.STOPPING_REASON)."""
+
+
+def skip_class(reason: str) -> str:
+    """The bounded class of a skip reason (catalog.SKIP_REASONS), from the guard's and the
+    executor's wording (agent/guard.py, agent/devices.py)."""
+    if reason.startswith("busy:"):
+        return "busy_utilization" if "utilization" in reason else "busy_process"
+    if reason.startswith("cannot list processes"):
+        return "process_list_unavailable"
+    if "MIG mode" in reason:
+        return "mig"
+    return "other"
+
 
 CATCH_UP_BATCH = 10_000
 """Rows read per catch-up step, so a large backlog (another process's full suite) is read in pieces."""
@@ -39,6 +56,9 @@ class Board:
         self._latest: dict[tuple[str, ...], RunRecord] = {}
         self._latest_by_suite: dict[tuple[tuple[str, ...], str], RunRecord] = {}
         self._counts: dict[tuple[tuple[str, ...], str], tuple[RunRecord, int]] = {}
+        self._since_start: dict[tuple, list] = {}
+        """(metric, device labels, workload, status or skip class) -> [labels, value]: the skips and
+        case durations of the runs added since the board was made (not those it was loaded with)."""
         self._last_id = 0
         self._shown_pending: set[str] = set()
         self.version = 0
@@ -104,6 +124,15 @@ class Board:
     def _add(self, record: RunRecord) -> None:
         if self.verdicts is not None:
             self.verdicts.add(record)
+        if not (record.status == "skipped" and record.reason.startswith(INTERRUPTED)):
+            labels = record.workload_labels()
+            device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
+            seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status), [labels, 0.0])
+            seconds[1] += max(0.0, record.ended_at - record.started_at)
+            if record.status == "skipped":
+                skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),
+                                                     [labels, 0])
+                skips[1] += 1
         if record.status == "ok":
             self._latest[record.key()] = record
             self._latest_by_suite[(record.key(), record.suite)] = record
@@ -121,6 +150,12 @@ class Board:
         that a shape another suite ran more recently still counts in this suite's summary."""
         with self._lock:
             return list(self._latest_by_suite.values())
+
+    def since_start(self) -> list[tuple[str, dict[str, str], str, float]]:
+        """(``seconds`` or ``skips``, the labels of the device and workload, status or skip class, value)."""
+        with self._lock:
+            return [(kind, labels, what, float(value))
+                    for (kind, _, _, what), (labels, value) in self._since_start.items()]
 
     def counts(self) -> list[tuple[RunRecord, int]]:
         with self._lock:

@@ -211,6 +211,23 @@ WORKLOAD_RUNS = MetricDef(
     "from the history; cases a shutdown interrupted before they ran are not counted.",
     DEVICE_LABELS + (WORKLOAD, STATUS))
 
+SKIP_REASON = "reason"
+SKIP_REASONS: tuple[str, ...] = ("busy_process", "busy_utilization", "process_list_unavailable", "mig", "other")
+"""Why a case was skipped, in bounded classes (the recorded reason names PIDs and figures, so it
+cannot be a label): another process on the GPU, the GPU's utilization above the guard's threshold,
+NVML unable to list the GPU's processes (the guard fails closed), a GPU in MIG mode, anything else.
+Cases a shutdown interrupted are not skips of the device and are not counted."""
+WORKLOAD_SKIPS = MetricDef(
+    "sixdim_workload_skips_total", "counter",
+    "Cases of the workload skipped on the device since the agent started, by reason class (busy_process, "
+    "busy_utilization, process_list_unavailable, mig, other); the full reason is in the history and the log.",
+    DEVICE_LABELS + (WORKLOAD, SKIP_REASON))
+WORKLOAD_CASE_SECONDS = MetricDef(
+    "sixdim_workload_case_seconds_total", "counter",
+    "Wall time of the workload's cases recorded since the agent started, from a case's start to its end, by "
+    "status, seconds: divided by the increase of sixdim_workload_runs_total, the mean duration of a case.",
+    DEVICE_LABELS + (WORKLOAD, STATUS))
+
 # --- Summary series (every suite): geometric means over a suite's shapes ---
 SUMMARY_FLOPS = MetricDef(
     "sixdim_suite_flops", "gauge",
@@ -374,7 +391,7 @@ HOST_RAPL_ENERGY = MetricDef(
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
-    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,

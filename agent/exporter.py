@@ -206,6 +206,11 @@ class SixdimCollector(PromCollector):
             yield Sample(catalog.WORKLOAD_RUNS, {**labels, catalog.STATUS: status}, float(count))
         for labels, ended in last_ok.values():
             yield Sample(catalog.WORKLOAD_LAST_SUCCESS, labels, ended)
+        for kind, labels, what, value in self._board.since_start():
+            if kind == "skips":
+                yield Sample(catalog.WORKLOAD_SKIPS, {**labels, catalog.SKIP_REASON: what}, value)
+            else:
+                yield Sample(catalog.WORKLOAD_CASE_SECONDS, {**labels, catalog.STATUS: what}, value)
 
     def _live(self) -> Iterator[Sample]:
         yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)

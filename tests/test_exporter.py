@@ -170,3 +170,31 @@ def test_a_shape_another_suite_ran_later_stays_exported_and_in_both_summaries():
     assert find(text, "sixdim_suite_shapes", suite="quick") == [1.0]
     assert find(text, "sixdim_suite_seconds", suite="quick") == [pytest.approx(1.0)]  # quick's own result
     assert find(text, "sixdim_suite_seconds", suite="nightly") == [pytest.approx(2.0)]
+
+
+def test_skips_are_counted_by_reason_class_and_case_time_by_status_since_start(tmp_path):
+    from agent.board import INTERRUPTED, skip_class
+
+    assert STOPPING_REASON.startswith(INTERRUPTED)
+    history = History(tmp_path / "h.db")
+    history.add(make_record("skipped", ended_at=1000.0))  # before the agent started: not "since start"
+    board = Board.from_history(history)
+    reasons = ["busy: 1 other process(es) on GPU 0 (pid 4242)",
+               "busy: GPU 0 utilization 37% is above the guard's 5% threshold",
+               "busy: 2 other process(es) on GPU 0 (pid 7, 8) appeared during the run; run stopped",
+               "cannot list processes on GPU 0: NVML error; counted as busy",
+               "GPU 0 is in MIG mode, instances MIG-a; sixdim benchmarks whole GPUs only",
+               STOPPING_REASON]
+    for reason in reasons:
+        record = make_record("skipped", ended_at=2000.0)
+        record.reason = reason
+        board.add(record)
+    board.add(make_record(ended_at=2000.0))  # an ok case of 5 s (make_record starts 5 s before its end)
+    text = scrape(board)
+    skips = {dict(ls)["reason"]: v for (n, ls), v in samples(text).items() if n == "sixdim_workload_skips_total"}
+    assert skips == {"busy_process": 2.0, "busy_utilization": 1.0, "process_list_unavailable": 1.0, "mig": 1.0}
+    assert [skip_class(r) for r in reasons[:5]] == ["busy_process", "busy_utilization", "busy_process",
+                                                    "process_list_unavailable", "mig"]
+    seconds = {dict(ls)["status"]: v for (n, ls), v in samples(text).items()
+               if n == "sixdim_workload_case_seconds_total"}
+    assert seconds == {"ok": 5.0, "skipped": 25.0}  # 5 counted skips of 5 s each; the interrupted one is not

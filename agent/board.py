@@ -127,8 +127,10 @@ class Board:
         if not (record.status == "skipped" and record.reason.startswith(INTERRUPTED)):
             labels = record.workload_labels()
             device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
-            seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status), [labels, 0.0])
+            seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status),
+                                                   [labels, 0.0, 0])
             seconds[1] += max(0.0, record.ended_at - record.started_at)
+            seconds[2] += 1
             if record.status == "skipped":
                 skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),
                                                      [labels, 0])
@@ -152,10 +154,11 @@ class Board:
             return list(self._latest_by_suite.values())
 
     def since_start(self) -> list[tuple[str, dict[str, str], str, float]]:
-        """(``seconds`` or ``skips``, the labels of the device and workload, status or skip class, value)."""
+        """(``seconds``: the mean case time, or ``skips``: a count; the labels of the device and
+        workload; the status or skip class; the value), over the runs added since start."""
         with self._lock:
-            return [(kind, labels, what, float(value))
-                    for (kind, _, _, what), (labels, value) in self._since_start.items()]
+            return [(kind, entry[0], what, entry[1] / entry[2] if kind == "seconds" else float(entry[1]))
+                    for (kind, _, _, what), entry in self._since_start.items()]
 
     def counts(self) -> list[tuple[RunRecord, int]]:
         with self._lock:

@@ -223,9 +223,9 @@ WORKLOAD_SKIPS = MetricDef(
     "busy_utilization, process_list_unavailable, mig, other); the full reason is in the history and the log.",
     DEVICE_LABELS + (WORKLOAD, SKIP_REASON))
 WORKLOAD_CASE_SECONDS = MetricDef(
-    "sixdim_workload_case_seconds_total", "counter",
-    "Wall time of the workload's cases recorded since the agent started, from a case's start to its end, by "
-    "status, seconds: divided by the increase of sixdim_workload_runs_total, the mean duration of a case.",
+    "sixdim_workload_case_mean_seconds", "gauge",
+    "Mean wall time of one case of the workload (one shape, precision and pass, from its start to its result) "
+    "over the cases recorded since the agent started, by status, seconds.",
     DEVICE_LABELS + (WORKLOAD, STATUS))
 
 # --- Summary series (every suite): geometric means over a suite's shapes ---

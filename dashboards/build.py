@@ -645,8 +645,8 @@ class _Dashboards:
         skips = gf.timeseries(
             "Skipped, unsupported and failed runs, by workload", "Why cases did not give a result: skipped (another "
             "process on the GPU, MIG, the agent stopping), unsupported (a precision or a second GPU the device "
-            "lacks), failed or timed out. The reason of each is in the history and the agent's log: the counter "
-            "has no reason label.",
+            "lacks), failed or timed out. Skips by reason class are in the next panel; every reason in full is in the "
+            "history and the agent's log.",
             [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ("
                f"{q.increase(q.sel(runs, status=q.statuses('skipped', 'unsupported', 'failed', 'timeout')))})",
                self.dev_legend(c.WORKLOAD, c.STATUS))], "none", bars=True, stack=True, w=12)
@@ -654,10 +654,23 @@ class _Dashboards:
             "Runs in the time range, by status", "Cases recorded within the time range per device, workload and "
             "status.", [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(q.sel(runs), RANGE)})",
                           name="runs")], "none", w=12, h=9, hide=self.hidden(), sort_by="runs", descending=True)
+        skip_reasons = gf.timeseries(
+            "Skips by reason", "Cases skipped per interval, per device, workload and reason class: busy_process "
+            "(another process on the GPU), busy_utilization (the GPU's utilization above the guard's threshold), "
+            "process_list_unavailable (NVML could not list the GPU's processes: the guard fails closed), mig (a GPU "
+            "in MIG mode), other. The full reason is in the history and the agent's log.",
+            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.SKIP_REASON)}) ({q.increase(q.sel(c.WORKLOAD_SKIPS))})",
+               self.dev_legend(c.WORKLOAD, c.SKIP_REASON))], "none", bars=True, stack=True, w=12,
+            may_be_empty="no case was skipped since the agent started")
+        durations = gf.table(
+            "Mean case duration since the agent started", "Mean wall time of one case (one shape, precision and "
+            "pass, from its start to its result) per device, workload and status, over the cases recorded since the "
+            "agent started: the time each workload takes out of the schedule.",
+            [Q(f"max by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.sel(c.WORKLOAD_CASE_SECONDS)})", name="mean")],
+            "s", w=12, h=9, hide=self.hidden(), sort_by="mean", descending=True)
         cadence = gf.table(
             "Time since each workload last ran", "How long ago the run of each exported result ended, per device and "
-            "workload: the schedule at work (the default quick suite runs every 15 minutes). The agent exports no "
-            "run durations.",
+            "workload: the schedule at work (the default quick suite runs every 15 minutes).",
             [Q(f"time() - max by ({q.by(*self.dev, c.WORKLOAD)}) ({q.sel(c.WORKLOAD_LAST_RUN)})", name="since")],
             "s", w=12, h=9, hide=self.hidden(), sort_by="since", descending=True)
         history = [
@@ -691,7 +704,7 @@ class _Dashboards:
                           [Q(f"sum by ({host}) ({q.rate(q.sel(c.HOST_RAPL_ENERGY))})", q.legend(c.HOSTNAME))],
                           "watt", w=8, may_be_empty=RAPL),
         ]
-        rows = [Row("The agent process", agent), Row("Runs", [statuses, skips, run_table, cadence]),
+        rows = [Row("The agent process", agent), Row("Runs", [statuses, skips, skip_reasons, durations, run_table, cadence]),
                 Row("History", history), Row("Collectors and host", collectors)]
         return self.dashboard(
             AGENT, "sixdim / Agent health",

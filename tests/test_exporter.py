@@ -196,5 +196,9 @@ def test_skips_are_counted_by_reason_class_and_case_time_by_status_since_start(t
     assert [skip_class(r) for r in reasons[:5]] == ["busy_process", "busy_utilization", "busy_process",
                                                     "process_list_unavailable", "mig"]
     seconds = {dict(ls)["status"]: v for (n, ls), v in samples(text).items()
-               if n == "sixdim_workload_case_seconds_total"}
-    assert seconds == {"ok": 5.0, "skipped": 25.0}  # 5 counted skips of 5 s each; the interrupted one is not
+               if n == "sixdim_workload_case_mean_seconds"}
+    assert seconds == {"ok": 5.0, "skipped": 5.0}  # make_record's cases last 5 s; the interrupted one is not counted
+    slow = make_record(ended_at=3000.0)
+    slow.started_at = 2985.0
+    board.add(slow)
+    assert find(scrape(board), "sixdim_workload_case_mean_seconds", status="ok") == [10.0]  # (5 + 15) / 2

@@ -244,6 +244,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
            "export the model label as dcgm-exporter's modelName (promtool warns on camelCase; default: off)",
            parse_bool, "true or false", lambda: False),
+    Option("agent.web_config_file", "--web.config.file", "SIXDIM_WEB_CONFIG_FILE",
+           "web configuration file in the Prometheus exporter-toolkit format: TLS, client certificates, basic "
+           "auth, response headers (default: none, plain HTTP; see docs/SECURITY.md)",
+           lambda value: "" if value == "" else _path(value), "a file path, or empty for plain HTTP", lambda: ""),
     Option("regression.window", "--regression-window", "SIXDIM_REGRESSION_WINDOW",
            "runs of a series' stable segment that form its baseline, 10 to 1000 (default: 40)",
            _whole(10, 1000), "a whole number from 10 to 1000", lambda: 40),
@@ -312,6 +316,8 @@ class Config:
     guard_enabled: bool
     guard_max_utilization: float
     suites: tuple[Suite, ...]
+    web_config_file: str = ""
+    """``--web.config.file``: TLS and basic auth of the endpoint (:mod:`agent.webconfig`); empty: plain HTTP."""
     regression_window: int = 40
     regression_min_baseline: int = 10
     regression_min_effect: float = 0.018

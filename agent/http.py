@@ -9,18 +9,32 @@ Connections are handled by a **bounded pool** of threads, not one thread per con
 that is closed at once (and counted in the log), so a flood of connections cannot make the daemon
 grow threads or memory.  Every connection has a **read timeout** (:data:`READ_TIMEOUT_SECONDS`),
 so a client that opens a connection and sends nothing holds a pool thread only that long.
+
+With a web configuration file (:mod:`agent.webconfig`), the endpoint serves **TLS** and/or asks
+for **basic auth**.  The TLS handshake happens on the pool thread, under the same read timeout, so
+a slow or silent handshake holds one worker that long and never the accepting thread.  A client
+that speaks plain HTTP to the TLS port gets ``400 Client sent an HTTP request to an HTTPS server``
+(as Go's servers answer) and the connection is closed; one whose certificate is missing, not signed
+by the client CA or without an allowed SAN is dropped at the handshake.  Basic auth guards every
+path except ``/healthz`` and ``/health``: liveness probes (the kubelet's, systemd's) carry no
+credentials, and the answer tells nothing but "the scheduler runs".  The configured security
+headers go on every response, 401s and 404s included.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from agent.webconfig import WebConfig
 
 log = logging.getLogger("sixdim")
 
@@ -29,7 +43,14 @@ WORKERS = 8
 QUEUED = 64
 """Accepted connections waiting for a worker; beyond this a new connection is closed at once."""
 READ_TIMEOUT_SECONDS = 5.0
-"""How long a connection may take to send its request (and to read the answer)."""
+"""How long a connection may take to send its request (and to read the answer); with TLS, the
+handshake gets as long again."""
+OPEN_PATHS = ("/healthz", "/health")
+"""Paths served without basic auth: liveness probes carry no credentials."""
+PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+                     b"Client sent an HTTP request to an HTTPS server.\n")
+_TLS_HANDSHAKE = 0x16
+"""The first byte of every TLS connection (a handshake record); anything else is not TLS."""
 
 
 class MetricsSource(Protocol):
@@ -51,6 +72,10 @@ class _PooledServer(WSGIServer):
 
     request_queue_size = QUEUED  # the listen backlog
 
+    tls: ssl.SSLContext | None = None
+    web: "WebConfig | None" = None
+    read_timeout: float = READ_TIMEOUT_SECONDS
+
     def __init__(self, *args: object, **kwargs: object):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
@@ -69,12 +94,45 @@ class _PooledServer(WSGIServer):
 
     def _handle(self, request: socket.socket, client_address: object) -> None:
         try:
-            self.finish_request(request, client_address)
+            if self.tls is not None:
+                request = self._handshake(request, client_address)
+            if request is not None:
+                self.finish_request(request, client_address)
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self.shutdown_request(request)
+            if request is not None:
+                self.shutdown_request(request)
             self._slots.release()
+
+    def _handshake(self, request: socket.socket, client_address: object) -> ssl.SSLSocket | None:
+        """TLS on an accepted connection, on this pool thread: the socket wrapped, or None when the
+        connection was refused (and closed): not TLS, a failed handshake, a SAN not allowed."""
+        request.settimeout(self.read_timeout)
+        try:
+            first = request.recv(1, socket.MSG_PEEK)
+        except OSError:
+            first = b""
+        if not first or first[0] != _TLS_HANDSHAKE:
+            if first:  # plain HTTP (or anything else) on the TLS port: say so, as Go's servers do
+                log.debug("http: %s sent plain HTTP to the TLS port", client_address)
+                try:
+                    request.sendall(PLAIN_HTTP_ANSWER)
+                except OSError:
+                    pass
+            self.shutdown_request(request)
+            return None
+        connection = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        try:
+            connection.do_handshake()  # the read timeout bounds it
+            if self.web is not None and not self.web.allowed_peer(connection.getpeercert()):
+                log.debug("http: %s: client certificate has no SAN in client_allowed_sans", client_address)
+                raise ssl.SSLError("client certificate SAN not allowed")
+        except (OSError, ValueError) as exc:  # SSLError, timeouts, resets
+            log.debug("http: TLS handshake with %s failed: %s", client_address, exc)
+            self.shutdown_request(connection)
+            return None
+        return connection
 
     def handle_error(self, request: object, client_address: object) -> None:
         log.debug("http: error serving %s", client_address, exc_info=True)  # timeouts, resets: not news
@@ -118,14 +176,40 @@ def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
     return app
 
 
-class HttpServer:
-    """Serves the app on a background thread until :meth:`shutdown`."""
+def protect(app: Callable, web: "WebConfig") -> Callable:
+    """The app behind basic auth (all paths but :data:`OPEN_PATHS`) and with the configured
+    response headers on every answer."""
+    extra = list(web.headers)
+    challenge = [("WWW-Authenticate", 'Basic realm="sixdim"'), ("Content-Type", "text/plain")]
 
-    def __init__(self, host: str, port: int, app: Callable, *, read_timeout: float = READ_TIMEOUT_SECONDS):
+    def protected(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        def respond(status: str, headers: list, exc_info: object = None) -> Callable:
+            return start_response(status, list(headers) + extra, exc_info)
+
+        if (web.auth is not None and environ.get("PATH_INFO", "/") not in OPEN_PATHS
+                and not web.auth.check_header(environ.get("HTTP_AUTHORIZATION"))):
+            respond("401 Unauthorized", challenge)
+            return [b"401 Unauthorized: basic auth required\n"]
+        return app(environ, respond)
+
+    return protected
+
+
+class HttpServer:
+    """Serves the app on a background thread until :meth:`shutdown`; with ``web`` (a loaded web
+    configuration file), over TLS and/or behind basic auth as it says."""
+
+    def __init__(self, host: str, port: int, app: Callable, *, read_timeout: float = READ_TIMEOUT_SECONDS,
+                 web: "WebConfig | None" = None):
         server_class = _PooledServer6 if ":" in host else _PooledServer
+        if web is not None:
+            server_class = type(server_class.__name__, (server_class,),
+                                {"tls": web.ssl_context, "web": web, "read_timeout": read_timeout})
+            app = protect(app, web)
         handler = type("_Handler", (_QuietHandler,), {"timeout": read_timeout})
         self._server = make_server(host, port, app, server_class=server_class, handler_class=handler)
         self.port = self._server.server_port
+        self.scheme = "https" if web is not None and web.tls else "http"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="http")
         self._thread.start()
 

@@ -4,7 +4,10 @@ Stays light by design: no torch, no CUDA context.  It schedules suites, runs a s
 workloads in worker child processes (one shared by the cases of consecutive workloads, a
 fresh one after a crash), and serves /metrics and /healthz.  SIGTERM or SIGINT stops the
 running worker and exits within seconds.  An address it cannot listen on is a configuration
-error (exit code 2) that names the address and where it was set.
+error (exit code 2) that names the address and where it was set; so is a web configuration file
+(``--web.config.file``: TLS, basic auth, headers; see :mod:`agent.webconfig`) that cannot be read,
+is not valid, or names a certificate or key that does not load.  It is loaded before anything else
+starts, so a bad one costs no history check and no worker.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import threading
 from prometheus_client import CollectorRegistry
 from prometheus_client import ProcessCollector
 
-from agent import app, devices
+from agent import app, devices, webconfig
 from agent.config import Config, ConfigError
 from agent.exporter import SixdimCollector
 from agent.exposition import Exposition
@@ -29,6 +32,7 @@ log = logging.getLogger("sixdim")
 
 
 def serve(config: Config) -> int:
+    web = load_web_config(config)
     parts = app.build(config, verdicts=True)
     plan = [(suite, devices.resolve(suite.devices, parts.nvml)) for suite in config.suites]
 
@@ -47,7 +51,7 @@ def serve(config: Config) -> int:
 
     host, port = config.listen_address
     try:
-        server = HttpServer(host, port, make_app(exposition, healthy))
+        server = HttpServer(host, port, make_app(exposition, healthy), web=web)
     except OSError as exc:
         exposition.stop()
         parts.history.close()
@@ -63,9 +67,13 @@ def serve(config: Config) -> int:
     signal.signal(signal.SIGINT, on_signal)
     scheduler.start()
     pruner.start()
-    log.info("sixdim serving on http://%s:%d/metrics (config: %s, history: %s, %d result series restored, "
-             "integrity check %.2f s)", host, server.port, config.source, config.history, len(parts.board.latest()),
-             parts.history.check_seconds)
+    log.info("sixdim serving on %s://%s:%d/metrics (config: %s, history: %s, %d result series restored, "
+             "integrity check %.2f s)", server.scheme, host, server.port, config.source, config.history,
+             len(parts.board.latest()), parts.history.check_seconds)
+    if web is not None:
+        log.info("web config %s: TLS %s, client certificates: %s, basic auth: %s (/healthz stays open)", web.source,
+                 f"on (min {web.min_version})" if web.tls else "off", web.client_auth_type if web.tls else "-",
+                 f"{len(web.auth.users)} user(s)" if web.auth else "off")
     while not stop.wait(1.0):
         pass
     scheduler.shutdown()
@@ -96,6 +104,15 @@ def _prune_daily(history: History, config: Config, stop: threading.Event) -> Non
             history.prune(keep_seconds=config.history_keep_days * 86400.0, max_runs=config.history_max_runs)
         except Exception as exc:  # a locked or full database: try again tomorrow, results are not at risk
             log.warning("history: pruning failed (%s); it will be tried again in a day", exc)
+
+
+def load_web_config(config: Config) -> "webconfig.WebConfig | None":
+    """The web configuration file named by ``agent.web_config_file`` (None when unset: plain HTTP,
+    no auth); a bad one raises :class:`ConfigError` (exit code 2)."""
+    path = config.web_config_file
+    if not path:
+        return None
+    return webconfig.load(path, where=config.sources.get("agent.web_config_file", config.source))
 
 
 def listen_error(config: Config, exc: OSError) -> ConfigError:

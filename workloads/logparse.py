@@ -311,7 +311,11 @@ def _seconds(log: TrainingLog, text: str, what: str) -> float | None:
     if unit and unit.group(1).lower() not in TIME_UNITS:
         log.warn(f"{what}: unknown time unit {unit.group(1)!r}: ignored")
         return None
-    return value * TIME_UNITS[unit.group(1).lower()] if unit else value
+    seconds = value * TIME_UNITS[unit.group(1).lower()] if unit else value
+    if seconds > MAX_READING:  # 1e15 hours
+        log.warn(f"{what}: {seconds:g} s is too large (above {MAX_READING:g}): ignored")
+        return None
+    return seconds
 
 
 # --- AI-Rank ----------------------------------------------------------------------------------

@@ -35,18 +35,15 @@ import argparse
 import html
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from agent.config import load, regression_settings
-from agent.history import HistoryError
+from agent.files import write_atomically
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -182,7 +179,7 @@ def command_html(args: argparse.Namespace) -> int:
     config = load(args.config, flags=args)
     started = time.perf_counter()
     page, facts = build(config.history, since=args.since, settings=regression_settings(config))
-    write(args.html, page)
+    write_atomically(args.html, page, make_folder=False)
     seconds = time.perf_counter() - started
     print(f"wrote {args.html} ({len(page.encode()) / 1e6:.1f} MB): {facts['charts']} chart(s), "
           f"{facts['runs']:,} runs of {facts['series']} series from {config.history} in {seconds:.1f} s")
@@ -198,21 +195,6 @@ def _plotly() -> tuple[Any, Any]:
         raise MissingExtra(f"the HTML report needs plotly, an optional extra: {INSTALL_HINT} "
                            "(or pip install 'plotly>=5.20')") from None
     return pio, offline
-
-
-def write(path: str, text: str) -> None:
-    """Write the page whole or not at all (a temporary file beside it, then renamed)."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------- reading
@@ -265,16 +247,13 @@ def read(path: str, keep_recent: int) -> Data:
     """Every run of the history, read-only, in chunks, without ``details``: figures of ok runs as
     compact rows, the newest ok run per series and suite, version changes, the last ``keep_recent``
     runs of each series."""
-    import sqlite3
-
     from agent.regression import VERSION_KEYS, WATCHED, versions as run_versions
-    from agent.regression_report import CHUNK, Series, _connect, _Run
+    from agent.regression_report import CHUNK, Series, _Run, reading
 
     figures = (*WATCHED, *EXTRA_FIGURES)
     column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
     nan = math.nan
-    db = _connect(path)
     sql = f"SELECT {', '.join(_SELECT)} FROM runs WHERE id > ? ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], SeriesData] = {}
     environments: dict[str, int] = {}
@@ -283,7 +262,7 @@ def read(path: str, keep_recent: int) -> Data:
     unknown: set[int] = set()
     statuses: Counter = Counter()
     last_id, runs, first, last = 0, 0, math.inf, -math.inf
-    try:
+    with reading(path) as db:
         while True:
             rows = db.execute(sql, (last_id,)).fetchall()
             if not rows:
@@ -328,15 +307,6 @@ def read(path: str, keep_recent: int) -> Data:
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:
                     s.latest[row[11]] = (row[14], vid, parsed)
-    except sqlite3.Error as exc:
-        text = str(exc)
-        if "no such table" in text:
-            raise HistoryError(f"{path} is not a sixdim history database (it has no table 'runs')") from None
-        raise HistoryError(f"cannot read history database {path}: {text}") from None
-    except (ValueError, AttributeError) as exc:  # a JSON column that is not a JSON object
-        raise HistoryError(f"cannot read history database {path}: a row's JSON is broken ({exc})") from None
-    finally:
-        db.close()
     return Data(path, series, versions, unknown, figures, runs, statuses,
                 first if runs else None, last if runs else None)
 

@@ -27,11 +27,12 @@ import sqlite3
 import sys
 import time
 import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from agent.config import add_option_flags, load, regression_settings
 from agent.history import HistoryError
@@ -193,6 +194,24 @@ def _connect(path: str) -> sqlite3.Connection:
     raise AssertionError("unreachable")
 
 
+@contextmanager
+def reading(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the history (:func:`_connect`), closed afterwards, with every
+    failure while reading it turned into a :class:`HistoryError` naming the file."""
+    db = _connect(path)
+    try:
+        yield db
+    except sqlite3.Error as exc:
+        text = str(exc)
+        if "no such table" in text:
+            raise HistoryError(f"{path} is not a sixdim history database (it has no table 'runs')") from None
+        raise HistoryError(f"cannot read history database {path}: {text}") from None
+    except (ValueError, AttributeError) as exc:  # a JSON column that is not a JSON object
+        raise HistoryError(f"cannot read history database {path}: a row's JSON is broken ({exc})") from None
+    finally:
+        db.close()
+
+
 def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     """The ok runs of every series: ids in increasing order, :data:`CHUNK` rows per read.  Only
     the watched figures are kept, and each distinct environment is parsed once."""
@@ -202,7 +221,6 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
     nan = math.nan
-    db = _connect(path)
     selected = ", ".join((*SERIES_COLUMNS, "model_name", "started_at", "ended_at", "figures", "environment"))
     where = "status = 'ok'"
     if workloads:
@@ -213,7 +231,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     version_sets: dict[tuple[str, ...], int] = {}
     versions: list[dict[str, str]] = []
     last, runs = 0, 0
-    try:
+    with reading(path) as db:
         while True:
             rows = db.execute(sql, (last, *(workloads or ()))).fetchall()
             if not rows:
@@ -240,15 +258,6 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                     if j is not None and type(value) in (float, int):  # not bool, not text
                         out[j] = value
                 s.rows.append(tuple(out))
-    except sqlite3.Error as exc:
-        text = str(exc)
-        if "no such table" in text:
-            raise HistoryError(f"{path} is not a sixdim history database (it has no table 'runs')") from None
-        raise HistoryError(f"cannot read history database {path}: {text}") from None
-    except (ValueError, AttributeError) as exc:  # a JSON column that is not a JSON object
-        raise HistoryError(f"cannot read history database {path}: a row's JSON is broken ({exc})") from None
-    finally:
-        db.close()
     return History(series, versions, figures, runs)
 
 

@@ -18,15 +18,13 @@ deterministic: the same options always give the same file.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from agent import catalog
+from agent.files import write_atomically
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -632,18 +630,8 @@ def command_rules(args: argparse.Namespace) -> int:
     if not args.out:
         sys.stdout.write(text)
         return EXIT_OK
-    path = Path(args.out)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                handle.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        write_atomically(args.out, text)
     except OSError as exc:
         print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,12 +9,11 @@ fails while either is stale.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from agent.files import write_atomically
 from dashboards import build
 from dashboards.grafana import dumps
 
@@ -72,20 +71,6 @@ def configmap(options: build.Options | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomically: a reader (Grafana's file provider) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Register ``dashboards`` on the CLI's subcommands."""
     parser = commands.add_parser(
@@ -127,13 +112,13 @@ def command_dashboards(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         try:
             for name, board in boards.items():
-                _write(folder / name, dumps(board))
+                write_atomically(folder / name, dumps(board))
         except OSError as exc:
             print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE
     if args.configmap:
         try:
-            _write(Path(args.configmap), configmap(options))
+            write_atomically(args.configmap, configmap(options))
         except OSError as exc:
             print(f"sixdim: error: cannot write --configmap {args.configmap}: {exc.strerror or exc}",
                   file=sys.stderr)

@@ -152,10 +152,11 @@ def write_history(path: Path, seed: int = 7) -> int:
 
 def render(history: Path, out: Path) -> dict:
     """The page, as ``sixdim report --html`` writes it, with the demo note; returns build()'s facts."""
-    from agent.html_report import build, write
+    from agent.files import write_atomically
+    from agent.html_report import build
 
     page, facts = build(str(history), now=START + DAYS * 86400, note=NOTE)
-    write(str(out), page)
+    write_atomically(out, page, make_folder=False)
     return facts
 
 

@@ -44,3 +44,22 @@ class Locker:
             self.process.stdin.write("\n")
             self.process.stdin.flush()
         assert self.process.wait(timeout=10) == 0
+
+
+def start_prometheus(tmp_path, agent_port: int, rules=None) -> tuple[subprocess.Popen, int]:
+    """Debian's Prometheus on loopback scraping the agent every second as job ``sixdim`` (rule
+    files evaluated every second too), its TSDB and log under ``tmp_path``; returns the process
+    and its port.  The caller terminates it."""
+    from tests.conftest import free_port, required_tool
+
+    prometheus = required_tool("prometheus")
+    port = free_port()
+    rule_files = f"rule_files:\n  - {rules}\n" if rules else ""
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rule_files +
+        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    return server, port

@@ -11,15 +11,15 @@ deploy/prometheus/sixdim-rules.yml loaded, reports the regression alert ``firing
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, required_tool
+from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
+from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -70,17 +70,9 @@ def wait(predicate, timeout: float, what: str, log: Path):
 
 
 def test_an_injected_slowdown_fires_the_regression_alert_in_prometheus(tmp_path, cli_env):
-    prometheus = required_tool("prometheus")
-    agent_port, prom_port = free_port(), free_port()
+    agent_port = free_port()
     history = tmp_path / "h.db"
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files:\n  - {RULES}\n"
-        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
-    server = subprocess.Popen(
-        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    server, prom_port = start_prometheus(tmp_path, agent_port, RULES)
     log = tmp_path / "serve.log"
     cli_env["OMP_NUM_THREADS"] = "1"  # one GEMM thread: steadier timings on a busy machine
     daemon = Daemon(write_config(tmp_path / "steady.toml", history, suite(0.0)), agent_port, cli_env, log)

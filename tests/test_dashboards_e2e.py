@@ -13,7 +13,6 @@ empty on a steady host (no regression open, no inference suite, ...).
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -23,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from dashboards.queries import ANNOTATION, PANEL, VARIABLE, all_queries, substitute
-from tests.conftest import free_port, required_tool
+from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
+from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -74,17 +74,9 @@ def ok_workloads(daemon: Daemon) -> set[str]:
 
 
 def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(tmp_path, cli_env):
-    prometheus = required_tool("prometheus")
     assert len(DASHBOARDS) == 6, DASHBOARDS
-    agent_port, prom_port = free_port(), free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files:\n  - {RULES}\n"
-        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
-    server = subprocess.Popen(
-        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    agent_port = free_port()
+    server, prom_port = start_prometheus(tmp_path, agent_port, RULES)
     cli_env["OMP_NUM_THREADS"] = "1"
     log = tmp_path / "serve.log"
     daemon = Daemon(write_config(tmp_path / "dash.toml", tmp_path / "h.db", SUITE), agent_port, cli_env, log)

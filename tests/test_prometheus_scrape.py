@@ -1,15 +1,15 @@
 """A real Prometheus server scrapes a real agent and can query its GEMM series."""
 
 import json
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.conftest import free_port, required_tool
+from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +23,10 @@ def query(port: int, promql: str) -> list:
 
 
 def test_prometheus_scrapes_the_agent(tmp_path, cli_env):
-    prometheus = required_tool("prometheus")
-    agent_port, prom_port = free_port(), free_port()
+    agent_port = free_port()
     daemon = Daemon(write_config(tmp_path / "a.toml", tmp_path / "h.db", FAST_GEMM_SUITE),
                     agent_port, cli_env, tmp_path / "serve.log")
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n")
-    server = subprocess.Popen(
-        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    server, prom_port = start_prometheus(tmp_path, agent_port)
     try:
         daemon.wait_ready()
         deadline, result = time.monotonic() + 90, []

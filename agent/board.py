@@ -24,12 +24,14 @@ import threading
 from agent import catalog
 from agent.history import History
 from agent.results import RunRecord
+from agent.runner import STOPPING_REASON
 from agent.verdicts import Verdicts
 
 log = logging.getLogger("sixdim")
 
-INTERRUPTED = "interrupted"
-"""The start of the reason of cases a shutdown stopped before they ran (agent.runner.STOPPING_REASON)."""
+INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
+"""The start of the reason of cases a shutdown stopped before they ran (``interrupted``): kept in
+the history, but neither counted as runs or skips nor given series of their own."""
 
 
 def skip_class(reason: str) -> str:

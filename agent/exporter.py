@@ -19,11 +19,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from agent import __version__, catalog
-from agent.board import Board
+from agent.board import INTERRUPTED, Board
 from agent.history import History
 from agent.regression import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
 from agent.results import RunRecord
-from agent.runner import STOPPING_REASON
 from agent.summary import summarize
 from collectors.base import Availability, Collector, Sample
 
@@ -74,10 +73,6 @@ def _peer_ratios(metric: catalog.MetricDef, results: list[tuple[RunRecord, dict,
 
 _GPU_IDENTITY = frozenset({catalog.GPU, catalog.UUID, catalog.PCI_BUS_ID})
 """The labels that tell one GPU from its peers of the same model on a host."""
-
-INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
-"""The start of the reason of cases a shutdown stopped before they ran (``interrupted``): kept in
-the history, but neither counted as runs nor given series of their own."""
 
 PARTS = ("all", "results", "live")
 
@@ -133,9 +128,8 @@ class SixdimCollector(PromCollector):
     def _results(self) -> Iterator[Sample]:
         by_suite = self._board.latest_by_suite()
         shape_keys = self._shape_keys(by_suite)
-        for record in self._board.latest():
-            if shape_keys is not None and record.key() not in shape_keys:
-                continue
+        shown = [r for r in self._board.latest() if shape_keys is None or r.key() in shape_keys]
+        for record in shown:
             labels = record.result_labels()
             for metric in catalog.RESULT_METRICS:
                 if metric.figure_labels:
@@ -152,7 +146,6 @@ class SixdimCollector(PromCollector):
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
                 if value is not None:
                     yield Sample(metric, labels, value)
-        shown = [r for r in self._board.latest() if shape_keys is None or r.key() in shape_keys]
         yield from _peer_ratios(catalog.PEER_RATIO, [(r, r.figures, r.result_labels()) for r in shown])
         yield from _peer_ratios(catalog.SUITE_PEER_RATIO, [
             (s.record, s.figures, {**s.record.result_labels(), catalog.SUITE: s.record.suite}) for s in summaries])

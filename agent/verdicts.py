@@ -30,7 +30,7 @@ from typing import Iterable
 
 from agent import regression
 from agent.history import History
-from agent.regression import (INCORRECT, REGRESSION, SeriesTracker, Settings, Verdict, VersionVerdict)
+from agent.regression import (INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict)
 from agent.results import RunRecord
 
 log = logging.getLogger("sixdim")
@@ -58,7 +58,6 @@ class SeriesWatch:
         self.record: RunRecord | None = None
         """The newest run (its labels name the series' exported verdicts)."""
         self.trackers: dict[str, SeriesTracker] = {}
-        self.verdicts: dict[str, Verdict] = {}
         self.versions: dict[str, str] | None = None
         self.recent: dict[str, deque[float]] = {}
         """Each figure's values of the current segment's last ``version_runs`` accepted runs: the
@@ -81,7 +80,7 @@ class SeriesWatch:
                 figure = regression.primary_figure(record.figures)
                 self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
             for figure, tracker in self.trackers.items():
-                self.verdicts[figure] = tracker.update(None, INCORRECT)
+                tracker.update(None, INCORRECT)
             return
         if record.status != "ok":
             return  # a failed or skipped run has no figures to judge; its verdicts stand
@@ -92,7 +91,7 @@ class SeriesWatch:
             tracker = self.trackers.get(figure)
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
-            self.verdicts[figure] = tracker.update(value)
+            tracker.update(value)
             recent = self.recent.setdefault(figure, deque(maxlen=self.settings.version_runs))
             recent.append(value)
             self._after(figure, value, record)
@@ -194,13 +193,10 @@ class Verdicts:
 
     def snapshot(self) -> list[SeriesVerdicts]:
         with self._lock:
-            return [SeriesVerdicts(w.record, dict(w.verdicts),
+            return [SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
                                    dict(w.change.verdicts) if w.change is not None else {})
-                    for w in self._series.values() if w.record is not None and (w.verdicts or w.change)]
+                    for w in self._series.values() if w.record is not None and (w.trackers or w.change)]
 
-    def regressions(self) -> list[tuple[RunRecord, Verdict]]:
-        """The series and figures now in ``regression`` (the CLI and logs)."""
-        return [(s.record, v) for s in self.snapshot() for v in s.verdicts.values() if v.state == REGRESSION]
 
 
 def feed(verdicts: Verdicts, records: Iterable[RunRecord]) -> Verdicts:

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,6 +29,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from workloads import registry
 from workloads.spec import ParamError, brief
+
+if TYPE_CHECKING:
+    from agent.regression import Settings
 
 DEFAULT_PORT = 9480
 """Default listen port.  dcgm-exporter uses 9400; sixdim sits next to it at 9480."""
@@ -424,7 +427,7 @@ def _effects(table: Any, source: str) -> dict[str, float]:
     return effects
 
 
-def regression_settings(config: Config) -> "Settings":
+def regression_settings(config: Config) -> Settings:
     """The detector's settings from the configuration (the rest keep agent/regression.py's defaults)."""
     from agent.regression import Settings
 

@@ -73,7 +73,7 @@ def ok_workloads(daemon: Daemon) -> set[str]:
         return set()
 
 
-def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(tmp_path, cli_env):
+def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(tmp_path, cli_env, capsys):
     assert len(DASHBOARDS) == 6, DASHBOARDS
     agent_port = free_port()
     server, prom_port = start_prometheus(tmp_path, agent_port, RULES)
@@ -117,9 +117,10 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
                     counts["may be empty"] += 1
                 else:
                     failures.append(f"{where}: no data")
-        print(f"\ndashboards: {len(DASHBOARDS)}, panels with queries: {len(counts['panels'])}, queries run: "
-              f"{counts['queries']}, with data: {counts['with data']}, empty and marked GPU-only: {counts['gpu-only']}, "
-              f"empty and marked may-be-empty: {counts['may be empty']}")
+        with capsys.disabled():  # in CI's output too, not only with -s
+            print(f"\ndashboards: {len(DASHBOARDS)}, panels with queries: {len(counts['panels'])}, queries run: "
+                  f"{counts['queries']}, with data: {counts['with data']}, empty and marked GPU-only: {counts['gpu-only']}, "
+                  f"empty and marked may-be-empty: {counts['may be empty']}")
         assert not failures, "\n".join(failures)
     finally:
         server.terminate()

@@ -32,7 +32,7 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGNAL_BASE = 128
 """A command stopped by signal N exits with 128 + N, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
 
-_RUN_OPTION_KEYS = ("agent.history", "agent.hostname", "agent.log_level", "agent.sample_hz",
+_RUN_OPTION_KEYS = ("agent.history", "agent.state_dir", "agent.hostname", "agent.log_level", "agent.sample_hz",
                     "guard.enabled", "guard.max_utilization")
 
 

@@ -97,6 +97,16 @@ def default_history_path() -> Path:
     return Path(data_home) / "sixdim" / "history.db"
 
 
+def default_state_dir() -> Path:
+    """Where the agent keeps its lock files and the records of its running workers: beside the
+    history for root (/var/lib/sixdim), the XDG state folder for a user.  It outlives the process
+    (a SIGKILLed agent's successor finds the workers it left there) and is created mode 0700."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/sixdim")
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "sixdim"
+
+
 def default_hostname() -> str:
     """Kubernetes sets NODE_NAME through the downward API (as for dcgm-exporter); else the host name."""
     return os.environ.get("NODE_NAME") or socket.gethostname()
@@ -231,6 +241,11 @@ OPTIONS: tuple[Option, ...] = (
            "SQLite history database file (default: /var/lib/sixdim/history.db for root, else "
            "$XDG_DATA_HOME/sixdim/history.db, or ~/.local/share/sixdim/history.db)",
            _path, "a file path", lambda: str(default_history_path())),
+    Option("agent.state_dir", "--state-dir", "SIXDIM_STATE_DIR",
+           "folder of the agent's lock files (one agent per host, one run per device) and of its running "
+           "workers' records (default: /var/lib/sixdim for root, else $XDG_STATE_HOME/sixdim, or "
+           "~/.local/state/sixdim)",
+           _path, "a folder path", lambda: str(default_state_dir())),
     Option("agent.history_keep_days", "--history-keep-days", "SIXDIM_HISTORY_KEEP_DAYS",
            "days raw runs are kept before they are thinned to daily medians per series (default: 90)",
            _keep_days, "a number of days from 1 to 36500", lambda: 90.0),
@@ -319,6 +334,8 @@ class Config:
     guard_enabled: bool
     guard_max_utilization: float
     suites: tuple[Suite, ...]
+    state_dir: str = ""
+    """Lock files and worker records (:mod:`agent.instance`); see :func:`default_state_dir`."""
     web_config_file: str = ""
     """``--web.config.file``: TLS and basic auth of the endpoint (:mod:`agent.webconfig`); empty: plain HTTP."""
     regression_window: int = 40

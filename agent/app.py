@@ -23,14 +23,17 @@ class Components:
     executor: Executor
 
 
-def build(config: Config, *, verdicts: bool = False) -> Components:
+def build(config: Config, *, verdicts: bool = False, command: str = "sixdim serve",
+          wait_for_devices: bool = True) -> Components:
     """The agent's parts; ``verdicts``: keep regression verdicts (the daemon), restored from the
-    history in the background."""
+    history in the background.  ``command`` names this process in the state directory's lock files
+    and worker records; ``wait_for_devices`` False refuses a device another sixdim holds."""
     history = History(config.history)
     board = Board.from_history(history, Verdicts(regression_settings(config)) if verdicts else None)
     nvml = NvmlCollector(config.hostname)
     host = HostCollector(config.hostname)
     executor = Executor(hostname=config.hostname, history=history, board=board, nvml=nvml, rapl=host.rapl,
                         sample_hz=config.sample_hz,
-                        guard=GuardSettings(config.guard_enabled, config.guard_max_utilization))
+                        guard=GuardSettings(config.guard_enabled, config.guard_max_utilization),
+                        state_dir=config.state_dir, command=command, wait_for_devices=wait_for_devices)
     return Components(config, history, board, nvml, host, executor)

@@ -281,6 +281,16 @@ HISTORY_WRITE_ERRORS = MetricDef(
     "a broken file moved aside at start, io, other, dropped: a waiting result dropped because too many waited).",
     (HOSTNAME, "reason"))
 
+# --- The configuration (SIGHUP reloads it, as Prometheus's own prometheus_config_* metrics) ---
+CONFIG_RELOAD_SUCCESS = MetricDef(
+    "sixdim_config_reload_success", "gauge",
+    "1 if the last configuration reload (SIGHUP) succeeded or none was asked, 0 if it failed: the previous "
+    "configuration is still running.", (HOSTNAME,))
+CONFIG_LAST_RELOAD = MetricDef(
+    "sixdim_config_last_reload_timestamp_seconds", "gauge",
+    "Unix time of the last successful configuration load: the agent's start, or the last reload that succeeded.",
+    (HOSTNAME,))
+
 # --- Regression verdicts (agent/regression.py, agent/verdicts.py) ---
 FIGURE = "figure"
 """The watched figure a verdict is about: a key of a run's ``figures`` (``flops``, ``samples_per_second``,
@@ -391,7 +401,8 @@ HOST_RAPL_ENERGY = MetricDef(
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
-    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS,
+    CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,

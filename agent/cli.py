@@ -20,15 +20,16 @@ import threading
 from typing import Any, Sequence
 
 from agent import __version__
-from agent.config import (MAX_SECONDS, ConfigError, Suite, add_option_flags, is_device_selector, load,
-                          preset_entries)
+from agent.config import (MAX_SECONDS, ConfigError, Suite, add_insecure_permissions_flag, add_option_flags,
+                          is_device_selector, load, parse_bool, preset_entries)
 from agent.devices import DeviceError
+from agent.instance import InstanceError
 from agent.history import HistoryError
 from agent.results import RunRecord
 from workloads import registry
 from workloads.spec import ParamError, brief
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
 EXIT_SIGNAL_BASE = 128
 """A command stopped by signal N exits with 128 + N, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
 
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "SIGTERM or Ctrl-C stops the running worker and exits 0.",
         epilog="Exit codes: 0 stopped by a signal; 2 bad configuration, or an address it cannot listen on.")
     serve.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
+    add_insecure_permissions_flag(serve)
     add_option_flags(serve)
 
     run = commands.add_parser(
@@ -119,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "the history. The cases of consecutive workloads share one worker process per device (a "
                     "fresh one after a crash), each case with its own timeout. SIGTERM or Ctrl-C stops the "
                     "worker and everything it started, records and prints the cases that finished.",
-        epilog="Exit codes: 0 ok; 1 a case failed or timed out; 2 bad usage or configuration; "
-               "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM.")
+        epilog="Exit codes: 0 ok; 1 a case failed or timed out; 2 bad usage or configuration; 3 a device is in "
+               "use by another sixdim (with --no-wait); 130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM.")
     run.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
+    add_insecure_permissions_flag(run)
     run.add_argument("--workload", "-w", action="append", metavar="NAME",
                      help="workload to run (repeatable; see 'sixdim list'); default: the suite's workloads")
     run.add_argument("--suite", metavar="NAME",
@@ -136,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop a case (one shape, precision and pass) that takes longer; a positive number "
                           "(default: the suite's timeout_seconds, else 600)")
     run.add_argument("--json", action="store_true", help="print the run records as JSON instead of a table")
+    run.add_argument("--no-wait", action="store_true",
+                     help="refuse (exit code 3, naming the holder) instead of waiting when another sixdim, such as "
+                          "the daemon's scheduled suite, is running on the device [SIXDIM_NO_WAIT]")
     nodes = run.add_argument_group("node linearity (torchrun's c10d rendezvous; run the same command on every node)")
     nodes.add_argument("--nnodes", type=_positive_int, metavar="N",
                        help="nodes taking part, at least 1; implies --workload linearity")
@@ -226,8 +232,11 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "serve":
             from agent.serve import serve
 
-            return serve(config)
+            return serve(config, lambda: load(args.config, flags=args))
         return command_run(args, config)
+    except InstanceError as exc:  # another agent, or (--no-wait) a run holding the device
+        print(f"sixdim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if args.command == "serve" else EXIT_BUSY
     except (ConfigError, DeviceError, HistoryError, ParamError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             raise
@@ -402,6 +411,17 @@ def _node_overrides(args: argparse.Namespace) -> dict[str, Any]:
             "rdzv_endpoint": args.rdzv_endpoint or "", "rdzv_id": args.rdzv_id or "sixdim"}
 
 
+def _env_flag(variable: str, flag: str) -> bool:
+    """A flag's environment variable (true or false); anything else is a configuration error."""
+    raw = os.environ.get(variable)
+    if raw is None:
+        return False
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {variable}", flag, "true or false", raw) from None
+
+
 def command_run(args: argparse.Namespace, config: Any) -> int:
     from agent import app, devices
 
@@ -437,7 +457,9 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         spec.cases(params, "cpu")
     timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
 
-    parts = app.build(config)
+    no_wait = args.no_wait or _env_flag("SIXDIM_NO_WAIT", "--no-wait")
+    parts = app.build(config, command="sixdim run", wait_for_devices=not no_wait)
+    parts.executor.recover_left_behind()
     if nodes and args.device == "auto":  # one job per node, over all its GPUs
         args.device = "cuda:0" if parts.nvml.availability().available and parts.nvml.gpus else "cpu"
     targets = devices.resolve([args.device], parts.nvml)

@@ -13,9 +13,12 @@ what was found.  ``sixdim`` turns it into exit code 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
+import shlex
 import socket
+import stat
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -344,6 +347,10 @@ class Config:
     regression_effects: dict[str, float] = field(default_factory=dict)
     """``[regression.effects]``: minimum effects per ``"workload/figure"``, ``"workload"`` or
     ``"figure"`` (see :meth:`agent.regression.Settings.effects_for`)."""
+    insecure_config_permissions: bool = False
+    """``--insecure-config-permissions`` or ``SIXDIM_INSECURE_CONFIG_PERMISSIONS``: configuration files
+    others can change are loaded with a warning instead of refused (see :func:`check_permissions`);
+    the web configuration file takes it from here."""
     source: str = EMBEDDED_SOURCE
     sources: dict[str, str] = field(default_factory=dict)
     """Where each option's value came from (key -> file, variable or flag), for errors found later,
@@ -352,6 +359,95 @@ class Config:
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen)
+
+
+# --------------------------------------------------------------------------- file permissions
+
+log = logging.getLogger("sixdim")
+
+INSECURE_PERMISSIONS_FLAG = "--insecure-config-permissions"
+INSECURE_PERMISSIONS_ENV = "SIXDIM_INSECURE_CONFIG_PERMISSIONS"
+"""The escape hatch of :func:`check_permissions`: a flag and a variable, and deliberately no key of the
+TOML file, because a file cannot vouch for its own permissions."""
+
+CONFIG_FILE_ROLE = "it defines the commands sixdim runs"
+"""Why the ``--config`` file must be safe from other users (the ``command`` workload's argv is in it)."""
+
+
+def permission_problem(mode: int, owner: int, euid: int) -> tuple[str, str] | None:
+    """What makes a file of this ``st_mode`` and ``st_uid`` unsafe to configure a process whose
+    effective user is ``euid``, and the command that fixes it (without the file name); None when
+    nothing does.
+
+    A file its group or others can write lets them change what sixdim does as whoever runs it: root,
+    for a system daemon, which then runs the ``command`` workload's commands.  For a root process, a
+    file another user owns is the same, as its owner can rewrite it, or make it writable, at will.
+    A pure function of the three numbers, so the root-only rule is tested without being root."""
+    writable = mode & 0o022
+    if writable:
+        who = {0o020: "its group", 0o002: "others", 0o022: "its group and others"}[writable]
+        return f"mode {stat.S_IMODE(mode):04o}: {who} can write it", "chmod go-w"
+    if euid == 0 and owner != 0:
+        return f"owned by {_user_name(owner)}, not root, while sixdim runs as root: that user can rewrite it", \
+            "chown root"
+    return None
+
+
+def _user_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a number no account has."""
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def check_permissions(path: str, status: os.stat_result, role: str, *, insecure: bool = False,
+                      euid: int | None = None) -> None:
+    """Refuse (:class:`ConfigError`) a file other users can change, or with ``insecure`` (the escape
+    hatch) log the same text as a warning and go on.  ``status`` is the ``fstat`` of the open file,
+    so what is checked is what is read; ``role`` says why the file matters; ``euid`` defaults to
+    the process's (a parameter so the root-only rule can be tested as any user)."""
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    found = permission_problem(status.st_mode, status.st_uid, euid)
+    if found is None:
+        return
+    problem, fix = found
+    error = ConfigError(path, "(permissions)", f"a file no other user can change, as {role}",
+                        detail=f"{problem}; fix: {fix} {shlex.quote(path)}, or accept the risk with "
+                        f"{INSECURE_PERMISSIONS_FLAG} or {INSECURE_PERMISSIONS_ENV}=true")
+    if not insecure:
+        raise error
+    log.warning("%s; loaded anyway, as %s (or %s) says", error, INSECURE_PERMISSIONS_FLAG, INSECURE_PERMISSIONS_ENV)
+
+
+def insecure_permissions_allowed(env: dict[str, str], flags: argparse.Namespace | None = None) -> bool:
+    """The escape hatch: ``--insecure-config-permissions`` (``--no-...`` to override a variable), else
+    ``SIXDIM_INSECURE_CONFIG_PERMISSIONS`` (true or false, as every boolean variable); off by default."""
+    flag = getattr(flags, "insecure_config_permissions", None) if flags is not None else None
+    if flag is not None:
+        return bool(flag)
+    if INSECURE_PERMISSIONS_ENV not in env:
+        return False
+    try:
+        return parse_bool(env[INSECURE_PERMISSIONS_ENV])
+    except ValueError:
+        raise ConfigError(f"environment variable {INSECURE_PERMISSIONS_ENV}", "insecure_config_permissions",
+                          "true or false", env[INSECURE_PERMISSIONS_ENV]) from None
+
+
+def add_insecure_permissions_flag(parser: argparse.ArgumentParser) -> None:
+    """``--insecure-config-permissions`` (``serve`` and ``run``): not an :data:`OPTIONS` entry, as it has
+    no key in the file."""
+    parser.add_argument(INSECURE_PERMISSIONS_FLAG, dest="insecure_config_permissions",
+                        action=argparse.BooleanOptionalAction, default=None,
+                        help="load a configuration file (--config, --web.config.file, its client CA file) that "
+                             "users other than its owner can change, or that a user other than root owns while "
+                             "sixdim runs as root, with a warning instead of refusing it (default: refuse: such "
+                             f"a user could make sixdim run their commands) [{INSECURE_PERMISSIONS_ENV}; "
+                             "deliberately no key in the file, which cannot vouch for itself]")
 
 
 # --------------------------------------------------------------------------- loader
@@ -374,10 +470,11 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
          flags: argparse.Namespace | None = None) -> Config:
     """Build the configuration from defaults, file, environment and flags (in that order)."""
     env = dict(os.environ) if env is None else env
+    insecure = insecure_permissions_allowed(env, flags)
     config_path = config_path or env.get("SIXDIM_CONFIG") or None
     if config_path:
         source = str(config_path)
-        document = _read_toml_file(Path(config_path))
+        document = _read_toml_file(Path(config_path), insecure_permissions=insecure)
     else:
         source = EMBEDDED_SOURCE
         document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
@@ -428,7 +525,8 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
     else:
         defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
         suites = _parse_suites(defaults["suites"], EMBEDDED_SOURCE)
-    return Config(suites=suites, source=source, sources=sources, **values)
+    return Config(suites=suites, source=source, sources=sources, insecure_config_permissions=insecure,
+                  **values)
 
 
 def _effects(table: Any, source: str) -> dict[str, float]:
@@ -458,9 +556,13 @@ MAX_FILE_BYTES = 16 * 2**20
 """The largest configuration file read (16 MiB): a real one is a few kilobytes."""
 
 
-def _read_toml_file(path: Path) -> dict[str, Any]:
+def _read_toml_file(path: Path, *, insecure_permissions: bool = False) -> dict[str, Any]:
+    """The file's TOML document.  Its permissions are checked on the open file (``fstat``), so the file
+    checked is the file read, whatever replaces the name meanwhile."""
     try:
         with path.open("rb") as handle:
+            check_permissions(str(path), os.fstat(handle.fileno()), CONFIG_FILE_ROLE,
+                              insecure=insecure_permissions)
             data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(str(path), "(file)", "an existing TOML file", detail="no such file") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from agent import catalog
+from agent.instance import DeviceFileLocks
 from collectors.host import cpu_model_name
 from collectors.nvml import NvmlCollector
 
@@ -136,19 +137,26 @@ def _acquire_unless_stopped(lock: threading.RLock, stop: threading.Event | None)
 
 
 class DeviceLocks:
-    """One lock per device, shared by every job of the agent that uses the device.
+    """One lock per device, shared by every job of the agent that uses the device, and (with
+    ``files``) the device's lock file, shared with every other sixdim process on the host.
 
     A per-device run holds its device's lock; a host-wide run holds every GPU's.  Locks are
     always taken in one fixed order (the CPU, then GPUs by NVML index), so two runs that each
     need several can never wait on each other in a cycle.  They are re-entrant: the scheduler
     holds a device's lock for a whole suite, and a host-wide group inside that suite asks for
     it again along with the others.  That stays in order because a host-wide workload runs from
-    the host's first GPU, whose lock is the lowest.
+    the host's first GPU, whose lock is the lowest.  The in-process lock is taken before the file
+    lock, so only one thread of a process ever waits on a file lock, and re-entry is counted.
+
+    ``wait`` False: a device whose lock file another process holds is not waited for:
+    :class:`agent.instance.InstanceError` names that process (``sixdim run --no-wait``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files: DeviceFileLocks | None = None, *, wait: bool = True) -> None:
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
+        self.files = files
+        self.wait = wait
 
     def lock(self, device: Device) -> threading.RLock:
         with self._guard:
@@ -156,29 +164,45 @@ class DeviceLocks:
 
     @contextmanager
     def hold(self, devices: Iterable[Device], stop: threading.Event | None = None,
-             on_wait: Callable[[Device], None] | None = None) -> Iterator[bool]:
+             on_wait: Callable[[Device, str], None] | None = None, what: str = "") -> Iterator[bool]:
         """Hold the locks of ``devices`` (in the fixed order) for the ``with`` block.
 
         Yields True once all are held, or False if ``stop`` was set while waiting (none are held
-        then).  ``on_wait`` is told of each device whose lock was busy before it waits for it.
+        then).  ``on_wait`` is told of each device whose lock was busy, and who holds it (another
+        job of this agent, or another process), before it waits for it.  ``what`` goes into the
+        lock file, for another process's message.
         """
         ordered = sorted({d.name: d for d in devices}.values(), key=_lock_order)
-        held: list[threading.RLock] = []
+        held: list[tuple[threading.RLock, Device, bool]] = []
         try:
             for device in ordered:
                 lock = self.lock(device)
                 if not lock.acquire(blocking=False):
                     if on_wait is not None:
-                        on_wait(device)
+                        on_wait(device, "another suite of this agent")
                     if not _acquire_unless_stopped(lock, stop):
                         break
-                held.append(lock)
+                try:
+                    filed = self.files is not None and self.files.acquire(
+                        device, stop, None if on_wait is None else (lambda who, d=device: on_wait(d, who)),
+                        wait=self.wait, what=what)
+                except BaseException:
+                    lock.release()
+                    raise
+                if self.files is not None and not filed:  # stopped while waiting for another process
+                    lock.release()
+                    break
+                held.append((lock, device, filed))
             all_held = len(held) == len(ordered)
             if not all_held:  # stopping: give back what was taken, hold nothing
-                for lock in reversed(held):
-                    lock.release()
+                self._release(held)
                 held = []
             yield all_held
         finally:
-            for lock in reversed(held):
-                lock.release()
+            self._release(held)
+
+    def _release(self, held: list[tuple[threading.RLock, Device, bool]]) -> None:
+        for lock, device, filed in reversed(held):
+            if filed and self.files is not None:
+                self.files.release(device)
+            lock.release()

@@ -22,23 +22,30 @@ in ``details["telemetry"]``; a run that is not ``ok`` or ``incorrect`` has no fi
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from agent import __version__
 from agent.board import Board
+from agent import orphans
 from agent.devices import Device, DeviceLocks, host_gpus
 from agent.guard import Guard, RunWatch
 from agent.history import History
 from agent.hostprobe import MultiGpuProbe
 from agent.peaks import peak_ratio
+from agent.redact import redact_params, scrub, secret_values
 from agent.results import RunRecord
-from agent.runner import STOPPING_REASON, CaseResult, WorkerOutcome, run_worker
+from agent.instance import DeviceFileLocks
+from agent.runner import STOPPING_REASON, CaseResult, WorkerOutcome, new_tag, read_results, run_worker
 from agent.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
 from collectors.host import RaplReader
 from collectors.nvml import NvmlCollector
+from workloads import registry
 from workloads.spec import Case, WorkloadSpec
 
 log = logging.getLogger(__name__)
@@ -166,9 +173,35 @@ def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[
     return groups
 
 
+def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutcome,
+                     record: Callable[[tuple[WorkloadSpec, Case], CaseResult], RunRecord]
+                     ) -> tuple[list[RunRecord], list[tuple[WorkloadSpec, Case]]]:
+    """The records of one worker's cases, and the cases left for a fresh worker.
+
+    Cases the worker reported keep their own status; the case it ended inside takes the worker's
+    status and reason.  After a ``skipped`` end (a busy GPU, a shutdown) the rest are skipped
+    too; after a crash or a timeout they are left to run in a fresh worker."""
+    batch = [record(item, outcome.cases[i]) for i, item in enumerate(items) if i in outcome.cases]
+    done = len(batch)
+    if done >= len(items):
+        return batch, []
+    tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
+    batch.append(record(items[done], CaseResult(outcome.status, outcome.reason, details=tail)))
+    if outcome.status == "skipped":
+        batch += [record(item, CaseResult("skipped", outcome.reason)) for item in items[done + 1:]]
+        return batch, []
+    return batch, items[done + 1:]
+
+
 class Executor:
     def __init__(self, *, hostname: str, history: History, board: Board, nvml: NvmlCollector,
-                 rapl: RaplReader | None, sample_hz: float = 10.0, guard: GuardSettings | None = None):
+                 rapl: RaplReader | None, sample_hz: float = 10.0, guard: GuardSettings | None = None,
+                 state_dir: str | None = None, command: str = "sixdim", wait_for_devices: bool = True):
+        """``state_dir``: where the device lock files (shared with every sixdim process of the host)
+        and the running workers' records go (:mod:`agent.instance`, :mod:`agent.orphans`); without
+        one, devices are locked within this process only and no record is kept (tests).
+        ``command`` names this process in them; ``wait_for_devices`` False refuses a device another
+        process holds instead of waiting for it."""
         self.hostname = hostname
         self.history = history
         self.board = board
@@ -178,10 +211,11 @@ class Executor:
         self.guard = guard or GuardSettings()
         self.idle_guard = Guard(nvml)
         """Remembers when our own workers ended on each GPU (the settle rule); shared by all jobs."""
-        self.locks = DeviceLocks()
+        self.locks = DeviceLocks(DeviceFileLocks(state_dir, command) if state_dir else None, wait=wait_for_devices)
         """The device locks, shared with the scheduler: a suite holds its device's, a host-wide run
         every GPU's."""
         self.stop = threading.Event()
+        self.records = orphans.WorkerRecords(state_dir, command) if state_dir else None
 
     def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
                 timeout: float = 600.0, use_guard: bool = True,
@@ -219,7 +253,7 @@ class Executor:
         remaining = group
         while remaining:
             started_at = time.time()
-            outcome, sampled = self._run(remaining, device, timeout, use_guard, on_progress)
+            outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
             ended_at = time.time()
             environment = self._environment(device, outcome)
 
@@ -227,23 +261,56 @@ class Executor:
                 return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
                                     ended_at)
 
-            batch = [record(item, outcome.cases[i]) for i, item in enumerate(remaining) if i in outcome.cases]
-            done = len(batch)
-            if done < len(remaining):  # the worker ended inside case `done`
-                tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
-                batch.append(record(remaining[done], CaseResult(outcome.status, outcome.reason, details=tail)))
-                if outcome.status == "skipped":  # a busy GPU or a shutdown: the rest cannot run either
-                    batch += [record(item, CaseResult("skipped", outcome.reason)) for item in remaining[done + 1:]]
-                    remaining = []
-                else:
-                    remaining = remaining[done + 1:]
-            else:
-                remaining = []
-            for r in batch:
-                self.history.add(r)
+            batch, remaining = _outcome_records(remaining, outcome, record)
+            try:
+                for r in batch:
+                    self.history.add(r)
+            finally:
+                if journal is not None:  # recorded (or spooled): the run no longer needs its record
+                    journal.close()
             self.board.catch_up(self.history)
             records += batch
         return records
+
+    def recover_left_behind(self) -> list[RunRecord]:
+        """Stop and record the runs a dead sixdim left in the state directory (:mod:`agent.orphans`):
+        the cases its worker finished with their results, the rest ``skipped`` as interrupted.
+        Call it at start, before anything runs."""
+        if self.records is None:
+            return []
+        recovered: list[RunRecord] = []
+        for folder, fd in self.records.left_behind():
+            try:
+                record = orphans.read_record(folder)
+                if record is not None:
+                    recovered += self._recover(folder, record)
+            except Exception:  # one unreadable record must not keep the agent from starting
+                log.exception("could not recover the run recorded in %s; removing it", folder)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+                os.close(fd)
+        return recovered
+
+    def _recover(self, folder: Path, record: orphans.WorkerRecord) -> list[RunRecord]:
+        killed = orphans.stop_left_behind(record)
+        device = Device(**record.device)
+        items = [(registry.get(case["workload"]), Case(case["params"], case["precision"], case["shape"], case["mode"],
+                                                       case["kernel_pass"])) for case in record.cases]
+        outcome = read_results(str(folder / orphans.RESULTS))
+        outcome.status, outcome.reason = "skipped", orphans.DIED_REASON.format(pid=record.agent_pid)
+        results = folder / orphans.RESULTS
+        ended_at = results.stat().st_mtime if results.exists() else record.started_at
+        environment = dict(outcome.environment, sixdim=__version__, device_model=device.model_name)
+        batch, _ = _outcome_records(items, outcome, lambda item, result: self._record(
+            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at, ended_at))
+        for run in batch:
+            self.history.add(run)
+        self.board.catch_up(self.history)
+        log.warning("a previous sixdim (PID %d, %s) died during %s on %s: stopped %d process(es) of its run, "
+                    "recorded %d finished case(s) and %d interrupted", record.agent_pid, record.command,
+                    ", ".join(dict.fromkeys(spec.name for spec, _ in items)), device.name, len(killed),
+                    len(outcome.cases), len(batch) - len(outcome.cases))
+        return batch
 
     def _log(self, records: list[RunRecord], device: Device) -> None:
         by_workload: dict[str, list[RunRecord]] = {}
@@ -272,13 +339,17 @@ class Executor:
             figures["peak_ratio"] = ratio
         if result.status in REPORTED_STATUSES:
             notes.update(telemetry_figures(figures, telemetry, device.type))
+        # The one place every record is made: the history, the board, /metrics and the log lines
+        # see the parameters redacted, and no secret value of them in any other text (agent/redact.py).
+        secrets = secret_values(case.params)
         return RunRecord(
-            suite=suite, workload=spec.name, precision=case.precision, params=case.params, shape=case.shape,
-            mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname, device_type=device.type,
-            device=device.name, gpu="" if device.index is None else str(device.index), uuid=device.uuid,
-            model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
-            reason=result.reason, started_at=started_at, ended_at=ended_at, figures=figures,
-            environment=environment, details={**notes, **result.details, "telemetry": telemetry})
+            suite=suite, workload=spec.name, precision=case.precision, params=redact_params(case.params),
+            shape=scrub(case.shape, secrets), mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname,
+            device_type=device.type, device=device.name, gpu="" if device.index is None else str(device.index),
+            uuid=device.uuid, model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
+            reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
+            environment=scrub(environment, secrets),
+            details=scrub({**notes, **result.details, "telemetry": telemetry}, secrets))
 
     def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
         """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)
@@ -287,36 +358,46 @@ class Executor:
             return []
         return host_gpus(self.nvml) if spec.scope == "host" else [device]
 
-    def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, timeout: float, use_guard: bool,
-             on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, Sampled]:
+    def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
+             use_guard: bool, on_progress: Callable[[str], None] | None
+             ) -> tuple[WorkerOutcome, Sampled, orphans.RunJournal | None]:
         """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
-        start) and the telemetry sampled while it ran."""
+        start), the telemetry sampled while it ran, and its record (to close once recorded)."""
         if self.stop.is_set():
-            return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED
+            return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED, None
         spec = items[0][0]  # a group's workloads share scope and torch use
         gpus = self._gpus(spec, device)
         for gpu in gpus:
             if gpu.mig_reason is not None:
-                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), NOT_SAMPLED
+                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), NOT_SAMPLED, None
 
-        def waiting(busy: Device) -> None:
-            log.info("%s on %s waits for %s: another suite is running on it", spec.name, device.name, busy.name)
+        def waiting(busy: Device, who: str) -> None:
+            log.info("%s on %s waits for %s: %s is running on it", spec.name, device.name, busy.name, who)
 
-        with self.locks.hold(gpus or [device], self.stop, on_wait=waiting) as held:
+        what = f"{spec.name} on {device.name}" + (f" (suite {suite})" if suite else "")
+        with self.locks.hold(gpus or [device], self.stop, on_wait=waiting, what=what) as held:
             if not held:
-                return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED
+                return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED, None
             watch: RunWatch | None = None
             if gpus and use_guard and self.guard.enabled:
                 indices = [g.index for g in gpus if g.index is not None]
                 reason = self.idle_guard.before_run(indices, self.guard.max_utilization)
                 if reason is not None:
-                    return WorkerOutcome(status="skipped", reason=reason), NOT_SAMPLED
+                    return WorkerOutcome(status="skipped", reason=reason), NOT_SAMPLED, None
                 watch = self.idle_guard.watch(indices)
-            return self._start(items, device, gpus, timeout, watch, on_progress)
+            tag = new_tag()
+            journal = self.records.begin(tag, device, suite, items) if self.records is not None else None
+            try:
+                outcome, sampled = self._start(items, device, gpus, timeout, watch, on_progress, tag, journal)
+            except BaseException:
+                if journal is not None:
+                    journal.close()
+                raise
+            return outcome, sampled, journal
 
     def _start(self, items: list[tuple[WorkloadSpec, Case]], device: Device, gpus: list[Device], timeout: float,
-               watch: RunWatch | None,
-               on_progress: Callable[[str], None] | None) -> tuple[WorkerOutcome, Sampled]:
+               watch: RunWatch | None, on_progress: Callable[[str], None] | None, tag: str,
+               journal: orphans.RunJournal | None) -> tuple[WorkerOutcome, Sampled]:
         spec = items[0][0]
         probe: Probe
         attach: Callable[[int], None] | None
@@ -330,6 +411,8 @@ class Executor:
             env = device.worker_environment()
 
         def started(pid: int) -> None:
+            if journal is not None:
+                journal.worker_started(pid)
             if attach is not None:
                 attach(pid)
             if watch is not None:
@@ -340,7 +423,8 @@ class Executor:
             outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
                                  device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
                                  stop=self.stop, uses_torch=spec.uses_torch, gpu_uuids=[g.uuid for g in gpus],
-                                 between_cases=watch.check if watch is not None else None)
+                                 between_cases=watch.check if watch is not None else None,
+                                 workdir=None if journal is None else str(journal.folder), tag=tag)
         finally:
             sampled = Sampled(sampler.stop(), sampler.failed_reads, sampler.last_error)
             if watch is not None:

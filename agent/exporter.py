@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import platform
+import time
 from typing import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -80,6 +81,20 @@ NOTEWORTHY = frozenset({SUSPICIOUS, REGRESSION, IMPROVEMENT})
 """Verdict states exported for every series, not only those exported per shape."""
 
 
+class ReloadStatus:
+    """How the last configuration load went: ``success`` and the time of the last good one."""
+
+    def __init__(self) -> None:
+        self.success = True
+        self.last_success = time.time()
+
+    def succeeded(self) -> None:
+        self.success, self.last_success = True, time.time()
+
+    def failed(self) -> None:
+        self.success = False
+
+
 class SixdimCollector(PromCollector):
     """The catalog's metrics, from the board (results) and the telemetry collectors (live).
 
@@ -97,7 +112,7 @@ class SixdimCollector(PromCollector):
 
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
                  history: History | None = None, *, part: str = "all",
-                 shape_suites: Iterable[str] | None = None):
+                 shape_suites: Iterable[str] | None = None, reloads: "ReloadStatus | None" = None):
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}, not {part!r}")
         self._board = board
@@ -107,7 +122,12 @@ class SixdimCollector(PromCollector):
         self._dcgm = dcgm_label_names
         self._part = part
         self._shape_suites = None if shape_suites is None else frozenset(shape_suites)
+        self._reloads = reloads
         self._build_labels = build_info_labels(hostname)
+
+    def set_shape_suites(self, shape_suites: Iterable[str]) -> None:
+        """The suites exported per shape from now on (a reloaded configuration's)."""
+        self._shape_suites = frozenset(shape_suites)
 
     def describe(self) -> list[Metric]:
         return []  # families vary with the hardware; no describe-time scrape
@@ -207,6 +227,10 @@ class SixdimCollector(PromCollector):
 
     def _live(self) -> Iterator[Sample]:
         yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)
+        if self._reloads is not None:
+            host = {catalog.HOSTNAME: self._hostname}
+            yield Sample(catalog.CONFIG_RELOAD_SUCCESS, host, 1.0 if self._reloads.success else 0.0)
+            yield Sample(catalog.CONFIG_LAST_RELOAD, host, self._reloads.last_success)
         if self._history is not None:
             health = self._history.health()
             host = {catalog.HOSTNAME: self._hostname}

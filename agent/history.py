@@ -27,6 +27,13 @@ count, are thinned.  Before they are deleted, each series keeps one row per day 
 environment with the median of every figure (table ``daily``, kept forever, so long-term trends and
 version comparisons survive), and their run counts move to ``pruned_counts``, so the exported run
 counters never go down.
+
+**Private files.**  The history holds every result with its host's details (driver, devices, the
+commands of ``command`` workloads and their output), so it is its owner's alone: the database is
+created mode 0600 (created empty before SQLite opens it, as SQLite would make it 0644 under the
+usual umask; SQLite then gives its -wal and -shm files the database's mode), the spool file too, and
+a folder the agent creates for it 0700.  A database, -wal, -shm or spool file found with group or
+other permission bits loses them (0644 becomes 0600) when the agent's user owns it, with a warning.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import statistics
 import threading
 import time
@@ -60,6 +68,10 @@ MAX_PENDING = 10_000
 (and counted): about 30 MB at the size of a kernel result."""
 PRUNE_BATCH = 5_000
 """Rows read per step while thinning, so a prune of a large history holds little memory."""
+FILE_MODE = 0o600
+"""The history's files: its owner's alone."""
+FOLDER_MODE = 0o700
+"""A folder the agent creates for the history."""
 
 _SERIES_COLUMNS = ("hostname", "device_type", "gpu", "uuid", "workload", "precision", "shape", "mode",
                    "kernel_pass")
@@ -208,13 +220,16 @@ class History:
 
     # ------------------------------------------------------------------ opening
     def _connect(self) -> sqlite3.Connection:
+        for suffix in ("", "-wal", "-shm"):  # files an earlier sixdim (or SQLite's 0644) left readable
+            tighten(Path(str(self.path) + suffix))
+        create_private(self.path)
         db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=OPEN_TIMEOUT_SECONDS)
         db.row_factory = sqlite3.Row
         return db
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)  # the mode: its last folder only
         except OSError as exc:
             raise HistoryError(f"cannot create the history's folder {self.path.parent}: {exc}") from None
         try:
@@ -369,7 +384,8 @@ class History:
     # ------------------------------------------------------------------ the spool file
     def _spool(self, record: RunRecord) -> None:
         try:
-            with open(self.spool_path, "a", encoding="utf-8") as spool:
+            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            with open(fd, "a", encoding="utf-8") as spool:
                 spool.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
                 spool.flush()
                 os.fsync(spool.fileno())
@@ -387,6 +403,7 @@ class History:
 
     def _load_spool(self) -> None:
         """Queue the results an earlier process spooled and never wrote (a locked or full database)."""
+        tighten(self.spool_path)
         try:
             lines = self.spool_path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
@@ -552,6 +569,42 @@ class History:
                 f"INSERT OR REPLACE INTO daily ({_SERIES}, day, driver, cuda, torch, runs, figures) "
                 f"VALUES ({','.join('?' * 13)}, ?, ?)", (*key, runs, json.dumps(_medians(figures), sort_keys=True)))
         return len(days)
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists (SQLite takes an empty file for a new
+    database).  Not a process-wide umask, which would race with the other threads' files: ``os.open``
+    with the mode, then ``fchmod``, as the umask may take bits from the owner too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def tighten(path: Path) -> None:
+    """Take the group's and others' permission bits off a history file (0644 becomes 0600; a 0444 file
+    becomes 0400, not writable), with a warning, when this process's user owns it; leave alone a file
+    that is missing, not ours (another user's history is theirs to fix) or on a read-only mount
+    (warned about)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return  # missing, or unreadable: opening it says why
+    mode = stat.S_IMODE(status.st_mode)
+    if not stat.S_ISREG(status.st_mode) or not mode & 0o077 or status.st_uid != os.geteuid():
+        return
+    private = mode & ~0o077
+    try:
+        os.chmod(path, private)
+    except OSError as exc:
+        log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
+                    path, mode, private, exc.strerror or exc)
+        return
+    log.warning("history: %s was mode %04o (its group or others could read it); made it %04o", path, mode, private)
 
 
 def _pruned_record(row: sqlite3.Row) -> RunRecord:

@@ -93,9 +93,10 @@ class _PooledServer(WSGIServer):
         self._pool.submit(self._handle, request, client_address)
 
     def _handle(self, request: socket.socket, client_address: object) -> None:
+        tls, web = self.tls, self.web  # one configuration per connection, whatever a reload does meanwhile
         try:
-            if self.tls is not None:
-                request = self._handshake(request, client_address)
+            if tls is not None:
+                request = self._handshake(request, client_address, tls, web)
             if request is not None:
                 self.finish_request(request, client_address)
         except Exception:
@@ -105,7 +106,8 @@ class _PooledServer(WSGIServer):
                 self.shutdown_request(request)
             self._slots.release()
 
-    def _handshake(self, request: socket.socket, client_address: object) -> ssl.SSLSocket | None:
+    def _handshake(self, request: socket.socket, client_address: object, tls: ssl.SSLContext,
+                   web: "WebConfig | None") -> ssl.SSLSocket | None:
         """TLS on an accepted connection, on this pool thread: the socket wrapped, or None when the
         connection was refused (and closed): not TLS, a failed handshake, a SAN not allowed."""
         request.settimeout(self.read_timeout)
@@ -122,10 +124,10 @@ class _PooledServer(WSGIServer):
                     pass
             self.shutdown_request(request)
             return None
-        connection = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        connection = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
         try:
             connection.do_handshake()  # the read timeout bounds it
-            if self.web is not None and not self.web.allowed_peer(connection.getpeercert()):
+            if web is not None and not web.allowed_peer(connection.getpeercert()):
                 log.debug("http: %s: client certificate has no SAN in client_allowed_sans", client_address)
                 raise ssl.SSLError("client certificate SAN not allowed")
         except (OSError, ValueError) as exc:  # SSLError, timeouts, resets
@@ -176,13 +178,18 @@ def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
     return app
 
 
-def protect(app: Callable, web: "WebConfig") -> Callable:
+def protect(app: Callable, current: Callable[[], "WebConfig | None"]) -> Callable:
     """The app behind basic auth (all paths but :data:`OPEN_PATHS`) and with the configured
-    response headers on every answer."""
-    extra = list(web.headers)
+    response headers on every answer, as the web configuration ``current()`` says at each request
+    (a reload replaces it; None: neither)."""
     challenge = [("WWW-Authenticate", 'Basic realm="sixdim"'), ("Content-Type", "text/plain")]
 
     def protected(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        web = current()
+        if web is None:
+            return app(environ, start_response)
+        extra = list(web.headers)
+
         def respond(status: str, headers: list, exc_info: object = None) -> Callable:
             return start_response(status, list(headers) + extra, exc_info)
 
@@ -197,21 +204,28 @@ def protect(app: Callable, web: "WebConfig") -> Callable:
 
 class HttpServer:
     """Serves the app on a background thread until :meth:`shutdown`; with ``web`` (a loaded web
-    configuration file), over TLS and/or behind basic auth as it says."""
+    configuration file), over TLS and/or behind basic auth as it says.  :meth:`set_web` replaces
+    the web configuration (SIGHUP): connections accepted after it use the new one."""
 
     def __init__(self, host: str, port: int, app: Callable, *, read_timeout: float = READ_TIMEOUT_SECONDS,
                  web: "WebConfig | None" = None):
         server_class = _PooledServer6 if ":" in host else _PooledServer
-        if web is not None:
-            server_class = type(server_class.__name__, (server_class,),
-                                {"tls": web.ssl_context, "web": web, "read_timeout": read_timeout})
-            app = protect(app, web)
+        server_class = type(server_class.__name__, (server_class,), {"read_timeout": read_timeout})
         handler = type("_Handler", (_QuietHandler,), {"timeout": read_timeout})
-        self._server = make_server(host, port, app, server_class=server_class, handler_class=handler)
+        self._server = make_server(host, port, protect(app, lambda: self._server.web), server_class=server_class,
+                                   handler_class=handler)
         self.port = self._server.server_port
-        self.scheme = "https" if web is not None and web.tls else "http"
+        self.set_web(web)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="http")
         self._thread.start()
+
+    def set_web(self, web: "WebConfig | None") -> None:
+        """TLS, client certificates, basic auth and headers from now on as ``web`` says (None: plain
+        HTTP, no auth).  The context and the configuration are swapped together, each a single
+        attribute store, so a connection sees one configuration or the other."""
+        self._server.tls = web.ssl_context if web is not None else None  # type: ignore[attr-defined]
+        self._server.web = web  # type: ignore[attr-defined]
+        self.scheme = "https" if web is not None and web.tls else "http"
 
     @property
     def rejected(self) -> int:

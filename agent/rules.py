@@ -49,6 +49,9 @@ SLOWDOWN_WINDOW = 3600
 PEER_FOR = "1h"
 AGENT_DOWN_FOR = "5m"
 HISTORY_DOWN_FOR = "10m"
+CONFIG_RELOAD_FAILED_FOR = "10m"
+"""How long a failed configuration reload must last before it pages (a fix and another SIGHUP usually
+follow within minutes)."""
 HISTORY_LOSS_WINDOW = 3600
 STALE_KEEP = 86400
 """A benchmark whose last-success series disappears (the agent down, a lost history) keeps its stale
@@ -434,6 +437,20 @@ class _Rules:
             f"database were dropped because too many waited; corrupt means a broken database file was moved "
             f"aside at start and a new one begun.")
 
+    def config_reload_failed(self) -> dict[str, Any]:
+        success, last = catalog.CONFIG_RELOAD_SUCCESS, catalog.CONFIG_LAST_RELOAD
+        host = _label(success, catalog.HOSTNAME)
+        expr = (f"time() - max by ({host}) ({last.name})\n"
+                f"and on ({host})\n"
+                f"max by ({host}) ({success.name}) == 0")
+        return self.alert(
+            "SixdimConfigReloadFailed", expr, "warning",
+            f"sixdim on {self.lab(catalog.HOSTNAME)} runs an old configuration",
+            f"The last configuration reload (SIGHUP) of the agent on {self.lab(catalog.HOSTNAME)} failed at least "
+            f"{CONFIG_RELOAD_FAILED_FOR} ago: it still runs the configuration it loaded "
+            f"{{{{ humanizeDuration $value }}}} ago, and would refuse the file on disk at its next restart.",
+            for_=CONFIG_RELOAD_FAILED_FOR)
+
     def groups(self) -> list[dict[str, Any]]:
         return [
             {"name": "sixdim-results", "rules": [
@@ -447,7 +464,8 @@ class _Rules:
             ]},
             {"name": "sixdim-fleet", "rules": [self.peers()]},
             {"name": "sixdim-runs", "rules": [self.stale(), self.failing()]},
-            {"name": "sixdim-agent", "rules": [self.agent_down(), self.history_down(), self.history_loss()]},
+            {"name": "sixdim-agent", "rules": [self.agent_down(), self.history_down(), self.history_loss(),
+                                               self.config_reload_failed()]},
         ]
 
 

@@ -1,12 +1,15 @@
 """Runs one workload in a child process, with a timeout, and classifies how it ended.
 
 The child is a fresh interpreter (``python -m agent.worker``) in its own session
-and process group, so that a timeout or shutdown can stop it and anything it
-started with one ``killpg``.  Whatever happens there (an exception, a signal, a
-hang, the OOM killer), the daemon gets a :class:`WorkerOutcome` and keeps serving.
-Being in its own session, the worker gets no Ctrl-C from the terminal: whoever runs it
-stops it (``stop``), and however :func:`run_worker` ends, an exception in the caller
-included, the group is killed and the temporary folder removed.
+and process group, tagged (:data:`agent.proctree.TAG_VARIABLE`) and made a child subreaper, so
+that a timeout or shutdown stops it and everything it started, a ``setsid`` grandchild included
+(:func:`agent.proctree.stop_run`; SIGTERM to all of them first, SIGKILL after
+:data:`TERMINATE_GRACE_SECONDS`).  Whatever happens there (an exception, a signal, a hang, the OOM
+killer), the daemon gets a :class:`WorkerOutcome` and keeps serving.  Being in its own session,
+the worker gets no Ctrl-C from the terminal: whoever runs it stops it (``stop``), and however
+:func:`run_worker` ends, an exception in the caller included, every process of the run is killed
+and the temporary folder removed.  If the agent itself dies, the worker notices and does the same
+(:func:`agent.worker.watch_parent`).
 
 While the worker runs, an optional ``between_cases`` hook (the idle guard) is asked after
 each case and every :data:`BETWEEN_CASES_INTERVAL_SECONDS`; a reason from it stops the
@@ -27,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agent.worker import CASE_DONE_PREFIX, PROGRESS_PREFIX
+from agent import proctree
+from agent.worker import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
 from workloads.lines import bounded_lines, stream_chunks
 
 TERMINATE_GRACE_SECONDS = 3.0
@@ -85,6 +89,21 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _terminate(pid: int, tag: str) -> None:
+    """SIGTERM to every process of the run (its group, below the worker, tagged): a chance to end
+    cleanly, which the ones that left the group would not get from ``killpg`` alone."""
+    _kill_group(pid, signal.SIGTERM)
+    for process in proctree.run_processes(pid, tag):
+        proctree._signal(process, signal.SIGTERM)
+
+
+def _kill_run(pid: int, tag: str) -> None:
+    """SIGKILL every process of the run, the worker's whole tree first (frozen, so none escapes
+    while it is killed), then what is left of its group."""
+    proctree.stop_run(pid, tag)
+    _kill_group(pid, signal.SIGKILL)
+
+
 class _OutputReader(threading.Thread):
     """Reads the worker's merged stdout/stderr: relays progress, keeps the tail for failure reasons.
 
@@ -119,7 +138,8 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
                stop: threading.Event | None = None, uses_torch: bool = True,
                gpu_uuids: list[str] | None = None,
                between_cases: Callable[[], str | None] | None = None,
-               between_cases_interval: float = BETWEEN_CASES_INTERVAL_SECONDS) -> WorkerOutcome:
+               between_cases_interval: float = BETWEEN_CASES_INTERVAL_SECONDS,
+               workdir: str | None = None, tag: str | None = None) -> WorkerOutcome:
     """Run ``entry`` (``module:function``, or one per case) on each case's parameters on ``device``,
     in one child process.
 
@@ -137,39 +157,66 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     else's job has started on the GPU).  The worker is then stopped as at a timeout, and the
     running case and those after it are ``skipped`` with that reason.  If the hook itself raises,
     that is taken as the reason (the guard fails closed).
+
+    ``workdir``: where the request and the streamed results go (the agent's worker record folder,
+    so that a successor finds them if the agent dies); by default a temporary folder, removed
+    after.  ``tag`` marks the run's processes (default: a fresh one).
     """
-    with tempfile.TemporaryDirectory(prefix="sixdim-run-") as workdir:
-        request_path = os.path.join(workdir, "request.json")
-        results_path = os.path.join(workdir, "results.jsonl")
-        with open(request_path, "w") as handle:
-            entries = entry if isinstance(entry, list) else [entry] * len(cases)
-            request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
-                                       "uses_torch": uses_torch}
-            if gpu_uuids is not None:
-                request["gpu_uuids"] = list(gpu_uuids)
-            json.dump(request, handle)
-        child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agent.worker", request_path, results_path],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=child_env, start_new_session=True)
-        try:
-            reader = _OutputReader(process.stdout, on_progress)
-            reader.start()
-            if on_start is not None:
-                on_start(process.pid)
-            ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval)
-        finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
-            _kill_group(process.pid, signal.SIGKILL)  # anything the worker left behind
+    tag = tag or new_tag()
+    if workdir is not None:
+        return _run_in(workdir, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
+                       gpu_uuids, between_cases, between_cases_interval)
+    with tempfile.TemporaryDirectory(prefix="sixdim-run-") as temporary:
+        return _run_in(temporary, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
+                       gpu_uuids, between_cases, between_cases_interval)
+
+
+def new_tag() -> str:
+    """A name for one run's processes, unique on the host."""
+    return f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
+
+
+def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float,
+            env: dict[str, str] | None, on_start: Callable[[int], None] | None,
+            on_progress: Callable[[str], None] | None, stop: threading.Event | None, uses_torch: bool,
+            gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
+            between_cases_interval: float) -> WorkerOutcome:
+    request_path = os.path.join(workdir, "request.json")
+    results_path = os.path.join(workdir, "results.jsonl")
+    with open(request_path, "w") as handle:
+        entries = entry if isinstance(entry, list) else [entry] * len(cases)
+        request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
+                                   "uses_torch": uses_torch}
+        if gpu_uuids is not None:
+            request["gpu_uuids"] = list(gpu_uuids)
+        json.dump(request, handle)
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), proctree.TAG_VARIABLE: tag,
+                 AGENT_PID_VARIABLE: str(os.getpid())}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent.worker", request_path, results_path],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=child_env, start_new_session=True)
+    try:
+        reader = _OutputReader(process.stdout, on_progress)
+        reader.start()
+        if on_start is not None:
+            on_start(process.pid)
+        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag)
+    finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
+        if process.poll() is None:  # not reaped, so its PID is still its own: stop its whole tree
+            _kill_run(process.pid, tag)
             process.wait()
-        reader.join(timeout=2.0)
-        outcome = _read_results(results_path)
-        outcome.returncode = process.returncode
-        outcome.output_tail = list(reader.tail)
-        if len(outcome.cases) < len(cases):
-            outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
-                                                            outcome.output_tail, busy)
-        return outcome
+        else:  # reaped: its PID may be reused, but the group lives on while any member does
+            _kill_group(process.pid, signal.SIGKILL)
+        proctree.stop_run(None, tag)  # what the worker left behind, detached or not
+    reader.join(timeout=2.0)
+    outcome = read_results(results_path)
+    outcome.returncode = process.returncode
+    outcome.output_tail = list(reader.tail)
+    if len(outcome.cases) < len(cases):
+        outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
+                                                        outcome.output_tail, busy)
+    return outcome
 
 
 def _ask(between_cases: Callable[[], str | None]) -> str | None:
@@ -181,7 +228,7 @@ def _ask(between_cases: Callable[[], str | None]) -> str | None:
 
 def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader,
           between_cases: Callable[[], str | None] | None = None,
-          interval: float = BETWEEN_CASES_INTERVAL_SECONDS) -> tuple[str, str]:
+          interval: float = BETWEEN_CASES_INTERVAL_SECONDS, tag: str = "") -> tuple[str, str]:
     """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy') and the busy
     reason (else ""), having stopped it if needed."""
     checked_at, checked_cases = time.monotonic(), 0
@@ -205,11 +252,11 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
             reason, busy = "busy", answer
         else:
             continue
-        _kill_group(process.pid, signal.SIGTERM)
+        _terminate(process.pid, tag)
         try:
             process.wait(timeout=TERMINATE_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
-            _kill_group(process.pid, signal.SIGKILL)
+            _kill_run(process.pid, tag)
             process.wait()
         return reason, busy
 
@@ -236,7 +283,7 @@ def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[s
     return "failed", reason
 
 
-def _read_results(path: str) -> WorkerOutcome:
+def read_results(path: str) -> WorkerOutcome:
     """Parse the streamed results; a torn last line (the worker died mid-write) is ignored."""
     outcome = WorkerOutcome()
     try:

@@ -12,6 +12,12 @@ A suite runs at start only where its ``run_at_start`` says so (see :class:`agent
 default an interval suite does, a cron suite waits for its time); the log says which at start,
 and logs a line when each suite run starts and ends, with its case counts and duration.
 Cron lines are read in UTC, the scheduler's time zone.
+
+:meth:`SuiteScheduler.replace` puts a reloaded configuration's plan in place (SIGHUP).  A suite
+running at that moment finishes as it was configured (the safe point: no case is cut short by a
+reload); its next run is the new configuration's.  A job whose schedule did not change keeps its
+next run time, so a reload never makes every suite run at once; a new suite with ``run_at_start``
+runs now, as it would have at start.
 """
 
 from __future__ import annotations
@@ -40,21 +46,47 @@ class SuiteScheduler:
         self._executor = executor
         self._plan = plan
         self._source = source
+        self._scheduler = BackgroundScheduler(timezone=timezone.utc)
+        self._generation = 0
+        self._pools: list[ThreadPoolExecutor] = []
+        self._add_jobs(plan, {})
+
+    def _add_jobs(self, plan: list[tuple[Suite, list[Device]]], kept: dict[str, tuple[str, datetime | None]]) -> None:
+        """Schedule ``plan`` on a thread pool of its own, sized for its jobs (a reload may add some).
+        ``kept``: job id -> (schedule, next run time) of the jobs scheduled before."""
         jobs = sum(len(devices) for _, devices in plan)
-        self._scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=max(1, jobs))}, timezone=timezone.utc)
+        self._generation += 1
+        alias = f"plan{self._generation}"
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        self._pools.append(pool)
+        self._scheduler.add_executor(pool, alias)
         for suite, devices in plan:
             for device in devices:
-                trigger = (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
-                           else CronTrigger.from_crontab(suite.cron))
-                extra = {"next_run_time": datetime.now(timezone.utc)} if suite.run_at_start else {}
+                job_id = f"{suite.name}@{device.name}"
+                extra: dict = {}
+                if job_id in kept and kept[job_id][0] == _schedule(suite):
+                    extra["next_run_time"] = kept[job_id][1]
+                elif suite.run_at_start and job_id not in kept:
+                    extra["next_run_time"] = datetime.now(timezone.utc)
                 self._scheduler.add_job(
-                    self.run_suite, trigger, args=(suite, device), id=f"{suite.name}@{device.name}",
+                    self.run_suite, _trigger(suite), args=(suite, device), id=job_id, executor=alias,
                     name=f"suite {suite.name} on {device.name}", max_instances=1, coalesce=True,
                     misfire_grace_time=int(suite.misfire_grace_seconds), **extra)
 
+    def replace(self, plan: list[tuple[Suite, list[Device]]], *, source: str = "") -> None:
+        """Schedule a reloaded configuration's ``plan`` instead of the current one (see the module)."""
+        kept = {job.id: (_schedule(job.args[0]), job.next_run_time) for job in self._scheduler.get_jobs()}
+        self._scheduler.remove_all_jobs()
+        self._plan, self._source = plan, source or self._source
+        self._add_jobs(plan, kept)
+        if self._scheduler.running:
+            self._log_jobs()
+
     def start(self) -> None:
         self._scheduler.start()
+        self._log_jobs()
+
+    def _log_jobs(self) -> None:
         suites = {f"{suite.name}@{device.name}": suite for suite, devices in self._plan for device in devices}
         for job in self._scheduler.get_jobs():
             log.info("scheduled %s: %s", job.name, self._describe(suites[job.id], job.next_run_time))
@@ -77,12 +109,14 @@ class SuiteScheduler:
         """Stop scheduling, stop the running worker (via the executor's stop event), wait for jobs."""
         self._executor.stop.set()
         if self._scheduler.running:
-            self._scheduler.shutdown(wait=True)
+            self._scheduler.shutdown(wait=True)  # waits for the current plan's pool
+        for pool in self._pools:  # and for earlier plans' runs, which a reload let finish
+            pool.shutdown(wait=True)
 
     def run_suite(self, suite: Suite, device: Device) -> None:
         """One scheduled run: wait for the device (another suite may have it), unless stopping."""
         stop = self._executor.stop
-        with self._executor.locks.hold([device], stop) as held:
+        with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
             if not held or stop.is_set():
                 return
             log.info("suite %s on %s: started (%s, timeout %g s per case)", suite.name, device.name,
@@ -96,6 +130,16 @@ class SuiteScheduler:
                 log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
             log.info("suite %s on %s: ended in %.1f s: %s", suite.name, device.name, time.monotonic() - started,
                      count_statuses(records))
+
+
+def _schedule(suite: Suite) -> str:
+    """A suite's schedule as text, to tell whether a reload changed it."""
+    return f"every {suite.interval_seconds:g} s" if suite.interval_seconds else f"cron {suite.cron}"
+
+
+def _trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
+    return (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
+            else CronTrigger.from_crontab(suite.cron))
 
 
 def count_statuses(records: list[RunRecord]) -> str:

@@ -2,8 +2,19 @@
 
 Stays light by design: no torch, no CUDA context.  It schedules suites, runs a suite's
 workloads in worker child processes (one shared by the cases of consecutive workloads, a
-fresh one after a crash), and serves /metrics and /healthz.  SIGTERM or SIGINT stops the
-running worker and exits within seconds.  An address it cannot listen on is a configuration
+fresh one after a crash), and serves /metrics and /healthz.
+
+One per host and history: it holds the state directory's and the history's locks for its life
+(:class:`agent.instance.AgentLock`), and before anything runs it stops and records what a dead
+predecessor's workers left (:meth:`agent.executor.Executor.recover_left_behind`).
+
+Signals: SIGTERM or SIGINT stops every worker (and whatever they started) and exits within
+seconds.  SIGHUP reloads the configuration file and the web configuration file (:func:`reload`):
+a good one replaces the schedule, the guard, the telemetry rate, the per-shape export and TLS/auth;
+a bad one is logged and the running configuration stays; ``sixdim_config_reload_success`` and
+``sixdim_config_last_reload_timestamp_seconds`` say which, as Prometheus's own metrics do.  What
+cannot change without a restart (the listen address, the history, the state directory, the
+hostname, label names, regression settings) is logged and kept.  An address it cannot listen on is a configuration
 error (exit code 2) that names the address and where it was set; so is a web configuration file
 (``--web.config.file``: TLS, basic auth, headers; see :mod:`agent.webconfig`) that cannot be read,
 is not valid, or names a certificate or key that does not load.  It is loaded before anything else
@@ -12,17 +23,24 @@ starts, so a bad one costs no history check and no worker.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import os
 import logging
 import signal
 import threading
+from dataclasses import dataclass
+from typing import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import ProcessCollector
 
 from agent import app, devices, webconfig
 from agent.config import Config, ConfigError
-from agent.exporter import SixdimCollector
+from agent.devices import DeviceError
+from agent.executor import GuardSettings
+from agent.exporter import ReloadStatus, SixdimCollector
+from agent.instance import AgentLock
 from agent.exposition import Exposition
 from agent.history import History
 from agent.http import HttpServer, make_app
@@ -31,18 +49,47 @@ from agent.scheduler import SuiteScheduler
 log = logging.getLogger("sixdim")
 
 
-def serve(config: Config) -> int:
+def serve(config: Config, reload_config: Callable[[], Config] | None = None) -> int:
+    """Run the daemon until SIGTERM or SIGINT.  ``reload_config`` loads the configuration again, as
+    it was first loaded (same file, variables and flags), for SIGHUP; None: SIGHUP only logs."""
     web = load_web_config(config)
-    parts = app.build(config, verdicts=True)
-    plan = [(suite, devices.resolve(suite.devices, parts.nvml)) for suite in config.suites]
+    lock = AgentLock(config.state_dir, config.history, listen=config.listen).acquire()
+    try:
+        return _serve(config, web, reload_config)
+    finally:
+        lock.release()
 
+
+def _plan(config: Config, nvml) -> list:
+    return [(suite, devices.resolve(suite.devices, nvml)) for suite in config.suites]
+
+
+@dataclass
+class _Running:
+    """What a reload may replace, and what reports on it."""
+
+    config: Config
+    scheduler: SuiteScheduler
+    server: HttpServer
+    results: SixdimCollector
+    parts: app.Components
+    reloads: ReloadStatus
+
+
+def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Callable[[], Config] | None) -> int:
+    parts = app.build(config, verdicts=True)
+    recovered = parts.executor.recover_left_behind()  # before anything runs on the devices
+    plan = _plan(config, parts.nvml)
+
+    reloads = ReloadStatus()
     results = CollectorRegistry()  # rendered again only when the board changes
-    results.register(SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
-                                     shape_suites=shape_suites(config)))
+    results_collector = SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
+                                        shape_suites=shape_suites(config))
+    results.register(results_collector)
     live = CollectorRegistry()  # telemetry and health, rendered on a timer
     ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
     live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
-                                  history=parts.history, part="live"))
+                                  history=parts.history, part="live", reloads=reloads))
     exposition = Exposition(parts.board, results, live, parts.history).start()
     scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
 
@@ -56,26 +103,31 @@ def serve(config: Config) -> int:
         exposition.stop()
         parts.history.close()
         raise listen_error(config, exc) from None
-    stop = threading.Event()
+    stop, hangup = threading.Event(), threading.Event()
     pruner = threading.Thread(target=_prune_daily, args=(parts.history, config, stop), daemon=True, name="prune")
 
     def on_signal(number: int, _frame: object) -> None:
         log.info("received %s, shutting down", signal.Signals(number).name)
         stop.set()
 
+    def on_hangup(_number: int, _frame: object) -> None:
+        hangup.set()  # the main loop reloads: a signal handler must not take locks
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     scheduler.start()
     pruner.start()
-    log.info("sixdim serving on %s://%s:%d/metrics (config: %s, history: %s, %d result series restored, "
-             "integrity check %.2f s)", server.scheme, host, server.port, config.source, config.history,
-             len(parts.board.latest()), parts.history.check_seconds)
-    if web is not None:
-        log.info("web config %s: TLS %s, client certificates: %s, basic auth: %s (/healthz stays open)", web.source,
-                 f"on (min {web.min_version})" if web.tls else "off", web.client_auth_type if web.tls else "-",
-                 f"{len(web.auth.users)} user(s)" if web.auth else "off")
-    while not stop.wait(1.0):
-        pass
+    log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, %d result series "
+             "restored, integrity check %.2f s%s)", server.scheme, host, server.port, os.getpid(), config.source,
+             config.history, config.state_dir, len(parts.board.latest()), parts.history.check_seconds,
+             f", {len(recovered)} case(s) of a dead predecessor's run recorded" if recovered else "")
+    _log_web(web)
+    running = _Running(config, scheduler, server, results_collector, parts, reloads)
+    while not stop.wait(0.2):
+        if hangup.is_set():
+            hangup.clear()
+            reload(running, reload_config)
     scheduler.shutdown()
     server.shutdown()
     exposition.stop()
@@ -83,6 +135,50 @@ def serve(config: Config) -> int:
     parts.history.close()
     log.info("stopped")
     return 0
+
+
+def _log_web(web: "webconfig.WebConfig | None") -> None:
+    if web is not None:
+        log.info("web config %s: TLS %s, client certificates: %s, basic auth: %s (/healthz stays open)", web.source,
+                 f"on (min {web.min_version})" if web.tls else "off", web.client_auth_type if web.tls else "-",
+                 f"{len(web.auth.users)} user(s)" if web.auth else "off")
+
+
+RESTART_ONLY = ("listen", "history", "state_dir", "hostname", "dcgm_label_names", "history_keep_days",
+                "history_max_runs", "log_level", "regression_window", "regression_min_baseline",
+                "regression_min_effect", "regression_effects")
+"""Settings a reload cannot change in a running agent (a bound socket, an open database, held
+locks, labels and verdict trackers already exported): a changed one is logged and kept."""
+
+
+def reload(running: _Running, reload_config: Callable[[], Config] | None) -> bool:
+    """SIGHUP: load the configuration and the web configuration again and put them in place, or keep
+    the running ones if either is bad (logged, ``sixdim_config_reload_success 0``)."""
+    if reload_config is None:
+        log.warning("SIGHUP: this agent was started without a configuration to reload; nothing changed")
+        return False
+    try:
+        new = reload_config()
+        web = load_web_config(new)
+        plan = _plan(new, running.parts.nvml)
+    except (ConfigError, DeviceError, OSError, ValueError) as exc:
+        running.reloads.failed()
+        log.error("SIGHUP: configuration reload failed, the running configuration stays: %s", exc)
+        return False
+    old = running.config
+    kept = [key for key in RESTART_ONLY if getattr(new, key) != getattr(old, key)]
+    running.scheduler.replace(plan, source=new.source)
+    running.parts.executor.guard = GuardSettings(new.guard_enabled, new.guard_max_utilization)
+    running.parts.executor.sample_hz = new.sample_hz
+    running.results.set_shape_suites(shape_suites(new))
+    running.server.set_web(web)
+    running.config = dataclasses.replace(new, **{key: getattr(old, key) for key in kept})
+    running.reloads.succeeded()
+    log.info("SIGHUP: configuration reloaded from %s: %d suite(s) on %d device job(s)%s", new.source,
+             len(new.suites), sum(len(d) for _, d in plan),
+             f"; needs a restart, so unchanged: {', '.join(kept)}" if kept else "")
+    _log_web(web)
+    return True
 
 
 PRUNE_EVERY_SECONDS = 86400.0
@@ -112,7 +208,8 @@ def load_web_config(config: Config) -> "webconfig.WebConfig | None":
     path = config.web_config_file
     if not path:
         return None
-    return webconfig.load(path, where=config.sources.get("agent.web_config_file", config.source))
+    return webconfig.load(path, where=config.sources.get("agent.web_config_file", config.source),
+                          insecure_permissions=config.insecure_config_permissions)
 
 
 def listen_error(config: Config, exc: OSError) -> ConfigError:

@@ -18,6 +18,14 @@ cache is emptied and its peak statistics reset (so a case's memory is its own), 
 it torch's global numeric flags are recorded in the result (``torch_flags``) and restored
 (:mod:`workloads.flags`), and whatever the timing harness held is freed.  The energy meter
 for the power phase is opened once per worker, on the GPUs the daemon names (``gpu_uuids``).
+
+A worker never outlives its agent (:func:`watch_parent`): it is a child subreaper, so whatever it
+starts stays below it even after a ``setsid``, and a thread notices within
+:data:`PARENT_POLL_SECONDS` when its parent (the agent, named in ``SIXDIM_AGENT_PID``) is gone,
+kills everything below the worker and exits.  A thread, not ``PR_SET_PDEATHSIG``: that signal
+would kill the worker before it could stop its children (or be ignored by a workload that ignores
+SIGTERM), and it fires when the *thread* that started the worker exits, not the agent.  When the
+worker ends normally it stops what its cases left running too.
 """
 
 from __future__ import annotations
@@ -27,11 +35,46 @@ import json
 import os
 import platform
 import sys
+import threading
+import time
 import traceback
 from typing import IO, Any
 
 PROGRESS_PREFIX = "sixdim-progress: "
 CASE_DONE_PREFIX = "sixdim-case-done: "
+
+
+PARENT_POLL_SECONDS = 0.1
+"""How often the worker checks that its agent is still alive."""
+
+AGENT_PID_VARIABLE = "SIXDIM_AGENT_PID"
+"""The agent's PID, given to the worker so that it knows whose child it must stay."""
+
+ORPHANED_EXIT_CODE = 125
+"""The worker's exit status when it stopped itself because its agent was gone."""
+
+
+def _stop_below_me() -> list[int]:
+    from agent import proctree
+
+    return proctree.stop_run(os.getpid(), os.environ.get(proctree.TAG_VARIABLE), keep_root=True)
+
+
+def watch_parent() -> None:
+    """Become a subreaper and start the thread that ends this worker, and everything below it,
+    when the agent is gone (see the module's docstring)."""
+    from agent import proctree
+
+    proctree.prctl(proctree.PR_SET_CHILD_SUBREAPER, 1)
+    parent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        _stop_below_me()
+        os._exit(ORPHANED_EXIT_CODE)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]:
@@ -120,7 +163,14 @@ def _end_torch_case(ctx: Any, result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    request_path, results_path = argv[1], argv[2]
+    watch_parent()
+    try:
+        return _run_request(argv[1], argv[2])
+    finally:
+        _stop_below_me()  # what a case left running in the background does not outlive the worker
+
+
+def _run_request(request_path: str, results_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
     from workloads.context import RunContext

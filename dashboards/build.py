@@ -686,6 +686,17 @@ class _Dashboards:
                           "read_only, corrupt, io, other, dropped).",
                           [Q(f"sum by ({host}, reason) ({q.increase(q.sel(c.HISTORY_WRITE_ERRORS))})",
                              q.legend(c.HOSTNAME, "reason"))], "none", w=8, bars=True),
+            gf.state_timeline("Configuration reload", "Whether the agent's last configuration reload (SIGHUP) "
+                              "succeeded; failing: it still runs the configuration it had, and the file on disk is "
+                              "the broken one (see the agent's log).",
+                              [Q(f"max by ({host}) ({q.sel(c.CONFIG_RELOAD_SUCCESS)})", q.legend(c.HOSTNAME))],
+                              mappings=[{"type": "value", "options": {
+                                  "0": {"text": "failed", "color": "red", "index": 0},
+                                  "1": {"text": "ok", "color": "green", "index": 1}}}], w=12),
+            gf.timeseries("Age of the running configuration", "Time since the agent last loaded its configuration "
+                          "successfully: its start, or its last good reload.",
+                          [Q(f"time() - max by ({host}) ({q.sel(c.CONFIG_LAST_RELOAD)})", q.legend(c.HOSTNAME))],
+                          "s", w=12),
         ]
         collectors = [
             gf.state_timeline("Telemetry collectors", "Whether each collector (nvml, host) works on the host.",

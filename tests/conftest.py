@@ -22,6 +22,13 @@ def required_tool(name: str, package: str = "prometheus") -> str:
     return path
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path, monkeypatch) -> None:
+    """Each test's sixdim processes get their own state directory (lock files, worker records), so
+    tests never share a device lock with each other, nor with a sixdim running on the machine."""
+    monkeypatch.setenv("SIXDIM_STATE_DIR", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def promtool() -> str:
     return required_tool("promtool")
@@ -44,6 +51,7 @@ def cli_env(tmp_path) -> dict[str, str]:
     on purpose (a crash) leaves nothing in /tmp, and a test can check a child cleaned up."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
     env["SIXDIM_HISTORY"] = str(tmp_path / "history.db")
+    env["SIXDIM_STATE_DIR"] = str(tmp_path / "state")
     env["SIXDIM_LOG_LEVEL"] = "warning"
     temporary = tmp_path / "tmp"
     temporary.mkdir(exist_ok=True)

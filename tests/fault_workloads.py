@@ -76,3 +76,47 @@ def says(params: dict, ctx: RunContext) -> WorkloadOutput:
     if params.get("exit"):
         os._exit(3)
     return WorkloadOutput({"seconds": 1.0})
+
+
+ESCAPE_SCRIPT = (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "detached = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'], start_new_session=True)\n"
+    "middle = os.fork()\n"
+    "if middle == 0:\n"
+    "    orphan = os.fork()\n"
+    "    if orphan == 0:\n"
+    "        os.setsid(); time.sleep(600); os._exit(0)\n"
+    "    with open(sys.argv[1] + '.orphan', 'w') as f: f.write(str(orphan))\n"
+    "    os._exit(0)\n"
+    "os.waitpid(middle, 0)\n"
+    "with open(sys.argv[1], 'w') as f: f.write(f'{os.getpid()} {detached.pid}')\n"
+    "print('escaping', flush=True)\n"
+    "while True: time.sleep(1)\n"
+)
+"""A process that ignores SIGTERM, starts a child in a new session (``setsid``) and an orphan (its
+parent exits at once, so it is re-parented), then writes ``PID DETACHED`` to argv[1] and the orphan's
+PID to argv[1].orphan, and hangs: every way out of a process group at once."""
+
+
+def escapes(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """The worker itself ignores SIGTERM and runs :data:`ESCAPE_SCRIPT` as its child, then hangs."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", ESCAPE_SCRIPT, params["pid_file"]])
+    while not os.path.exists(params["pid_file"] + ".orphan") or not os.path.exists(params["pid_file"]):
+        time.sleep(0.02)
+    with open(params["pid_file"] + ".worker", "w") as handle:
+        handle.write(f"{os.getpid()} {child.pid}")
+    ctx.progress("escaped")
+    while True:
+        time.sleep(1)
+
+
+def run_pids(pid_file: str) -> list[int]:
+    """Every PID :func:`escapes` wrote: the worker, its child, the detached one and the orphan."""
+    pids: list[int] = []
+    for suffix in ("", ".orphan", ".worker"):
+        with open(pid_file + suffix) as handle:
+            pids += [int(word) for word in handle.read().split()]
+    return pids

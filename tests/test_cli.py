@@ -115,6 +115,7 @@ def test_run_warns_once_and_briefly_and_leaves_no_temporary_folder(cli_env):
     from pathlib import Path
 
     assert list(Path(cli_env["TMPDIR"]).glob("sixdim-run-*")) == []
+    assert list((Path(cli_env["SIXDIM_STATE_DIR"]) / "workers").iterdir()) == []  # the worker records too
 
 
 def test_results_table_shows_training_figures_and_int8_in_op_per_second():

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent import catalog
 from agent.board import Board
 from agent.verdicts import Verdicts
-from agent.exporter import SixdimCollector
+from agent.exporter import ReloadStatus, SixdimCollector
 from agent.runner import STOPPING_REASON
 from agent.history import History
 from collectors.host import HostCollector, RaplReader
@@ -100,8 +100,12 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     board.add(make_record(**figures))
     for status in ("failed", "timeout", "skipped"):
         board.add(make_record(status))
-    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"))
+    reloads = ReloadStatus()
+    reloads.failed()  # a reload failed: 0, and the time of the last good load stays
+    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"), reloads=reloads)
     exported = {name for name, _ in samples(text)}
+    assert find(text, "sixdim_config_reload_success") == [0.0]
+    assert find(text, "sixdim_config_last_reload_timestamp_seconds") == [reloads.last_success]
     for metric in catalog.ALL_METRICS:
         assert metric.name in exported, metric.name
     assert find(text, "sixdim_host_rapl_energy_joules_total", domain="package-0") == [2.5]

@@ -72,7 +72,7 @@ def test_a_host_wide_run_waits_for_every_gpus_lock_and_holds_them_all(tmp_path, 
     assert {name: r.status for name, r in records.items()} == {"a": "ok", "host": "ok", "c": "ok"}
     assert records["host"].figures["begin_unix"] >= records["a"].figures["end_unix"]
     assert records["c"].figures["begin_unix"] >= records["host"].figures["end_unix"]
-    assert "host on cuda:0 waits for cuda:1: another suite is running on it" in caplog.text
+    assert "host on cuda:0 waits for cuda:1: another suite of this agent is running on it" in caplog.text
 
 
 def test_device_locks_are_taken_in_index_order_whatever_the_order_asked():
@@ -83,7 +83,8 @@ def test_device_locks_are_taken_in_index_order_whatever_the_order_asked():
     waits = {"cuda:0": threading.Event(), "cuda:1": threading.Event()}
     gpu1_taken, release_gpu1 = threading.Event(), threading.Event()
 
-    def on_wait(device) -> None:
+    def on_wait(device, who: str) -> None:
+        assert who == "another suite of this agent"
         order.append(device.name)
         waits[device.name].set()
 

@@ -4,7 +4,7 @@ A real ``sixdim run`` child runs two ``command`` cases in one worker: a quick on
 (a grandchild of sixdim, in the worker's process group).  Once the sleep runs, the test signals
 sixdim alone, as a terminal's Ctrl-C or a service manager would: the worker is in a session of its
 own, so stopping it and the sleep is sixdim's job.  Then nothing may be left: no process, no
-``sixdim-run-*`` folder (TMPDIR points at a fresh folder, see ``cli_env``), and no traceback; the
+run folder (in the state directory, or ``sixdim-run-*`` under TMPDIR: see ``cli_env``), and no traceback; the
 quick case is recorded and printed, the interrupted one recorded as skipped, and the exit code is
 the shell's 128 + signal.
 """
@@ -85,13 +85,14 @@ def test_a_signal_stops_the_worker_and_its_children_and_leaves_nothing_behind(tm
     config.write_text(SUITE)
     history = Path(cli_env["SIXDIM_HISTORY"])
     temporary = Path(cli_env["TMPDIR"])
+    workers = Path(cli_env["SIXDIM_STATE_DIR"]) / "workers"
     process = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(config), "--suite", "two",
                                 "--device", "cpu"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     descendants: list[psutil.Process] = []
     try:
         descendants = _descendants_once_sleeping(process)
-        assert list(temporary.glob("sixdim-run-*")), "the run's temporary folder is where TMPDIR says"
+        assert list(workers.iterdir()), "the run's folder (request, results, record) is in the state directory"
         process.send_signal(sig)
         stdout, stderr = process.communicate(timeout=60)
     finally:
@@ -103,7 +104,7 @@ def test_a_signal_stops_the_worker_and_its_children_and_leaves_nothing_behind(tm
 
     left = _still_running(descendants)
     assert left == [], [(p.pid, p.cmdline()) for p in left]
-    assert list(temporary.iterdir()) == []
+    assert list(temporary.iterdir()) == [] and list(workers.iterdir()) == []
 
     header, *rows = stdout.split("\n\n")[0].splitlines()  # the partial table, before its notes
     assert header.startswith("workload  device")

@@ -139,7 +139,7 @@ def test_severities_and_immediacy():
     assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
             "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
             "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimHistoryDown",
-            "SixdimHistoryDataLoss"} == set(by_name)
+            "SixdimHistoryDataLoss", "SixdimConfigReloadFailed"} == set(by_name)
 
 
 def test_every_metric_and_label_in_the_rules_is_in_the_catalog():

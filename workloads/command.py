@@ -21,6 +21,10 @@ A run is ``ok`` only if it finished and something was read from it: an output no
 MLPerf run that never logged ``run_stop`` or stopped with a failure, and an INVALID MLPerf
 Inference result are ``failed``, with the reason.  docs/TRAINING_LOGS.md has every rule.
 
+What it shows while it runs (the command, its output lines) and its failure reason have the secrets
+of its parameters redacted (:mod:`agent.redact`, also used by the executor for the record): the
+command itself runs with them.
+
 Torch-free: the command may use any framework, or none.
 """
 
@@ -35,6 +39,7 @@ import subprocess
 import time
 from typing import Any
 
+from agent.redact import redact_argv, redact_shell, scrub, secret_values
 from workloads.lines import bounded_lines, stream_chunks
 from workloads.context import RunContext, WorkloadOutput
 from workloads.logparse import (INFERENCE_CHECKS, INFERENCE_RATES, Metric, Quality, TrainingLog, describe_formats,
@@ -76,7 +81,9 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                                          params["accuracy_unit"]))
     tail: collections.deque[str] = collections.deque(maxlen=10)
     lines = 0
-    ctx.progress("starting " + (command if isinstance(command, str) else shlex.join(command)))
+    secrets = secret_values(params)  # progress lines are shown and logged: no secret of the command in them
+    shown = redact_shell(command) if isinstance(command, str) else shlex.join(redact_argv(command))
+    ctx.progress("starting " + shown)
     started = time.monotonic()
     ctx.mark_window_start()
     process = subprocess.Popen(command, shell=params["shell"], cwd=params["cwd"] or None,
@@ -87,12 +94,12 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         tail.append(line)
         log.elapsed = time.monotonic() - started
         read_line(line, parsers, log)
-        ctx.progress(line[-120:])
+        ctx.progress(scrub(line, secrets)[-120:])
     code = process.wait()
     ctx.mark_window_end()
     elapsed = time.monotonic() - started
     if code != 0:
-        last = next((l for l in reversed(tail) if l.strip()), "")
+        last = scrub(next((l for l in reversed(tail) if l.strip()), ""), secrets)  # before it is cut
         raise CommandFailed(f"command exited with code {code}" + (f"; last output: {last[-300:]}" if last else ""))
     return dimensions(log, elapsed, lines, params)
 

@@ -288,8 +288,25 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
         raise ParamError("workload 'command': nothing to read in its output: formats is empty and neither "
                          "throughput_regex nor accuracy_regex is set")
     _check_quality_params(params)
-    label = params["label"] or os.path.basename(argv[0].split()[0] if params["shell"] else argv[0])
+    label = params["label"] or (_shell_program(argv[0]) if params["shell"] else os.path.basename(argv[0]))
     return [Case(dict(params), "", label, "training", "command")]
+
+
+def _shell_program(line: str) -> str:
+    """The default label of a shell command line: its program's name, after the leading ``NAME=VALUE``
+    assignments (``HF_TOKEN=... python train.py`` is ``python``: a label is exported and kept, and an
+    assignment is where a secret would be).  ``sh`` where there is no program, or the line does not
+    parse (an unterminated quote: the shell would refuse it too)."""
+    import os
+    import re
+    import shlex
+
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return "sh"
+    program = next((w for w in words if not re.match(r"[A-Za-z_][A-Za-z0-9_]*=", w)), "")
+    return os.path.basename(program) or "sh"
 
 
 COMMAND = WorkloadSpec(

@@ -1,0 +1,374 @@
+"""Process safety, faults injected into real processes: no process of a run outlives its timeout, its
+agent's stop or its agent's death (a ``setsid`` grandchild and a re-parented orphan included); the
+next start records what a killed agent was running; one agent per host and history; a device held
+by the daemon makes ``sixdim run`` wait or refuse; SIGHUP reloads without a restart.
+
+Every "nothing is left" is checked in /proc (a zombie, dead but not yet reaped, counts as gone)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from agent import proctree
+from agent.devices import cpu_device
+from agent.history import History
+from agent.instance import DeviceFileLocks, InstanceError
+from agent.devices import DeviceLocks
+from agent.runner import run_worker
+from tests.conftest import free_port
+from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+from tests.fault_workloads import ESCAPE_SCRIPT, run_pids
+
+GONE_WITHIN_SECONDS = 5.0
+
+
+def _wait_for_file(path: Path, timeout: float = 60.0, daemon: Daemon | None = None) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text()
+        if daemon is not None and daemon.process.poll() is not None:
+            raise AssertionError(f"daemon exited: {daemon.log_path.read_text()}")
+        time.sleep(0.05)
+    raise AssertionError(f"{path} not written within {timeout} s" +
+                         (f": {daemon.log_path.read_text()}" if daemon else ""))
+
+
+def _escaping_suite(script: Path, pid_file: Path, *, run_at_start: bool = True) -> str:
+    """A suite running :data:`ESCAPE_SCRIPT` as a user's command: it ignores SIGTERM, starts a child
+    in a new session and an orphan, and hangs."""
+    return f"""
+[[suites]]
+name = "escape"
+interval_seconds = 3600
+run_at_start = {str(run_at_start).lower()}
+devices = ["cpu"]
+timeout_seconds = 600
+workloads = [{{name = "command", params = {{argv = ["{sys.executable}", "{script}", "{pid_file}"], label = "escape"}}}}]
+"""
+
+
+def _escape_files(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "escape.py"
+    script.write_text(ESCAPE_SCRIPT)
+    return script, tmp_path / "pids"
+
+
+def _command_pids(pid_file: Path, daemon: Daemon | None = None) -> list[int]:
+    """The escaping command's PIDs: itself, its detached (setsid) child and the orphan."""
+    _wait_for_file(Path(str(pid_file) + ".orphan"), daemon=daemon)
+    return [int(word) for word in _wait_for_file(pid_file, daemon=daemon).split()] + [
+        int(Path(str(pid_file) + ".orphan").read_text())]
+
+
+def _worker_record(state: Path) -> dict:
+    [record] = list((state / "workers").glob("*/record.json"))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        data = json.loads(record.read_text())
+        if data["worker_pid"]:
+            return data
+        time.sleep(0.05)
+    raise AssertionError("the worker record never got the worker's PID")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if proctree.alive(pid)]
+
+
+# ----------------------------------------------------------------------------- the runner alone
+
+def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orphan(tmp_path):
+    pid_file = tmp_path / "pids"
+    outcome = run_worker("tests.fault_workloads:escapes", [{"pid_file": str(pid_file)}], "cpu", 3.0, uses_torch=False)
+    assert outcome.status == "timeout"
+    pids = run_pids(str(pid_file))
+    assert len(set(pids)) == 4  # the worker, the command, its setsid child, the orphan
+    assert _alive(pids) == []
+
+
+def test_a_killed_caller_takes_its_worker_and_everything_below_it_along(tmp_path):
+    """The agent's part is played by a plain Python process running run_worker, SIGKILLed."""
+    pid_file = tmp_path / "pids"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.runner import run_worker; "
+            f"run_worker('tests.fault_workloads:escapes', [{{'pid_file': {str(pid_file)!r}}}], 'cpu', 600.0, "
+            "uses_torch=False)")
+    caller = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
+    try:
+        _wait_for_file(Path(str(pid_file) + ".worker"))
+        pids = run_pids(str(pid_file))
+        assert _alive(pids) == sorted(set(pids), key=pids.index) or len(_alive(pids)) == len(pids)
+    finally:
+        caller.kill()
+        caller.wait()
+    assert proctree.wait_gone(pids, GONE_WITHIN_SECONDS) == []
+
+
+# ----------------------------------------------------------------------------- the daemon
+
+@pytest.fixture
+def state(tmp_path, cli_env) -> Path:
+    return Path(cli_env["SIXDIM_STATE_DIR"])
+
+
+def test_sigkill_of_the_daemon_mid_run_leaves_no_process_and_the_next_start_records_the_case(tmp_path, cli_env, state):
+    script, pid_file = _escape_files(tmp_path)
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "escape.toml", history, _escaping_suite(script, pid_file))
+    daemon = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        pids = _command_pids(pid_file, daemon)
+        record = _worker_record(state)
+        pids.append(record["worker_pid"])
+        assert len(_alive(pids)) == 4
+        assert record["agent_pid"] == daemon.process.pid and record["cases"][0]["workload"] == "command"
+    finally:
+        daemon.process.kill()  # SIGKILL: no handler, no clean-up of its own
+        daemon.process.wait()
+    assert proctree.wait_gone(pids, GONE_WITHIN_SECONDS) == [], "a process of the run outlived its agent"
+    killed_pid = daemon.process.pid
+
+    quiet = write_config(tmp_path / "quiet.toml", history, _escaping_suite(script, pid_file, run_at_start=False))
+    daemon = Daemon(quiet, free_port(), cli_env, tmp_path / "serve2.log")
+    try:
+        daemon.wait_ready()
+        [run] = list(History(history))
+        assert (run.workload, run.shape, run.status) == ("command", "escape", "skipped")
+        assert run.reason.startswith(f"interrupted: the sixdim process that ran this case (PID {killed_pid})")
+        assert list((state / "workers").iterdir()) == []
+        # an interruption is not a run: no runs_total for it
+        assert not [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["workload"] == "command"]
+        assert "died during command on cpu" in daemon.log_path.read_text()
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+
+
+def test_the_next_start_stops_what_a_frozen_worker_left_running(tmp_path, cli_env, state):
+    """The worker cannot clean up (it is stopped, as one stuck in the kernel would be): the next start
+    finds the run by its record and tag and kills all of it before anything runs."""
+    script, pid_file = _escape_files(tmp_path)
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "escape.toml", history, _escaping_suite(script, pid_file))
+    daemon = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        pids = _command_pids(pid_file, daemon)
+        worker = _worker_record(state)["worker_pid"]
+        os.kill(worker, signal.SIGSTOP)
+    finally:
+        daemon.process.kill()
+        daemon.process.wait()
+    time.sleep(1.0)
+    assert len(_alive(pids)) == 3, "the frozen worker should not have been able to stop its children"
+    quiet = write_config(tmp_path / "quiet.toml", history, _escaping_suite(script, pid_file, run_at_start=False))
+    daemon = Daemon(quiet, free_port(), cli_env, tmp_path / "serve2.log")
+    try:
+        daemon.wait_ready()
+        assert _alive(pids + [worker]) == []
+        [run] = list(History(history))
+        assert run.status == "skipped" and run.reason.startswith("interrupted: the sixdim process")
+        assert "stopped 4 process(es) of its run" in daemon.log_path.read_text()
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_ends_the_daemon_and_every_process_of_its_run_within_10_seconds(tmp_path, cli_env, state, sig):
+    script, pid_file = _escape_files(tmp_path)
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "escape.toml", history, _escaping_suite(script, pid_file))
+    daemon = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
+    daemon.wait_ready()
+    pids = _command_pids(pid_file, daemon) + [_worker_record(state)["worker_pid"]]
+    started = time.monotonic()
+    daemon.process.send_signal(sig)
+    assert daemon.stop(timeout=10) == 0
+    assert time.monotonic() - started < 10
+    assert _alive(pids) == []
+    [run] = list(History(history))
+    assert run.status == "skipped" and run.reason.startswith("interrupted: sixdim is shutting down")
+    assert list((state / "workers").iterdir()) == []
+
+
+def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_running_one(tmp_path, cli_env):
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
+        "interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false"))
+    daemon = Daemon(config, free_port(), {**cli_env, "SIXDIM_LOG_LEVEL": "info"}, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        [loaded] = daemon.samples("sixdim_config_last_reload_timestamp_seconds")
+        assert daemon.samples("sixdim_config_reload_success")[0].value == 1.0
+        assert list(History(history)) == []
+
+        # a good file: a new suite, which runs at once (run_at_start), and basic auth on /metrics; the
+        # unchanged suite keeps its next run an hour away
+        web = tmp_path / "web.yml"
+        web.write_text("basic_auth_users:\n  prom: " + bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode() + "\n")
+        web.chmod(0o600)
+        added = FAST_GEMM_SUITE.replace('name = "fast"', 'name = "added"').replace(
+            "interval_seconds = 2", "interval_seconds = 3600")
+        config.write_text(config.read_text().replace("[agent]\n", f'[agent]\nweb_config_file = "{web}"\n') + added)
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while not list(History(history)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [run] = list(History(history))
+        assert (run.suite, run.status) == ("added", "ok") and daemon.process.poll() is None
+        assert daemon.get("/metrics")[0] == 401  # the reloaded web config is in force
+        assert daemon.get("/healthz")[0] == 200
+        log = daemon.log_path.read_text()
+        assert "SIGHUP: configuration reloaded" in log
+
+        # a bad file: logged, the running configuration stays, the metric says so
+        config.write_text(config.read_text().replace("interval_seconds = 3600", "interval_seconds = nan", 1))
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "configuration reload failed" not in daemon.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "configuration reload failed, the running configuration stays" in daemon.log_path.read_text()
+        assert daemon.process.poll() is None
+        # the running web configuration still wants the credentials; the live metrics are rendered on a timer
+        request = urllib.request.Request(f"http://127.0.0.1:{daemon.port}/metrics",
+                                         headers={"Authorization": "Basic " + base64.b64encode(b"prom:secret").decode()})
+        deadline = time.monotonic() + 15
+        while True:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                text = response.read().decode()
+            if 'sixdim_config_reload_success{hostname="testhost"} 0.0' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert 'sixdim_config_reload_success{hostname="testhost"} 0.0' in text
+        reloaded = float(next(line.split()[-1] for line in text.splitlines()
+                              if line.startswith("sixdim_config_last_reload_timestamp_seconds")))
+        assert reloaded > loaded.value  # the good reload's time, not the bad one's
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+
+
+def test_a_second_daemon_is_refused_naming_the_first(tmp_path, cli_env):
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
+        "interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false"))
+    first = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
+    try:
+        first.wait_ready()
+        second = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+                                 "--listen", f"127.0.0.1:{free_port()}"], env=cli_env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 2
+        assert f"PID {first.process.pid} (sixdim serve" in second.stderr
+        assert "state directory" in second.stderr and second.stderr.count("\n") == 1
+        # its own state directory, the same history: refused for the history
+        other = dict(cli_env, SIXDIM_STATE_DIR=str(tmp_path / "other-state"))
+        third = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+                                "--listen", f"127.0.0.1:{free_port()}"], env=other, capture_output=True, text=True,
+                               timeout=60)
+        assert third.returncode == 2 and f"the history {history}" in third.stderr
+        assert f"PID {first.process.pid}" in third.stderr
+        assert first.get("/healthz")[0] == 200  # the first one never noticed
+        assert first.stop() == 0
+    finally:
+        if first.process.poll() is None:
+            first.process.kill()
+
+
+def test_sixdim_run_refuses_or_waits_for_a_device_the_daemon_holds(tmp_path, cli_env, state):
+    script, pid_file = _escape_files(tmp_path)
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "escape.toml", history, _escaping_suite(script, pid_file))
+    daemon = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        _command_pids(pid_file, daemon)  # the daemon's suite is running on the CPU
+        args = [sys.executable, "-m", "agent", "run", "--device", "cpu", "-w", "gemm", "-p", "m=64", "-p", "n=64",
+                "-p", "k=64", "-p", "precisions=fp32"]
+        refused = subprocess.run(args + ["--no-wait"], env=cli_env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 3, refused.stderr
+        assert f"cpu is in use by PID {daemon.process.pid} (sixdim serve" in refused.stderr
+        assert "running suite escape on cpu" in refused.stderr
+
+        waiting = subprocess.Popen(args, env={**cli_env, "SIXDIM_LOG_LEVEL": "info"}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+        assert waiting.poll() is None  # it waits while the suite runs...
+        daemon.stop()  # ...and runs once the daemon lets go of the CPU
+        out, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err
+        assert f"waits for cpu: PID {daemon.process.pid} (sixdim serve" in err
+        assert "gemm" in out
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+
+
+# ----------------------------------------------------------------------------- the locks in-process
+
+def test_device_file_locks_are_exclusive_between_holders_and_name_the_holder(tmp_path):
+    """Two lock sets on one state directory behave as two processes would (flock is per open file)."""
+    device = cpu_device()
+    daemon_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim serve"))
+    run_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim run"), wait=False)
+    waiting_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim run"))
+    release, told, got = threading.Event(), [], threading.Event()
+
+    def daemon() -> None:
+        with daemon_locks.hold([device], what="gemm on cpu (suite quick)") as held:
+            assert held
+            with daemon_locks.hold([device]) as again:  # re-entrant within the process
+                assert again
+            release.wait(10)
+
+    holder = threading.Thread(target=daemon)
+    holder.start()
+    time.sleep(0.3)
+    with pytest.raises(InstanceError, match=rf"cpu is in use by PID {os.getpid()} \(sixdim serve, since .*running "
+                                            r"gemm on cpu \(suite quick\)\)"):
+        with run_locks.hold([device]):
+            pass
+
+    def waiter() -> None:
+        with waiting_locks.hold([device], on_wait=lambda d, who: told.append(who)) as held:
+            got.set() if held else None
+
+    second = threading.Thread(target=waiter)
+    second.start()
+    time.sleep(0.6)
+    assert not got.is_set() and told and told[0].startswith(f"PID {os.getpid()} (sixdim serve")
+    release.set()
+    holder.join(5)
+    assert got.wait(5)
+    second.join(5)
+
+
+def test_a_stop_while_waiting_for_another_process_holds_nothing(tmp_path):
+    device = cpu_device()
+    first = DeviceFileLocks(tmp_path, "sixdim serve")
+    assert first.acquire(device, None, None)
+    stop = threading.Event()
+    locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim run"))
+    threading.Timer(0.5, stop.set).start()
+    with locks.hold([device], stop) as held:
+        assert held is False
+    assert locks.lock(device).acquire(blocking=False)  # the in-process lock was given back too
+    locks.lock(device).release()
+    first.release(device)
+    with locks.hold([device]) as held:
+        assert held

@@ -215,7 +215,7 @@ class Executor:
         """The device locks, shared with the scheduler: a suite holds its device's, a host-wide run
         every GPU's."""
         self.stop = threading.Event()
-        self.records = orphans.WorkerRecords(state_dir, command) if state_dir else None
+        self.records = orphans.WorkerRecords(state_dir, command, str(history.path)) if state_dir else None
 
     def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
                 timeout: float = 600.0, use_guard: bool = True,
@@ -280,14 +280,22 @@ class Executor:
             return []
         recovered: list[RunRecord] = []
         for folder, fd in self.records.left_behind():
+            done = True
             try:
                 record = orphans.read_record(folder)
-                if record is not None:
+                if record is not None and record.history not in ("", self.records.history):
+                    killed = orphans.stop_left_behind(record)  # its processes go now; its results wait
+                    log.warning("a previous sixdim (PID %d) on another history (%s) died during a run: stopped %d "
+                                "process(es); an agent on that history will record it", record.agent_pid,
+                                record.history, len(killed))
+                    done = False
+                elif record is not None:
                     recovered += self._recover(folder, record)
             except Exception:  # one unreadable record must not keep the agent from starting
                 log.exception("could not recover the run recorded in %s; removing it", folder)
             finally:
-                shutil.rmtree(folder, ignore_errors=True)
+                if done:
+                    shutil.rmtree(folder, ignore_errors=True)
                 os.close(fd)
         return recovered
 

@@ -98,9 +98,20 @@ def list_processes(nvml: NvmlCollector, gpu_index: int, during_run: bool = False
         return [], f"cannot list processes on GPU {gpu_index}: {exc}; {then}"
 
 
+PID_NAMESPACE_HINT = ("; pid {pids} exists nowhere in this PID namespace: if sixdim runs in a container, give it "
+                      "the host's (docker run --pid=host, Kubernetes hostPID: true), because NVML lists host PIDs "
+                      "and sixdim cannot tell its own worker from another container's process otherwise")
+"""Added to a during-the-run busy reason whose PIDs do not exist here: the sign of an agent in a container
+of its own, whose own worker NVML lists under a host PID (before a run such a PID is more likely another
+container's process, and the reason stays plain)."""
+
+
 def _process_reason(gpu_index: int, foreign: list[int], during_run: bool = False) -> str:
     reason = f"busy: {len(foreign)} other process(es) on GPU {gpu_index} (pid {_shown(foreign)})"
-    return reason + " appeared during the run; run stopped" if during_run else reason
+    if during_run:
+        reason += " appeared during the run; run stopped"
+    invisible = [pid for pid in foreign if not _exists(pid)] if during_run else []
+    return reason + (PID_NAMESPACE_HINT.format(pids=_shown(invisible)) if invisible else "")
 
 
 def foreign_process_reason(nvml: NvmlCollector, gpu_index: int, is_own: Callable[[int], bool],

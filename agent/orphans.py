@@ -53,6 +53,9 @@ class WorkerRecord:
     started_at: float
     worker_pid: int = 0
     worker_start_time: int = 0
+    history: str = ""
+    """The history the run's results belong to: a sixdim on another history stops the run's
+    processes but leaves the recording to an agent of this one."""
 
 
 class RunJournal:
@@ -94,16 +97,17 @@ def device_fields(device: Device) -> dict[str, Any]:
 class WorkerRecords:
     """The ``workers`` folder of a state directory."""
 
-    def __init__(self, state_dir: str | Path, command: str):
+    def __init__(self, state_dir: str | Path, command: str, history: str = ""):
         self.folder = ensure_state_dir(Path(state_dir) / WORKERS)
         self.command = command
+        self.history = history
 
     def begin(self, tag: str, device: Device, suite: str, items: list[tuple[WorkloadSpec, Case]]) -> RunJournal:
         """Create and lock a run's record folder, before its worker starts."""
         folder = self.folder / tag
         folder.mkdir(mode=STATE_DIR_MODE)
         record = WorkerRecord(tag=tag, agent_pid=os.getpid(), command=self.command, suite=suite,
-                              device=device_fields(device), started_at=time.time(),
+                              device=device_fields(device), started_at=time.time(), history=self.history,
                               cases=[{"workload": spec.name, "params": case.params, "precision": case.precision,
                                       "shape": case.shape, "mode": case.mode, "kernel_pass": case.kernel_pass}
                                      for spec, case in items])
@@ -132,10 +136,13 @@ class WorkerRecords:
 
 
 def read_record(folder: Path) -> WorkerRecord | None:
+    """A record folder's record; None (with a warning) when it cannot be read: a record is
+    written whole and fsynced before its worker starts, so an unreadable one ran nothing."""
     try:
         data = json.loads((folder / RECORD).read_text())
         return WorkerRecord(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("worker record %s cannot be read (%s); removing it", folder, exc)
         return None
 
 

@@ -31,7 +31,6 @@ PROC = "/proc"
 TAG_VARIABLE = "SIXDIM_WORKER_TAG"
 """The environment variable that marks a run's processes (its value names the run)."""
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 FREEZE_ROUNDS = 20
@@ -120,7 +119,7 @@ def tagged(tag: str, table: Iterable[Process] | None = None) -> list[Process]:
     return found
 
 
-def _signal(process: Process, sig: int) -> bool:
+def send(process: Process, sig: int) -> bool:
     """Signal a process only if it is still the one that was found (same start time)."""
     if start_time(process.pid) != process.start_time:
         return False
@@ -158,12 +157,12 @@ def stop_run(root: int | None, tag: str | None, *, keep_root: bool = False) -> l
         if not new:
             break
         for process in new:
-            if _signal(process, signal.SIGSTOP):
+            if send(process, signal.SIGSTOP):
                 frozen[process.pid] = process
             else:
                 frozen.setdefault(process.pid, process)  # gone already: remember, do not look again
     for process in frozen.values():
-        _signal(process, signal.SIGKILL)
+        send(process, signal.SIGKILL)
     return sorted(frozen)
 
 
@@ -186,12 +185,3 @@ def prctl(option: int, value: int) -> bool:
         return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def boot_id() -> str:
-    """This boot's identity: a worker record from another boot names processes that are long gone."""
-    try:
-        with open(f"{PROC}/sys/kernel/random/boot_id") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""

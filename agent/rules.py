@@ -12,7 +12,10 @@ shapes raises one ``SixdimRegression`` whose value (and description) is 40; the 
 example (deploy/alertmanager/alertmanager.yml) then groups by host and workload.
 
 The YAML is written by a small emitter of our own (no YAML dependency), byte for byte
-deterministic: the same options always give the same file.
+deterministic: the same options always give the same file.  ``--prometheus-rule FILE`` writes the
+same groups as a prometheus-operator ``PrometheusRule`` object (``spec.groups``), committed as
+``deploy/k8s/base/prometheusrule.yaml`` for the Kubernetes deployment; a test checks that its groups
+are exactly those of ``deploy/prometheus/sixdim-rules.yml``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ EXIT_OK, EXIT_USAGE = 0, 2
 COMMITTED = "deploy/prometheus/sixdim-rules.yml"
 """Where the rules generated with the default options are committed (a test keeps it current)."""
 REGENERATE = f"sixdim rules --out {COMMITTED}"
+COMMITTED_PROMETHEUS_RULE = "deploy/k8s/base/prometheusrule.yaml"
+"""Where the same rules are committed as a prometheus-operator PrometheusRule (a test keeps it current)."""
+REGENERATE_PROMETHEUS_RULE = f"sixdim rules --prometheus-rule {COMMITTED_PROMETHEUS_RULE}"
+PROMETHEUS_RULE_API_VERSION = "monitoring.coreos.com/v1"
+PROMETHEUS_RULE_NAME = "sixdim"
 
 DEFAULT_RUNBOOK_BASE = "https://github.com/sixdim/sixdim/blob/main/docs/ALERTS.md"
 
@@ -481,7 +489,9 @@ def alerts(options: Options | None = None) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------- YAML
 
-_PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_.\-]*|\d+[a-z]+(?:\d+[a-z]+)*)$")
+_PLAIN = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_.\-]*(?:/[A-Za-z0-9_.\-]+)*|\d+[a-z]+(?:\d+[a-z]+)*)$")
+"""What is written unquoted: names, slash-separated names (``monitoring.coreos.com/v1``,
+``app.kubernetes.io/name``) and Prometheus durations."""
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "nan", "inf"}
 
 
@@ -542,6 +552,33 @@ def render(options: Options | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def prometheus_rule(options: Options | None = None) -> str:
+    """The same rules as a prometheus-operator ``PrometheusRule`` object: ``spec.groups`` holds exactly
+    the groups :func:`render` writes, so the Kubernetes deployment's alerts never drift from the rules
+    file.  No namespace: kustomize (or ``kubectl apply -n``) gives it one."""
+    options = options or Options()
+    out = [
+        "# The sixdim alert rules as a prometheus-operator PrometheusRule, generated from agent/catalog.py by",
+        "# `sixdim rules --prometheus-rule FILE`. Do not edit: change agent/rules.py (or the options) and",
+        "# regenerate. The committed copy is",
+        f"#   {REGENERATE_PROMETHEUS_RULE}",
+        f"# Options: {options.as_flags()}",
+        f"# spec.groups are exactly the groups of {COMMITTED} (a test checks both files).",
+        "# Runbooks: docs/ALERTS.md. Prometheus selects it by its ruleSelector (kube-prometheus-stack: the",
+        "# release label, unless ruleSelectorNilUsesHelmValues is false).",
+    ]
+    _emit({
+        "apiVersion": PROMETHEUS_RULE_API_VERSION,
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": PROMETHEUS_RULE_NAME,
+            "labels": {"app.kubernetes.io/name": "sixdim", "app.kubernetes.io/component": "alert-rules"},
+        },
+        "spec": {"groups": groups(options)},
+    }, 0, out)
+    return "\n".join(out) + "\n"
+
+
 # ----------------------------------------------------------------------------- the command
 
 def _arg(convert, what: str):
@@ -593,13 +630,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "rules", help="print the Prometheus alert rules generated from the metric catalog",
         description="Print (or write with --out) the Prometheus alerting rules for sixdim agents, generated from "
                     "the metric catalog, so their metric and label names always match what the agent exports. "
-                    f"The copy generated with the defaults is committed as {COMMITTED}. Each alert carries a "
+                    "--prometheus-rule writes the same groups as a prometheus-operator PrometheusRule object. "
+                    f"The copies generated with the defaults are committed as {COMMITTED} and "
+                    f"{COMMITTED_PROMETHEUS_RULE}. Each alert carries a "
                     "severity label and summary, description and runbook_url annotations; the runbooks are in "
                     "docs/ALERTS.md. Check the output with 'promtool check rules FILE'. Durations are "
                     "Prometheus durations such as 90m, 2h or 1d12h.",
-        epilog="Exit codes: 0 ok; 2 a bad option value, or a file --out cannot write.")
+        epilog="Exit codes: 0 ok; 2 a bad option value, or a file --out or --prometheus-rule cannot write.")
     rules.add_argument("--out", metavar="FILE",
                        help="write the rules to FILE (its folder is created if missing) instead of standard output")
+    rules.add_argument("--prometheus-rule", metavar="FILE",
+                       help="write the same rule groups as a prometheus-operator PrometheusRule "
+                            "(monitoring.coreos.com/v1) to FILE, for Kubernetes (its folder is created if missing); "
+                            "with --out too, both files are written, and with either nothing is printed")
     rules.add_argument("--stale-after", type=_arg(parse_duration, "duration"), default=d.stale_after,
                        metavar="DURATION",
                        help="SixdimBenchmarkStale: fire when a workload has had no ok run on a device for this "
@@ -641,16 +684,21 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 def command_rules(args: argparse.Namespace) -> int:
     try:
-        text = render(options_from_args(args))
+        options = options_from_args(args)
+        text = render(options)
+        crd_text = prometheus_rule(options) if args.prometheus_rule else ""
     except ValueError as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not args.out:
+    if not args.out and not args.prometheus_rule:
         sys.stdout.write(text)
         return EXIT_OK
-    try:
-        write_atomically(args.out, text)
-    except OSError as exc:
-        print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+    for flag, path, content in (("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text)):
+        if not path:
+            continue
+        try:
+            write_atomically(path, content)
+        except OSError as exc:
+            print(f"sixdim: error: cannot write {flag} {path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
     return EXIT_OK

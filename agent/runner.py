@@ -94,7 +94,7 @@ def _terminate(pid: int, tag: str) -> None:
     cleanly, which the ones that left the group would not get from ``killpg`` alone."""
     _kill_group(pid, signal.SIGTERM)
     for process in proctree.run_processes(pid, tag):
-        proctree._signal(process, signal.SIGTERM)
+        proctree.send(process, signal.SIGTERM)
 
 
 def _kill_run(pid: int, tag: str) -> None:

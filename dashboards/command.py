@@ -2,8 +2,8 @@
 
 The dashboards are generated with grafanalib from the metric catalog (dashboards/build.py), so their
 metric and label names always match what the agent exports.  The copies generated with the defaults
-are committed in dashboards/json/ and deploy/kubernetes/grafana-dashboards-configmap.yaml; a test
-fails while either is stale.
+are committed in dashboards/json/ and deploy/k8s/base/grafana-dashboards-configmap.yaml (part of
+the Kubernetes deployment's kustomize base); a test fails while either is stale.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dashboards.grafana import dumps
 EXIT_OK, EXIT_USAGE = 0, 2
 
 COMMITTED_DIR = "dashboards/json"
-COMMITTED_CONFIGMAP = "deploy/kubernetes/grafana-dashboards-configmap.yaml"
+COMMITTED_CONFIGMAP = "deploy/k8s/base/grafana-dashboards-configmap.yaml"
 REGENERATE = f"sixdim dashboards --out {COMMITTED_DIR} --configmap {COMMITTED_CONFIGMAP}"
 
 SIDECAR_LABEL = ("grafana_dashboard", "1")

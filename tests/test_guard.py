@@ -17,7 +17,7 @@ import pytest
 from agent.board import Board
 from agent.devices import resolve
 from agent.executor import Executor, GuardSettings
-from agent.guard import SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
+from agent.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
 from agent.history import History
 from collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
@@ -277,7 +277,8 @@ def test_during_a_run_a_listed_pid_without_a_process_is_foreign_only_if_it_stays
     assert watch.check() is None
     clock.now += 0.1
     assert watch.check() == (f"busy: 1 other process(es) on GPU 0 (pid {GONE_TOO}) appeared during the run; "
-                             f"run stopped")
+                             f"run stopped" + PID_NAMESPACE_HINT.format(pids=GONE_TOO))
+    assert "--pid=host" in watch.check() and "hostPID: true" in watch.check()  # what an agent in a container sees
 
 
 WORKER_WITH_A_CHILD = ("import subprocess, sys, time; "

@@ -40,7 +40,9 @@ def test_card_linearity_with_two_gloo_processes(tmp_path):
 
 
 def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli_env):
-    """Two `sixdim run --nnodes 2` processes on this host stand for two nodes."""
+    """Two `sixdim run --nnodes 2` processes on this host stand for two nodes: each with its own
+    history and state directory, as on two hosts (sharing one, the second would wait for the first's
+    device lock while the first waits for it at the rendezvous)."""
     import json
     import subprocess
     import sys
@@ -50,7 +52,7 @@ def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for n in range(2):
-        env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / f"node{n}.db")}
+        env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / f"node{n}.db"), "SIXDIM_STATE_DIR": str(tmp_path / f"state{n}")}
         nodes.append(subprocess.Popen(
             [sys.executable, "-m", "agent", "run", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--json",
              "-p", "steps_per_window=2", "-p", "windows=3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

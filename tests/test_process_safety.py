@@ -372,3 +372,40 @@ def test_a_stop_while_waiting_for_another_process_holds_nothing(tmp_path):
     first.release(device)
     with locks.hold([device]) as held:
         assert held
+
+
+def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_history(tmp_path):
+    """A record left by a dead `sixdim run` on history A: a sixdim on history B stops its processes
+    and leaves it; the next sixdim on history A records it."""
+    from agent.board import Board
+    from agent.executor import Executor
+    from collectors.nvml import NvmlCollector
+    from workloads import registry
+
+    def executor(history: Path) -> Executor:
+        return Executor(hostname="h", history=History(history), board=Board(), nvml=NvmlCollector("h"), rapl=None,
+                        state_dir=str(tmp_path / "state"), command="sixdim run")
+
+    dead = executor(tmp_path / "a.db")
+    spec = registry.get("gemm")
+    cases = spec.cases({"m": 64, "n": 64, "k": 64, "precisions": ["fp32"]}, "cpu")
+    journal = dead.records.begin("dead-run", cpu_device(), "", [(spec, case) for case in cases])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                               env={**os.environ, proctree.TAG_VARIABLE: "dead-run"})
+    journal.worker_started(sleeper.pid)
+    os.close(journal._fd)  # the agent dies: its lock goes, its folder stays
+    try:
+        other = executor(tmp_path / "b.db")
+        assert other.recover_left_behind() == []
+        sleeper.wait(timeout=GONE_WITHIN_SECONDS)  # its processes are stopped all the same
+        assert (tmp_path / "state" / "workers" / "dead-run").is_dir()
+        assert list(History(tmp_path / "b.db")) == []
+
+        owner = executor(tmp_path / "a.db")
+        [run] = owner.recover_left_behind()
+        assert (run.workload, run.status) == ("gemm", "skipped") and run.reason.startswith("interrupted:")
+        assert [r.uid for r in History(tmp_path / "a.db")] == [run.uid]
+        assert not (tmp_path / "state" / "workers" / "dead-run").exists()
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()

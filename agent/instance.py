@@ -32,9 +32,16 @@ class InstanceError(RuntimeError):
 
 
 def ensure_state_dir(path: str | Path) -> Path:
-    """The state directory, created mode 0700 (with its parents) if missing."""
+    """The state directory (or a folder in it), created mode 0700 (with its parents) if missing, and
+    writable: anything else is an :class:`InstanceError` naming it and the ways to choose another."""
     folder = Path(path)
-    folder.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable by this user")
+    except OSError as exc:
+        raise InstanceError(f"cannot use the state directory {folder}: {exc.strerror or exc}; choose a folder this "
+                            f"user can write with --state-dir, SIXDIM_STATE_DIR or agent.state_dir") from None
     return folder
 
 
@@ -105,12 +112,20 @@ class AgentLock:
         folder = ensure_state_dir(state_dir)
         self._locks = [(FileLock(folder / "agent.lock"), f"the state directory {folder}"),
                        (FileLock(str(history) + ".lock"), f"the history {history}")]
+        self._history = history
         self._holder = _me("sixdim serve", listen=listen, history=str(history))
 
     def acquire(self) -> "AgentLock":
         """Take both locks, or raise :class:`InstanceError` naming the other instance (holding none)."""
         for lock, what in self._locks:
-            if not lock.try_acquire(self._holder):
+            try:
+                taken = lock.try_acquire(self._holder)
+            except OSError as exc:  # a read-only or missing folder: say which file, not an errno
+                self.release()
+                raise InstanceError(f"cannot create the lock file {lock.path} of {what}: {exc.strerror or exc}; "
+                                    f"choose writable places with --state-dir/SIXDIM_STATE_DIR and "
+                                    f"--history/SIXDIM_HISTORY") from None
+            if not taken:
                 other = lock.holder()
                 self.release()
                 raise InstanceError(

@@ -409,3 +409,14 @@ def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp_path, cli_env):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for flags, named in ((["--state-dir", str(blocker / "state")], f"cannot use the state directory {blocker}/state"),
+                         (["--history", str(blocker / "h.db")], f"cannot create the lock file {blocker}/h.db.lock")):
+        done = subprocess.run([sys.executable, "-m", "agent", "serve", "--listen", f"127.0.0.1:{free_port()}", *flags],
+                              env=cli_env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"sixdim: error: {named}") and done.stderr.count("\n") == 1, done.stderr

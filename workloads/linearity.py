@@ -90,6 +90,9 @@ def _train(rank: int, local_rank: int, world: int, local_world: int, backend: st
         if rank == 0:
             with open(out_path, "w") as handle:
                 json.dump({"windows": windows, "batch": batch, "window": [marks[0][0], marks[-1][1]]}, handle)
+        # every rank leaves together: a rank that tears its gloo pairs down while a peer's transport
+        # thread still reads them can make that peer abort (SIGABRT, seen once on a loaded 2-core CI)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

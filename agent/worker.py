@@ -100,6 +100,9 @@ def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]
         env["device_name"] = torch.cuda.get_device_name(torch.device(device))
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         env["compute_capability"] = f"{major}.{minor}"
+    from workloads.onnx_session import runtime_environment
+
+    env.update(runtime_environment())  # ONNX Runtime's version and providers, where the onnx extra is installed
     return env
 
 

@@ -450,8 +450,128 @@ CONVERGENCE = WorkloadSpec(
     expander=_convergence_cases,
 )
 
+ONNX_MODELS = ("resnet50", "bert_large", "gpt")
+"""sixdim's own models the onnx workload exports (``workloads.onnx_export.MODELS``, which imports torch)."""
+ONNX_PRECISIONS = ("auto", "fp32", "tf32", "fp16")
+
+
+def _short_provider(name: str) -> str:
+    return name[:-len("ExecutionProvider")] if name.endswith("ExecutionProvider") and name != "ExecutionProvider" \
+        else name
+
+
+def _onnx_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    """One case per batch size (latency batches, then throughput batches). A user's file that can
+    be read now is checked now: a dynamic dimension no parameter sets is a ParamError here, not a
+    failed run later (one that cannot be read yet is the worker's to report)."""
+    import os
+
+    from workloads import onnx_info, onnx_inputs
+
+    model = params["model"].strip()
+    try:
+        dims = onnx_inputs.parse_dims(params["dims"])
+    except onnx_inputs.DimError as exc:
+        raise ParamError(f"workload 'onnx' parameter 'dims': {exc}") from None
+    batches = list(dict.fromkeys(params["latency_batches"] + params["throughput_batches"]))
+    if not batches:
+        raise ParamError("workload 'onnx': latency_batches and throughput_batches are both empty: no batch to run")
+    settings = "ep=" + "+".join(_short_provider(p) for p in params["providers"])
+    if params["graph_optimization"] != "all":
+        settings += f",opt={params['graph_optimization']}"
+    if params["intra_op_threads"] or params["inter_op_threads"]:
+        settings += f",threads={params['intra_op_threads']}x{params['inter_op_threads']}"
+    if params["io_binding"]:
+        settings += ",io=binding"
+    sequence = f",seq={params['sequence_length']}" if params["sequence_length"] else ""
+    if model in ONNX_MODELS:
+        if dims:
+            raise ParamError("workload 'onnx' parameter 'dims': only for a model file; sixdim's own models take "
+                             "their batch sizes and sequence_length")
+        precision = "fp32" if params["precision"] == "auto" else params["precision"]
+        prefix = f"model={model},size={params['size']}"
+        sequence = "" if model == "resnet50" else sequence
+        extra: dict[str, Any] = {}
+    else:
+        if "/" not in model and not model.endswith(".onnx"):
+            raise ParamError(f"workload 'onnx' parameter 'model': expected one of {', '.join(ONNX_MODELS)}, or the "
+                             f"path of an .onnx file, got {model!r}")
+        path = os.path.abspath(os.path.expanduser(model))
+        detected = ""
+        try:
+            info = onnx_info.read(path)
+        except (OSError, ValueError):  # OnnxInfoError is a ValueError
+            info = None  # not there yet, or not readable by the daemon: the worker says what is wrong
+        if info is not None:
+            try:
+                onnx_inputs.resolve_shapes(info.inputs, batches[0],
+                                           params["sequence_length"] or onnx_inputs.DEFAULT_SEQUENCE_LENGTH, dims)
+            except onnx_inputs.DimError as exc:
+                raise ParamError(f"workload 'onnx' model {path!r}: {exc}") from None
+            detected = onnx_info.precision_of(info.outputs)
+        precision = detected if params["precision"] == "auto" else params["precision"]
+        prefix = f"model={params['label'] or os.path.basename(path)}"
+        sequence += "".join(f",{k}={v}" for k, v in sorted(dims.items()))
+        extra = {"model": path, "detected_precision": detected}
+    return [Case({**params, **extra, "batch": b}, precision, f"{prefix},batch={b}{sequence},{settings}", "inference",
+                 "forward") for b in batches]
+
+
+ONNX = WorkloadSpec(
+    name="onnx",
+    description="An ONNX model served by ONNX Runtime on the execution providers you name (the onnx extra): "
+                "sixdim's ResNet-50, BERT-large layers or GPT decoder (exported once into a cache), or your own "
+                ".onnx file. Per batch size: latency p50/p90/p99 of single requests, samples/s, power, energy "
+                "per inference and memory, with outputs checked against PyTorch or a CPU run.",
+    entry="workloads.onnx:run",
+    params=(
+        Param("model", str, f"one of sixdim's models ({', '.join(ONNX_MODELS)}: exported on first use), or the path "
+              "of an .onnx file", "resnet50", "resnet50"),
+        Param("size", str, "sixdim's models: full (the published architecture) or small (CPU-sized)", "small", "full",
+              choices=("small", "full")),
+        Param("precision", str, "auto: fp32 for sixdim's models, a file's output type for a file; fp32 (IEEE: TF32 "
+              "off), tf32 (TF32 allowed on GPUs), fp16 (sixdim's models exported in fp16; GPU providers)", "auto",
+              "auto", choices=ONNX_PRECISIONS),
+        Param("latency_batches", int, "batch sizes of the latency cases (DeepBench: up to 4 in a data centre, 1 on "
+              "devices)", [1, 2, 4], [1, 2, 4], many=True, minimum=1, allow_empty=True),
+        Param("throughput_batches", int, "larger batch sizes of the throughput cases", [8], [32, 128], many=True,
+              minimum=1, allow_empty=True),
+        Param("sequence_length", int, "size of sequence dimensions (0: the model's own, 32 small, BERT 128 and GPT "
+              "1024 full; 128 for a file)", 0, 0, minimum=0),
+        Param("dims", str, "sizes of a file's other dynamic dimensions, NAME=SIZE (or INPUT:AXIS=SIZE for an "
+              "unnamed one)", [], [], many=True, allow_empty=True),
+        Param("vocab_size", int, "integer inputs (token ids) are drawn from [0, vocab_size) (0: the model's "
+              "vocabulary; 1000 for a file)", 0, 0, minimum=0),
+        Param("providers", str, "ONNX Runtime execution providers, in order of preference; the first must be "
+              "active, and any the machine lacks makes the case unsupported", ["CPUExecutionProvider"],
+              ["CUDAExecutionProvider"], many=True),
+        Param("graph_optimization", str, "ONNX Runtime's graph optimisation level", "all", "all",
+              choices=("disable", "basic", "extended", "all")),
+        Param("intra_op_threads", int, "threads inside an operator (0: ONNX Runtime's default, one per physical "
+              "core)", 0, 0, minimum=0),
+        Param("inter_op_threads", int, "threads across operators (0: ONNX Runtime's default)", 0, 0, minimum=0),
+        Param("io_binding", bool, "bind inputs (copied once) and outputs on the device, so host copies are not "
+              "timed", False, False),
+        Param("latency_samples", int, "single requests timed one by one for p50/p90/p99 (0: none)", 50, 200,
+              minimum=0),
+    ) + TIMING_PARAMS + (
+        Param("tolerance", float, "largest max relative error of the outputs (0: the precision's: fp32 1e-3, tf32 "
+              "2e-2, fp16 5e-2)", 0.0, 0.0, minimum=0.0),
+        Param("opset", int, "ONNX opset of sixdim's exports (0: torch's default)", 0, 0, minimum=0),
+        Param("cache_dir", str, "folder of sixdim's exports and TensorRT engines (default: "
+              "$XDG_CACHE_HOME/sixdim/onnx, or ~/.cache/sixdim/onnx)", "", ""),
+        Param("label", str, "a file's name in the shape label (default: the file's name)", "", ""),
+        Param("seed", int, "seed of sixdim's models' weights and of the synthetic inputs", 0, 0),
+        SELF_TEST,
+    ),
+    expander=_onnx_cases,
+    shapes_help="one case per batch size: latency_batches, then throughput_batches; the label names the model "
+                "(and size, or the file), batch, sequence length and dims when set, and the providers",
+)
+
 WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL, LINEARITY)}
+    GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL, LINEARITY,
+    ONNX)}
 
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -480,6 +600,10 @@ SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
                   "precisions": ["fp16", "fp32"]}),
         ("rnn", {"set": "inference", "max_batch": 4, "latency_samples": 200, "precisions": ["fp32", "fp16"]}),
         ("sparse_gemm", {"set": "inference", "max_batch": 4, "latency_samples": 200}),
+        # ONNX Runtime, where the onnx extra is installed (elsewhere these cases are unsupported)
+        ("onnx", {"model": "resnet50"}),
+        ("onnx", {"model": "bert_large"}),
+        ("onnx", {"model": "gpt"}),
     ],
     "training": [
         ("model", {}),

@@ -161,6 +161,10 @@ WORKLOAD_LATENCY_P50 = MetricDef(
     "sixdim_workload_latency_p50_seconds", "gauge",
     "Median latency of a single synchronized call (inference suite), seconds.",
     RESULT_LABELS, figure="latency_p50_seconds")
+WORKLOAD_LATENCY_P90 = MetricDef(
+    "sixdim_workload_latency_p90_seconds", "gauge",
+    "90th-percentile latency of a single request (the onnx workload; MLPerf single-stream's figure), seconds.",
+    RESULT_LABELS, figure="latency_p90_seconds")
 WORKLOAD_LATENCY_P99 = MetricDef(
     "sixdim_workload_latency_p99_seconds", "gauge",
     "99th-percentile latency of a single synchronized call (inference suite), seconds.",
@@ -325,7 +329,7 @@ VERSION_CHANGE_RATIO = MetricDef(
     "sixdim_version_change_ratio", "gauge",
     "The latest software change of a series among its recent runs: median of the first runs after it divided by "
     "the median of the last runs before it, ratio.  component names what changed (driver, cuda_runtime, cudnn, "
-    "nccl, torch, vbios; several joined by '+'), from and to the versions, verdict regression, improvement, ok or "
+    "nccl, torch, vbios, and onnxruntime for the onnx workload; several joined by '+'), from and to the versions, verdict regression, improvement, ok or "
     "insufficient_data (two-sided rank test and minimum effect).",
     VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))
 WORKLOAD_LAST_SUCCESS = MetricDef(
@@ -352,7 +356,7 @@ RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SAMPLES_PER_JOULE, WORKLOAD_MEMORY, WORKLOAD_MEMORY_RESERVED, WORKLOAD_DEVICE_MEMORY,
     WORKLOAD_SM_CLOCK, WORKLOAD_POWER_CAPPED, WORKLOAD_THERMAL_SLOWDOWN, WORKLOAD_HARDWARE_SLOWDOWN,
     WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
-    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P99,
+    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P90, WORKLOAD_LATENCY_P99,
     WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
     WORKLOAD_LINEARITY,
     WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,

@@ -76,7 +76,7 @@ DATE_TICKS = [{"dtickrange": [None, 86400000], "value": "%b %-d %H:%M"},
 """Date axis labels on one line (the year is in the page's time span)."""
 
 COMPONENTS = {"driver": "driver", "torch": "torch", "cuda_runtime": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
-              "vbios": "VBIOS"}
+              "vbios": "VBIOS", "onnxruntime": "ONNX Runtime"}
 """The version keys of :data:`agent.regression.VERSION_KEYS`, as the page names them, in the order
 a change names them."""
 MIN_SIDE_RUNS = 3
@@ -256,7 +256,7 @@ def read(path: str, keep_recent: int) -> Data:
     nan = math.nan
     sql = f"SELECT {', '.join(_SELECT)} FROM runs WHERE id > ? ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], SeriesData] = {}
-    environments: dict[str, int] = {}
+    environments: dict[tuple[str, str], int] = {}
     version_sets: dict[tuple[str, ...], int] = {}
     versions: list[dict[str, str]] = []
     unknown: set[int] = set()
@@ -281,16 +281,16 @@ def read(path: str, keep_recent: int) -> Data:
                 statuses[status] += 1
                 s.recent.append(row)
                 first, last = min(first, started), max(last, started)
-                vid = environments.get(row[16])
-                if vid is None:  # environments repeat: parse each distinct one once
-                    held = run_versions(_Run(json.loads(row[16])))
+                vid = environments.get((row[16], row[5]))
+                if vid is None:  # environments repeat: parse each distinct one (per workload) once
+                    held = run_versions(_Run(json.loads(row[16]), row[5]))
                     values = held or dict.fromkeys(VERSION_KEYS, "")
                     vid = version_sets.setdefault(tuple(values.values()), len(versions))
                     if vid == len(versions):
                         versions.append(values)
                         if held is None:
                             unknown.add(vid)
-                    environments[row[16]] = vid
+                    environments[(row[16], row[5])] = vid
                 if vid not in unknown and (not s.version_runs or s.version_runs[-1][1] != vid):
                     s.version_runs.append((started, vid))
                 if status != "ok":

@@ -85,8 +85,13 @@ def primary_figure(figures: Mapping[str, Any]) -> str:
     return "seconds"
 
 
-VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios")
+VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime")
 """RunRecord.environment entries whose change is a known break point (a new segment)."""
+
+WORKLOAD_VERSION_KEYS: dict[str, frozenset[str]] = {"onnxruntime": frozenset({"onnx"})}
+"""Version keys that are a break point only for some workloads' series.  Every torch worker records
+ONNX Runtime's version (one worker serves a whole suite), but only the ``onnx`` workload runs on it:
+an ONNX Runtime upgrade must not start a new segment, and reset the baseline, of every GEMM."""
 
 INCORRECT = "incorrect"
 
@@ -565,7 +570,9 @@ def versions(record: Any) -> dict[str, str] | None:
     env = record.environment or {}
     if not any(env.get(k) for k in VERSION_KEYS):
         return None
-    return {k: str(env.get(k, "")) for k in VERSION_KEYS}
+    workload = getattr(record, "workload", "")
+    return {k: str(env.get(k, "")) if k not in WORKLOAD_VERSION_KEYS or workload in WORKLOAD_VERSION_KEYS[k] else ""
+            for k in VERSION_KEYS}
 
 
 def version_breaks(records: Sequence[Any]) -> list[int]:

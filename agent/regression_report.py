@@ -227,7 +227,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
         where += f" AND workload IN ({', '.join('?' * len(workloads))})"
     sql = f"SELECT id, {selected} FROM runs WHERE id > ? AND {where} ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], Series] = {}
-    environments: dict[str, int] = {}
+    environments: dict[tuple[str, str], int] = {}
     version_sets: dict[tuple[str, ...], int] = {}
     versions: list[dict[str, str]] = []
     last, runs = 0, 0
@@ -244,13 +244,13 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                 if s is None:
                     s = series[key] = Series(key)
                 s.model_name = row[10]
-                vid = environments.get(row[14])
-                if vid is None:  # environments repeat: parse each distinct one once
-                    held = run_versions(_Run(json.loads(row[14]))) or dict.fromkeys(VERSION_KEYS, "")
+                vid = environments.get((row[14], row[5]))
+                if vid is None:  # environments repeat: parse each distinct one (per workload) once
+                    held = run_versions(_Run(json.loads(row[14]), row[5])) or dict.fromkeys(VERSION_KEYS, "")
                     vid = version_sets.setdefault(tuple(held.values()), len(versions))
                     if vid == len(versions):
                         versions.append(held)
-                    environments[row[14]] = vid
+                    environments[(row[14], row[5])] = vid
                 out = [nan] * width
                 out[0], out[1], out[2] = row[11], row[12], vid
                 for name, value in json.loads(row[13]).items():
@@ -263,9 +263,10 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
 
 @dataclass
 class _Run:
-    """The one field :func:`agent.regression.versions` reads."""
+    """The fields :func:`agent.regression.versions` reads."""
 
     environment: dict[str, Any]
+    workload: str = ""
 
 
 # ---------------------------------------------------------------------------- analysis

@@ -323,7 +323,7 @@ class _Dashboards:
         return gf.table(
             "Software changes and their verdicts",
             "The latest software change among each series' recent runs: what changed (driver, cuda_runtime, cudnn, "
-            "nccl, torch, vbios), from and to which versions, the median over the workload's shapes of the ratio of "
+            "nccl, torch, vbios; onnxruntime for the onnx workload), from and to which versions, the median over the workload's shapes of the ratio of "
             "the first runs after it to the last runs before it, and the verdict (regression, improvement, ok, "
             "insufficient_data).",
             [Q(f"quantile by ({q.by(*labels)}) (0.5, {q.sel(c.VERSION_CHANGE_RATIO)})", name="after / before")],
@@ -355,8 +355,9 @@ class _Dashboards:
             gf.timeseries("Fraction of the published peak", "Achieved FLOP/s (or bytes/s) over the GPU's published "
                           "dense peak for the precision.", [Q(per_shape(c.WORKLOAD_PEAK_RATIO), leg)], "percentunit",
                           results=True, may_be_empty=PEAK),
-            gf.timeseries("Inference latency, p50 and p99", "Latency percentiles of single synchronized calls.",
+            gf.timeseries("Inference latency, p50, p90 and p99", "Latency percentiles of single synchronized calls (p90: the onnx workload only).",
                           [Q(per_shape(c.WORKLOAD_LATENCY_P50), self.shape_legend() + " p50"),
+                           Q(per_shape(c.WORKLOAD_LATENCY_P90), self.shape_legend() + " p90"),
                            Q(per_shape(c.WORKLOAD_LATENCY_P99), self.shape_legend() + " p99")], "s", results=True,
                           may_be_empty=INFERENCE),
         ]

@@ -189,6 +189,31 @@ def test_driver_change_gives_a_version_verdict_naming_both_versions():
     assert rg.evaluate_records(runs, "flops").segment_start == 20
 
 
+def test_an_onnx_runtime_upgrade_is_a_break_point_of_onnx_series_only():
+    """Every worker records ONNX Runtime's version; only the onnx workload's series start a new
+    segment and get a version verdict when it changes."""
+    import dataclasses
+
+    rnd = random.Random(7)
+
+    def run(i, workload, ort, level):
+        r = record(i, level * (1 + rnd.gauss(0, 0.005)))
+        return dataclasses.replace(r, workload=workload, environment={**r.environment, "onnxruntime": ort})
+
+    for workload, breaks in (("gemm", []), ("onnx", [20])):
+        runs = [run(i, workload, "1.31.0", 1e15) for i in range(20)]
+        runs += [run(20 + i, workload, "1.32.0", 0.9e15) for i in range(10)]
+        assert rg.version_breaks(runs) == breaks, workload
+        verdicts = rg.version_verdicts(runs, "flops")
+        if workload == "onnx":
+            [v] = verdicts
+            assert v.changes == {"onnxruntime": ("1.31.0", "1.32.0")} and v.state == rg.REGRESSION
+            assert v.describe().startswith("onnxruntime 1.31.0 \u2192 1.32.0")
+        else:
+            assert verdicts == []
+            assert rg.versions(runs[-1])["onnxruntime"] == ""
+
+
 def test_group_series_and_evaluate_series():
     runs = [record(i, 1e15 * (1 + 0.001 * (i % 3))) for i in range(30)]
     other = [record(i, 2e15, uuid="GPU-2") for i in range(5)]

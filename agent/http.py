@@ -7,8 +7,12 @@ costs a memory copy, whatever the history holds.
 Connections are handled by a **bounded pool** of threads, not one thread per connection: at most
 :data:`WORKERS` requests are served at once and :data:`QUEUED` more wait; a connection beyond
 that is closed at once (and counted in the log), so a flood of connections cannot make the daemon
-grow threads or memory.  Every connection has a **read timeout** (:data:`READ_TIMEOUT_SECONDS`),
-so a client that opens a connection and sends nothing holds a pool thread only that long.
+grow threads or memory.  A connection reaches the pool only once it has sent something: until
+then it waits in a **waiting room** (:class:`_WaitingRoom`: one thread and a selector, at most
+:data:`WAITING` connections), and one that sends nothing within the **read timeout**
+(:data:`READ_TIMEOUT_SECONDS`) is closed there.  So idle or half-open connections hold no pool
+thread at all, and ``/healthz`` and scrapes go on answering through a flood of them; a client
+that sends its request slowly holds a pool thread for at most the read timeout per read.
 
 With a web configuration file (:mod:`agent.webconfig`), the endpoint serves **TLS** and/or asks
 for **basic auth**.  The TLS handshake happens on the pool thread, under the same read timeout, so
@@ -24,9 +28,11 @@ headers go on every response, 401s and 404s included.
 from __future__ import annotations
 
 import logging
+import selectors
 import socket
 import ssl
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -42,6 +48,9 @@ WORKERS = 8
 """Requests served at once."""
 QUEUED = 64
 """Accepted connections waiting for a worker; beyond this a new connection is closed at once."""
+WAITING = 512
+"""Accepted connections that have not sent anything yet, held without a thread; beyond this a new
+connection is closed at once (the process's file descriptors are the limit this protects)."""
 READ_TIMEOUT_SECONDS = 5.0
 """How long a connection may take to send its request (and to read the answer); with TLS, the
 handshake gets as long again."""
@@ -67,6 +76,69 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+class _WaitingRoom(threading.Thread):
+    """Holds accepted connections until they send their first bytes, then hands them to the pool;
+    closes those that send nothing within the read timeout.  One thread, one selector."""
+
+    def __init__(self, dispatch: Callable[[socket.socket, object], None], timeout: float):
+        super().__init__(daemon=True, name="http-waiting")
+        self._dispatch = dispatch
+        self._timeout = timeout
+        self._selector = selectors.DefaultSelector()
+        self._deadlines: dict[socket.socket, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    def add(self, request: socket.socket, client_address: object) -> bool:
+        """Wait for ``request`` to send something; False (not taken) when the room is full."""
+        with self._lock:
+            if len(self._deadlines) >= WAITING or self._stopped.is_set():
+                return False
+            self._deadlines[request] = (time.monotonic() + self._timeout, client_address)
+            self._selector.register(request, selectors.EVENT_READ)
+        return True
+
+    def _take(self, request: socket.socket) -> object | None:
+        with self._lock:
+            entry = self._deadlines.pop(request, None)
+            if entry is not None:
+                self._selector.unregister(request)
+        return None if entry is None else entry[1]
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                events = self._selector.select(timeout=0.1)
+            except (OSError, ValueError):  # a socket closed under us by stop(); the loop ends
+                continue
+            for key, _ in events:
+                address = self._take(key.fileobj)  # type: ignore[arg-type]
+                if address is not None:
+                    self._dispatch(key.fileobj, address)  # type: ignore[arg-type]
+            now = time.monotonic()
+            with self._lock:
+                expired = [r for r, (deadline, _) in self._deadlines.items() if deadline <= now]
+            for request in expired:
+                if self._take(request) is not None:
+                    _close(request)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            waiting, self._deadlines = list(self._deadlines), {}
+            for request in waiting:
+                self._selector.unregister(request)
+        for request in waiting:
+            _close(request)
+
+
+def _close(request: socket.socket) -> None:
+    try:
+        request.close()
+    except OSError:
+        pass
+
+
 class _PooledServer(WSGIServer):
     """A WSGI server whose requests run on a bounded thread pool (see the module docstring)."""
 
@@ -81,14 +153,23 @@ class _PooledServer(WSGIServer):
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
         self.rejected = 0
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
+        self._room = _WaitingRoom(self._to_pool, self.read_timeout)
+        self._room.start()
 
     def process_request(self, request: socket.socket, client_address: object) -> None:
+        if not self._room.add(request, client_address):
+            self._refuse(request, "waiting to send their request")
+
+    def _refuse(self, request: socket.socket, where: str) -> None:
+        self.rejected += 1
+        if self.rejected == 1 or self.rejected % 1000 == 0:
+            log.warning("http: %d connection(s) refused: too many %s", self.rejected, where)
+        self.shutdown_request(request)
+
+    def _to_pool(self, request: socket.socket, client_address: object) -> None:
+        """A connection that has sent something: to a pool thread, or closed if the pool is full."""
         if not self._slots.acquire(blocking=False):
-            self.rejected += 1
-            if self.rejected == 1 or self.rejected % 1000 == 0:
-                log.warning("http: %d connection(s) refused: %d in progress or waiting", self.rejected,
-                            WORKERS + QUEUED)
-            self.shutdown_request(request)
+            self._refuse(request, f"requests in progress or queued ({WORKERS + QUEUED})")
             return
         self._pool.submit(self._handle, request, client_address)
 
@@ -140,6 +221,7 @@ class _PooledServer(WSGIServer):
         log.debug("http: error serving %s", client_address, exc_info=True)  # timeouts, resets: not news
 
     def server_close(self) -> None:
+        self._room.stop()
         super().server_close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 

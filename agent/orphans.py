@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 WORKERS = "workers"
 RECORD = "record.json"
-RESULTS = "results.jsonl"
 
 DIED_REASON = ("interrupted: the sixdim process that ran this case (PID {pid}) ended while it ran "
                "(killed or crashed); the next sixdim found its worker record and stopped what was left")
@@ -65,10 +64,6 @@ class RunJournal:
         self.folder = folder
         self.record = record
         self._fd = fd
-
-    @property
-    def results_path(self) -> str:
-        return str(self.folder / RESULTS)
 
     def worker_started(self, pid: int) -> None:
         """Note the worker's PID and start time (its identity, should it need stopping by a successor)."""

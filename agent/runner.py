@@ -44,6 +44,9 @@ case does not keep the GPU from a job that started meanwhile."""
 STOPPING_REASON = "interrupted: sixdim is shutting down (a signal to the daemon or to sixdim run)"
 """The reason of the cases a stop request left unrun; the exporter counts none of them as runs."""
 
+RESULTS_FILE = "results.jsonl"
+"""The worker's streamed results, in its run folder (a worker record's folder keeps it for a successor)."""
+
 STDERR_TAIL_LINES = 8
 """Lines of the worker's own output kept for a failure reason (those since the last finished case)."""
 MAX_LINE_BYTES = 4096
@@ -182,7 +185,7 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
             gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
             between_cases_interval: float) -> WorkerOutcome:
     request_path = os.path.join(workdir, "request.json")
-    results_path = os.path.join(workdir, "results.jsonl")
+    results_path = os.path.join(workdir, RESULTS_FILE)
     with open(request_path, "w") as handle:
         entries = entry if isinstance(entry, list) else [entry] * len(cases)
         request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,

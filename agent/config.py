@@ -20,6 +20,7 @@ import shlex
 import socket
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -92,27 +93,27 @@ def parse_bool(value: Any) -> bool:
     raise ValueError("true or false")
 
 
-def default_history_path() -> Path:
+def default_history_path(env: Mapping[str, str]) -> Path:
     """/var/lib/sixdim for root (a system service), the XDG data folder for a user."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         return Path("/var/lib/sixdim/history.db")
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    data_home = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data_home) / "sixdim" / "history.db"
 
 
-def default_state_dir() -> Path:
+def default_state_dir(env: Mapping[str, str]) -> Path:
     """Where the agent keeps its lock files and the records of its running workers: beside the
     history for root (/var/lib/sixdim), the XDG state folder for a user.  It outlives the process
     (a SIGKILLed agent's successor finds the workers it left there) and is created mode 0700."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         return Path("/var/lib/sixdim")
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    state_home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state_home) / "sixdim"
 
 
-def default_hostname() -> str:
+def default_hostname(env: Mapping[str, str]) -> str:
     """Kubernetes sets NODE_NAME through the downward API (as for dcgm-exporter); else the host name."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
+    return env.get("NODE_NAME") or socket.gethostname()
 
 
 # --------------------------------------------------------------------------- schema
@@ -127,7 +128,7 @@ class Option:
     help: str
     parse: Callable[[Any], Any]
     expected: str
-    default: Callable[[], Any]
+    default: Callable[[Mapping[str, str]], Any]  # given load()'s environment, not os.environ
 
     @property
     def dest(self) -> str:
@@ -239,52 +240,52 @@ def _path(value: Any) -> str:
 OPTIONS: tuple[Option, ...] = (
     Option("agent.listen", "--listen", "SIXDIM_LISTEN",
            "address of /metrics and /healthz (default: 0.0.0.0:9480)",
-           _listen, "HOST:PORT with a port from 1 to 65535", lambda: f"0.0.0.0:{DEFAULT_PORT}"),
+           _listen, "HOST:PORT with a port from 1 to 65535", lambda env: f"0.0.0.0:{DEFAULT_PORT}"),
     Option("agent.history", "--history", "SIXDIM_HISTORY",
            "SQLite history database file (default: /var/lib/sixdim/history.db for root, else "
            "$XDG_DATA_HOME/sixdim/history.db, or ~/.local/share/sixdim/history.db)",
-           _path, "a file path", lambda: str(default_history_path())),
+           _path, "a file path", lambda env: str(default_history_path(env))),
     Option("agent.state_dir", "--state-dir", "SIXDIM_STATE_DIR",
            "folder of the agent's lock files (one agent per host, one run per device) and of its running "
            "workers' records (default: /var/lib/sixdim for root, else $XDG_STATE_HOME/sixdim, or "
            "~/.local/state/sixdim)",
-           _path, "a folder path", lambda: str(default_state_dir())),
+           _path, "a folder path", lambda env: str(default_state_dir(env))),
     Option("agent.history_keep_days", "--history-keep-days", "SIXDIM_HISTORY_KEEP_DAYS",
            "days raw runs are kept before they are thinned to daily medians per series (default: 90)",
-           _keep_days, "a number of days from 1 to 36500", lambda: 90.0),
+           _keep_days, "a number of days from 1 to 36500", lambda env: 90.0),
     Option("agent.history_max_runs", "--history-max-runs", "SIXDIM_HISTORY_MAX_RUNS",
            "raw runs kept at most; the oldest beyond are thinned like old ones (default: 1000000)",
-           _max_runs, "a whole number from 1000 to 100000000", lambda: 1_000_000),
+           _max_runs, "a whole number from 1000 to 100000000", lambda env: 1_000_000),
     Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME", "the hostname label (default: $NODE_NAME or the host name)",
            _str, "a string", default_hostname),
     Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error (default: info)",
-           _log_level, "one of debug, info, warning, error", lambda: "info"),
+           _log_level, "one of debug, info, warning, error", lambda env: "info"),
     Option("agent.sample_hz", "--sample-hz", "SIXDIM_SAMPLE_HZ",
            "telemetry samples per second during a run, 1 to 100 (default: 10)",
-           _sample_hz, "a number from 1 to 100", lambda: 10.0),
+           _sample_hz, "a number from 1 to 100", lambda env: 10.0),
     Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
            "export the model label as dcgm-exporter's modelName (promtool warns on camelCase; default: off)",
-           parse_bool, "true or false", lambda: False),
+           parse_bool, "true or false", lambda env: False),
     Option("agent.web_config_file", "--web.config.file", "SIXDIM_WEB_CONFIG_FILE",
            "web configuration file in the Prometheus exporter-toolkit format: TLS, client certificates, basic "
            "auth, response headers (default: none, plain HTTP; see docs/SECURITY.md)",
-           lambda value: "" if value == "" else _path(value), "a file path, or empty for plain HTTP", lambda: ""),
+           lambda value: "" if value == "" else _path(value), "a file path, or empty for plain HTTP", lambda env: ""),
     Option("regression.window", "--regression-window", "SIXDIM_REGRESSION_WINDOW",
            "runs of a series' stable segment that form its baseline, 10 to 1000 (default: 40)",
-           _whole(10, 1000), "a whole number from 10 to 1000", lambda: 40),
+           _whole(10, 1000), "a whole number from 10 to 1000", lambda env: 40),
     Option("regression.min_baseline", "--regression-min-baseline", "SIXDIM_REGRESSION_MIN_BASELINE",
            "baseline runs a series needs before it gets a verdict, 5 to 1000 (default: 10)",
-           _whole(5, 1000), "a whole number from 5 to 1000", lambda: 10),
+           _whole(5, 1000), "a whole number from 5 to 1000", lambda env: 10),
     Option("regression.min_effect", "--regression-min-effect", "SIXDIM_REGRESSION_MIN_EFFECT",
            "smallest relative change the 6-run rule reports, a ratio (default: 0.018, i.e. 1.8%%; the 3-run "
            "rule's 2.5%% scales with it); per workload or figure in the file's [regression.effects] table",
-           _effect, "a ratio above 0 and below 1", lambda: 0.018),
+           _effect, "a ratio above 0 and below 1", lambda env: 0.018),
     Option("guard.enabled", "--guard", "SIXDIM_GUARD",
            "skip a GPU run while another process uses the GPU or it is busy (default: on)",
-           parse_bool, "true or false", lambda: True),
+           parse_bool, "true or false", lambda env: True),
     Option("guard.max_utilization", "--guard-max-utilization", "SIXDIM_GUARD_MAX_UTILIZATION",
            "skip a GPU run when the GPU's utilization is above this ratio, 0 to 1 (default: 0.05)",
-           _ratio, "a ratio from 0 to 1", lambda: 0.05),
+           _ratio, "a ratio from 0 to 1", lambda env: 0.05),
 )
 
 _SECTIONS = {"agent", "guard", "regression", "suites"}
@@ -506,7 +507,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         if flag_value is not None:
             raw, where = flag_value, f"command-line flag {opt.flag}"
         if where is None:
-            values[opt.field] = opt.default()
+            values[opt.field] = opt.default(env)
             sources[opt.key] = DEFAULT_SOURCE
             continue
         sources[opt.key] = where

@@ -42,6 +42,23 @@ def test_file_then_environment_then_flags(tmp_path):
     assert config.guard_enabled is False
 
 
+def test_defaults_read_the_environment_the_loader_was_given_not_the_process(monkeypatch):
+    """The hostname, history and state folder defaults follow the env mapping passed to load(), as
+    every option does, so a reload or a test sees one environment, not a mix with os.environ."""
+    import os
+    import socket
+
+    monkeypatch.setenv("NODE_NAME", "from-the-process")
+    monkeypatch.setenv("XDG_STATE_HOME", "/process/state")
+    config = load(None, env={"NODE_NAME": "gpu-node-7", "XDG_STATE_HOME": "/given/state",
+                             "XDG_DATA_HOME": "/given/data"})
+    assert config.hostname == "gpu-node-7"
+    if os.geteuid() != 0:  # root's defaults are /var/lib/sixdim whatever the environment says
+        assert config.state_dir == "/given/state/sixdim"
+        assert config.history == "/given/data/sixdim/history.db"
+    assert load(None, env={}).hostname == socket.gethostname()
+
+
 def test_config_path_from_environment(tmp_path):
     path = write(tmp_path, '[[suites]]\nname = "n"\nworkloads = ["gemm"]\ncron = "0 3 * * *"\n')
     config = load(None, env={"SIXDIM_CONFIG": path})

@@ -147,7 +147,7 @@ def option_tables() -> st.SearchStrategy:
     tables = {}
     for opt in OPTIONS:
         section, name = opt.key.split(".", 1)
-        sensible = OPTION_VALUES.get(opt.key) or [v for v in [opt.default()] if v is not None] or [""]
+        sensible = OPTION_VALUES.get(opt.key) or [v for v in [opt.default({})] if v is not None] or [""]
         tables.setdefault(section, {})[name] = good_or(sensible)
     return st.fixed_dictionaries({}, optional={
         section: st.fixed_dictionaries({}, optional=keys) for section, keys in tables.items()})

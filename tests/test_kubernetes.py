@@ -408,7 +408,7 @@ def configuration(folder: str) -> tuple[str, str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_configmap_is_a_configuration_sixdim_loads(overlay, tmp_path, monkeypatch):
+def test_the_configmap_is_a_configuration_sixdim_loads(overlay, tmp_path):
     daemonset = one(f"overlays/{overlay}", "DaemonSet")
     agent_container = container(daemonset)
     name, key, text = configuration(f"overlays/{overlay}")
@@ -416,7 +416,6 @@ def test_the_configmap_is_a_configuration_sixdim_loads(overlay, tmp_path, monkey
     path.write_text(text)
     path.chmod(0o644)
     variables = {k: v for k, v in env_values(agent_container).items() if k.startswith("SIXDIM_")}
-    monkeypatch.setenv("NODE_NAME", "gpu-node-7")  # the hostname's default reads the process's environment
     loaded = config.load(str(path), env={**variables, "NODE_NAME": "gpu-node-7"})
     assert loaded.suites and loaded.source == str(path)
     assert loaded.hostname == "gpu-node-7"  # the hostname label is the node's name

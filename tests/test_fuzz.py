@@ -46,6 +46,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from agent import webconfig  # noqa: E402
 from agent.cli import main  # noqa: E402
+from tests.certs import encrypt_key, issue, make_ca  # noqa: E402
 from tests.conftest import required_tool  # noqa: E402
 from agent.config import MAX_SECONDS, MIN_SECONDS, OPTIONS, ConfigError, load  # noqa: E402
 from workloads import command, registry  # noqa: E402
@@ -714,21 +715,11 @@ web_inputs = st.one_of(
 def web_dir(tmp_path_factory) -> Path:
     """A folder with what a web configuration names (relative paths are relative to its file): a CA,
     a server and a client certificate it signed, an encrypted key, a file that is not PEM."""
-    openssl = required_tool("openssl", "openssl")
     folder = tmp_path_factory.mktemp("webfuzz")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=folder, check=True, capture_output=True)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=fuzz CA",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    make_ca(folder, "fuzz CA")
     for name in ("server", "client"):
-        run("req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        (folder / f"{name}.ext").write_text(f"subjectAltName=DNS:{name}.test,IP:127.0.0.1\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
-    run("pkey", "-in", "server.key", "-aes256", "-passout", "pass:abcd", "-out", "encrypted.key")
+        issue(folder, name, name, f"subjectAltName=DNS:{name}.test,IP:127.0.0.1\n")
+    encrypt_key(folder, "server.key", "encrypted.key", "abcd")
     (folder / "not-pem.txt").write_text("not a certificate\n")
     (folder / "dir").mkdir()
     for path in folder.iterdir():

@@ -23,6 +23,7 @@ pytest.importorskip("yaml")
 from agent.config import ConfigError  # noqa: E402
 from agent.http import HttpServer, make_app  # noqa: E402
 from agent import webconfig  # noqa: E402
+from tests.certs import encrypt_key, issue, make_ca, self_signed  # noqa: E402
 from tests.conftest import free_port, required_tool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,39 +42,17 @@ class Source:
 
 # --------------------------------------------------------------------------- certificates
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([required_tool("openssl", "openssl"), *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _make_key_and_csr(name: str, cn: str, cwd: Path) -> None:
-    _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=cwd)
-
-
-def _sign(name: str, extensions: str, cwd: Path) -> None:
-    (cwd / f"{name}.ext").write_text(extensions)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=cwd)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     """ca.crt/key, server.crt/key (127.0.0.1, localhost), client.crt/key (signed by the CA, SAN
     DNS:prometheus.test), rogue.crt/key (self-signed, same SAN)."""
     d = tmp_path_factory.mktemp("certs")
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=sixdim test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=d)
-    _make_key_and_csr("server", "localhost", d)
-    _sign("server", "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
-          "extendedKeyUsage=serverAuth\n", d)
-    _make_key_and_csr("client", "prometheus", d)
-    _sign("client", "basicConstraints=CA:FALSE\nsubjectAltName=DNS:prometheus.test\n"
-          "extendedKeyUsage=clientAuth\n", d)
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "rogue.key", "-out", "rogue.crt", "-days", "2", "-subj", "/CN=prometheus",
-             "-addext", "subjectAltName=DNS:prometheus.test", cwd=d)
+    make_ca(d)
+    issue(d, "server", "localhost", "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
+          "extendedKeyUsage=serverAuth\n")
+    issue(d, "client", "prometheus", "basicConstraints=CA:FALSE\nsubjectAltName=DNS:prometheus.test\n"
+          "extendedKeyUsage=clientAuth\n")
+    self_signed(d, "rogue", "prometheus", "DNS:prometheus.test")
     return d
 
 
@@ -430,8 +409,7 @@ def test_inline_pem_and_an_encrypted_key(tmp_path, certs):
         assert https_get(server.port, client_context(certs))[:2] == (200, TEXT)
     finally:
         server.shutdown()
-    _openssl("pkey", "-in", str(certs / "server.key"), "-aes256", "-passout", "pass:abcd", "-out",
-             str(tmp_path / "encrypted.key"), cwd=tmp_path)
+    encrypt_key(tmp_path, str(certs / "server.key"), "encrypted.key", "abcd")
     path = write(tmp_path, f"tls_server_config:\n  cert_file: {certs}/server.crt\n  key_file: encrypted.key\n")
     with pytest.raises(ConfigError, match="encrypted") as error:  # refused, never a passphrase prompt
         webconfig.load(str(path))

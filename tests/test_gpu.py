@@ -370,3 +370,41 @@ def test_a_failed_graph_capture_puts_the_callers_stream_back(nvml):
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "8.0"
+
+
+# (j) the onnx workload on ONNX Runtime's CUDA provider
+
+ONNX_FAST = {"rounds": 5, "min_round_seconds": 0.05, "warmup_seconds": 0.2, "latency_samples": 40,
+             "power_seconds": 0.0}
+
+
+def test_onnx_runs_on_the_cuda_provider_or_says_why_not(nvml, tmp_path):
+    """sixdim's small GPT through ``CUDAExecutionProvider``: checked against PyTorch, with GPU memory
+    from NVML. Where the installed onnxruntime has no CUDA provider (the CPU wheel), the case must be
+    ``unsupported`` naming the extra, and the test then skips with that reason."""
+    try:
+        import onnxruntime
+    except ImportError:
+        pytest.skip("onnxruntime is not installed: pip install -e '.[onnx-gpu]'")
+    device = resolve(["cuda:0"], nvml)[0]
+    params = {"model": "gpt", "size": "small", "latency_batches": [1], "throughput_batches": [32],
+              "providers": ["CUDAExecutionProvider"], "cache_dir": str(tmp_path / "onnx"), **ONNX_FAST}
+    records = _executor(nvml, tmp_path).execute_many([(registry.get("onnx"), params)], device, timeout=600)
+    _dump("onnx", records)
+    assert [r.shape for r in records] == ["model=gpt,size=small,batch=1,ep=CUDA", "model=gpt,size=small,batch=32,ep=CUDA"]
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        assert all(r.status == "unsupported" and "sixdim[onnx-gpu]" in r.reason for r in records), \
+            [(r.status, r.reason) for r in records]
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} here has no CUDA provider "
+                    f"({onnxruntime.get_available_providers()}): install the onnx-gpu extra")
+    assert not _problems(records), _problems(records)
+    for r in records:
+        f, d = r.figures, r.details
+        assert d["active_providers"][0] == "CUDAExecutionProvider", d["active_providers"]
+        assert 0 < f["latency_p50_seconds"] <= f["latency_p90_seconds"] <= f["latency_p99_seconds"]
+        assert f["max_relative_error"] <= d["tolerance"]
+        assert f["samples_per_second"] > 0
+        assert f.get("memory_bytes", 0) > 0, (f, d.get("memory_note"))  # ORT's arena, seen by NVML
+        assert r.environment["onnxruntime"] == onnxruntime.__version__
+    small, large = records
+    assert large.figures["samples_per_second"] > small.figures["samples_per_second"]  # batching pays on a GPU

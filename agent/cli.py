@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
 configuration, with a message naming the file, variable or flag, the key and what
-was expected (an address ``serve`` cannot listen on included); 130 and 143 when
+was expected (an address ``serve`` cannot listen on included); 3 when ``run --no-wait``
+finds a device another sixdim holds; 130 and 143 when
 ``run`` is stopped by SIGINT (Ctrl-C) or SIGTERM, after it has stopped its worker,
 recorded and printed what finished.
 """
@@ -96,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every agent option (listed under 'options (each also a SIXDIM_* variable ...)' in serve and run: --listen, --history, "
                "--guard, ...) is also a SIXDIM_* environment variable and a key of the TOML file; "
                "flags win over variables, variables over the file. Exit codes: 0 ok, 1 a run failed, "
-               "2 bad usage or configuration, 130/143 'run' stopped by SIGINT/SIGTERM.")
+               "2 bad usage or configuration, 3 'run --no-wait' found a device busy with another sixdim, "
+               "130/143 'run' stopped by SIGINT/SIGTERM.")
     parser.add_argument("--version", action="version", version=f"sixdim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     suite_names = ", ".join(registry.SUITES)
@@ -503,22 +505,37 @@ def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> 
 
 
 class _Progress:
-    """One status line on a terminal (stderr), rewritten in place; silent when not a terminal."""
+    """One status line on a terminal (stderr), rewritten in place; silent when not a terminal.
+
+    A log line written to the same terminal first clears the status line (a logging filter on the
+    root logger's handlers), so that ``sixdim: info: ...`` never lands at the end of a half-written
+    progress line; the next update draws it again."""
 
     def __init__(self, stream: Any):
         self._stream = stream
         self._tty = stream.isatty()
+        self._shown = False
         self.prefix = ""
+        if self._tty:
+            for handler in logging.getLogger().handlers:
+                if getattr(handler, "stream", None) is stream:
+                    handler.addFilter(self._before_log)
+
+    def _before_log(self, record: logging.LogRecord) -> bool:
+        self.clear()
+        return True  # a filter that only clears: every record is still emitted
 
     def update(self, message: str) -> None:
         if self._tty:
             self._stream.write(f"\r\033[K[{self.prefix}] {message}")
             self._stream.flush()
+            self._shown = True
 
     def clear(self) -> None:
-        if self._tty:
+        if self._tty and self._shown:
             self._stream.write("\r\033[K")
             self._stream.flush()
+            self._shown = False
 
 
 def _si(value: float | None, unit: str) -> str:

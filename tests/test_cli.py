@@ -52,7 +52,7 @@ def test_run_shows_progress_on_a_terminal(cli_env):
     result = subprocess.run(
         [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
          "-p", "precisions=fp32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"],
-        stdout=subprocess.PIPE, stderr=follower, env=cli_env, timeout=120)
+        stdout=subprocess.PIPE, stderr=follower, env={**cli_env, "SIXDIM_LOG_LEVEL": "info"}, timeout=120)
     os.close(follower)
     chunks = []
     while True:
@@ -69,6 +69,11 @@ def test_run_shows_progress_on_a_terminal(cli_env):
     assert "[gemm on cpu] warming up" in terminal
     assert "[gemm on cpu] round 5/5" in terminal
     assert "round" not in result.stdout.decode()  # progress never pollutes the results on stdout
+    # What the terminal shows: each line is what follows its last "clear the line" (\r ESC[K).
+    shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in terminal.replace("\r\n", "\n").split("\n")]
+    logged = [line for line in shown if "sixdim: info:" in line]
+    assert any("gemm on cpu: 1 ok" in line for line in logged), shown  # the executor's summary line
+    assert all(line.startswith("sixdim: ") for line in logged), logged  # never after a progress line
 
 
 def test_list_shapes_lists_every_workload_the_command_one_included(cli_env):

@@ -547,14 +547,12 @@ def _si(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-INTEGER_PRECISIONS = frozenset({"int8"})
-"""Precisions whose operations are integer ones: their rate is OP/s (TOP/s), not FLOP/s."""
 
 
 def _rate(r: RunRecord) -> str:
     """The record's main rate: FLOP/s for kernels (OP/s for integer ones), bytes/s for copies,
     samples/s for models."""
-    operations = "OP/s" if r.precision in INTEGER_PRECISIONS else "FLOP/s"
+    operations = "OP/s" if r.precision in registry.INTEGER_PRECISIONS else "FLOP/s"
     for figure, unit in (("flops", operations), ("bytes_per_second", "B/s"), ("samples_per_second", "samples/s")):
         if r.value(figure) is not None:
             return _si(r.value(figure), unit)

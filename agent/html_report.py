@@ -15,7 +15,7 @@ For a single host, or wherever no Grafana is at hand: a page a person opens in a
   fed to :class:`agent.verdicts.Verdicts`), the latest version change of each series, and the change
   points of the whole history (:func:`agent.regression_report.analyse`) with the versions either side.
 
-The charts are plotly's (an optional extra: ``pip install 'sixdim[report]'``); plotly.js is embedded
+The charts are plotly's (an optional extra: ``pip install -e '.[report]'``); plotly.js is embedded
 once, inline, so the page fetches nothing and works offline.  plotly and numpy are imported inside
 the command only: ``import agent.cli`` stays light.
 
@@ -44,10 +44,11 @@ from typing import Any, Iterable, Sequence
 
 from agent.config import load, regression_settings
 from agent.files import write_atomically
+from workloads.registry import INTEGER_PRECISIONS
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
-INSTALL_HINT = "pip install 'sixdim[report]'"
+INSTALL_HINT = "pip install -e '.[report]' in a checkout, or pip install 'sixdim[report]' from a wheel"
 """What to install when plotly is missing (the optional extra)."""
 MAX_CHARTS = 24
 """Trend charts at most; the rest are named in a note."""
@@ -113,6 +114,17 @@ _FIGURE_NAMES = {
     "flop_per_joule": "FLOP/J", "samples_per_joule": "samples/J", "memory_bytes": "memory",
     "accuracy": "accuracy", "stability_ratio": "stability", "peak_ratio": "fraction of peak",
 }
+
+
+def unit_of(figure: str, precision: str = "") -> tuple[str, str]:
+    """A figure's unit and how to print it; an integer precision's operations are OP, not FLOP."""
+    unit, kind = _UNIT.get(figure, ("", "plain"))
+    return (unit.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else unit), kind
+
+
+def figure_name(figure: str, precision: str = "") -> str:
+    name = _FIGURE_NAMES.get(figure, figure)
+    return name.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else name
 
 
 class MissingExtra(RuntimeError):
@@ -353,11 +365,11 @@ def binary(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def fmt(figure: str, value: float | None) -> str:
+def fmt(figure: str, value: float | None, precision: str = "") -> str:
     """A figure's value for a person; ``—`` where there is none (never 0 for a missing value)."""
     if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
         return "\u2014"
-    unit, kind = _UNIT.get(figure, ("", "plain"))
+    unit, kind = unit_of(figure, precision)
     if kind == "si":
         return si(value, unit)
     if kind == "count":
@@ -1085,7 +1097,8 @@ class Page:
             first = label != previous
             previous = label
             speed = row["speed_figure"]
-            speed_text = fmt(speed, values.get(speed)) if speed else "\u2014"
+            precision = row["group"][1]
+            speed_text = fmt(speed, values.get(speed), precision) if speed else "\u2014"
             linearity = fmt("linearity_ratio", values.get("linearity_ratio"))
             if linearity != "\u2014" and row["linearity_count"]:
                 linearity += f" ({row['linearity_count']}\u00d7)"
@@ -1093,7 +1106,7 @@ class Page:
             if any_suite:
                 cells.append(self.td(row["suite"]))
             cells += [self.td(str(row["shapes"]), num=True),
-                      self.td(speed_text, num=True, title=_FIGURE_NAMES.get(speed or "", "")),
+                      self.td(speed_text, num=True, title=figure_name(speed, precision) if speed else ""),
                       self.td(fmt("accuracy", values.get("accuracy")), num=True),
                       self.td(linearity, num=True),
                       self.td(fmt("power_watts", values.get("power_watts")), num=True),
@@ -1128,7 +1141,7 @@ class Page:
                 speed = r.speed[key]
                 cells = [self.td(r.group_labels[s.group]), self.device_cell(key[:4]), self.td(key[6] or "\u2014"),
                          self.td(suite),
-                         self.td(fmt(speed, figures.get(speed)) if speed else "\u2014", num=True),
+                         self.td(fmt(speed, figures.get(speed), key[5]) if speed else "\u2014", num=True),
                          self.td(fmt("accuracy", figures.get("accuracy")), num=True),
                          self.td(fmt("linearity_ratio", figures.get("linearity_ratio")), num=True),
                          self.td(fmt("power_watts", figures.get("power_watts")), num=True),
@@ -1186,7 +1199,7 @@ class Page:
         headroom = 0.11 * levels  # the top of the plot is the marks' labels', not the data's
         traces, views = [], []
         for number, (figure, found) in enumerate(figures):
-            unit, kind = _UNIT[figure]
+            unit, kind = unit_of(figure, group[1])
             scale = 1.0 / 2 ** 30 if kind == "binary" else 1.0
             suffix = " GiB" if kind == "binary" else f" {unit}"
             tick = "" if kind == "si" else ","  # plotly picks the digits; SI prefixes, or thousands separators
@@ -1214,7 +1227,7 @@ class Page:
             top = high + 0.06 * span
             top += (top - bottom) * headroom / (1 - headroom)
             views.append({"figure": figure, "start": first, "end": len(traces), "tick": tick,
-                          "title": self._axis_title(figure, shapes), "range": [_round(bottom), _round(top)]})
+                          "title": self._axis_title(figure, shapes, group[1]), "range": [_round(bottom), _round(top)]})
         shapes_layout, annotations = [], []
         for i, mark in enumerate(marks):
             x = int(round(mark["at"] * 1000))
@@ -1242,7 +1255,7 @@ class Page:
             buttons = []
             for v in views:
                 visible = [v["start"] <= i < v["end"] for i in range(len(traces))]
-                label = "Speed" if v["figure"] == speed else _FIGURE_NAMES[v["figure"]].capitalize()
+                label = "Speed" if v["figure"] == speed else figure_name(v["figure"]).capitalize()
                 buttons.append({"label": label, "method": "update",
                                 "args": [{"visible": visible},
                                          {"yaxis.title.text": v["title"], "yaxis.tickformat": v["tick"],
@@ -1251,10 +1264,10 @@ class Page:
                                       "xanchor": "left", "yanchor": "bottom", "pad": {"b": 4, "l": 0},
                                       "buttons": buttons, "bgcolor": "#f6f8fa", "bordercolor": "#c3ccd5",
                                       "font": {"size": 12}}]
-        what = _FIGURE_NAMES.get(speed, speed)
+        what = figure_name(speed, group[1])
         how = "each run" if width is None else f"the median per {_duration(width)}"
         several = f", the geometric mean over {shapes} shapes" if shapes > 1 else ""
-        unit = _UNIT[speed][0]
+        unit = unit_of(speed, group[1])[0]
         title = f"{esc(r.group_labels[group])} \u2014 {esc('speed' if what == unit else what)} ({esc(unit)})"
         sub = (f"{runs:,} ok runs on {len(lines)} device(s); a point is {how}{several}"
                + (f"; {len(marks)} version change(s) marked" if marks else ""))
@@ -1263,9 +1276,9 @@ class Page:
                 + self.chart({"data": traces, "layout": layout}, height=height))
 
     @staticmethod
-    def _axis_title(figure: str, shapes: int) -> str:
-        unit, kind = _UNIT[figure]
-        name = _FIGURE_NAMES.get(figure, figure)
+    def _axis_title(figure: str, shapes: int, precision: str = "") -> str:
+        unit, kind = unit_of(figure, precision)
+        name = figure_name(figure, precision)
         unit = "GiB" if kind == "binary" else unit
         text = f"{name} ({unit})" if unit and name != unit else unit or name
         return text + (" \u00b7 geo. mean" if shapes > 1 else "")
@@ -1300,7 +1313,7 @@ class Page:
                 y.append(round((speed - 1.0) * 100.0, 2))
                 text.append(f"<b>{percent(speed)}</b>" if cls else percent(speed))
                 colours.append("#b42318" if cls == "worse" else "#1a7f37" if cls == "better" else "#59636e")
-                hover.append(esc(f"{fmt_pair(cell['figure'], cell['before'], cell['after'])}; "
+                hover.append(esc(f"{fmt_pair(cell['figure'], cell['before'], cell['after'], group[1])}; "
                                  f"{cell['series']} series, {cell['runs_before']:,} | {cell['runs_after']:,} runs"))
             colour = TRANSITION_COLOURS[n % len(TRANSITION_COLOURS)]
             traces.append({"type": "bar", "name": esc(f"{t['short']} ({utc(t['at'])[:10]})"), "x": x, "y": y,
@@ -1331,8 +1344,8 @@ class Page:
                     continue
                 cls = self.direction_class(cell["figure"], cell["ratio"])
                 cells.append(self.td(
-                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> {esc(_FIGURE_NAMES[cell["figure"]])}'
-                    f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after']))}"
+                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> {esc(figure_name(cell["figure"], group[1]))}'
+                    f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after'], group[1]))}"
                     f"<br>{cell['series']} series, "
                     f"{cell['runs_before']:,} | {cell['runs_after']:,} runs</small>", num=True, raw=True))
             rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -1362,9 +1375,10 @@ class Page:
         def row(record: Any, v: Any) -> str:
             cls = self.direction_class(v.figure, v.ratio)
             return ("<tr>" + self.td(self.badge(v.state), raw=True) + self.device_cell(record.key()[:4])
-                    + self.series_cell(record.key()) + self.td(_FIGURE_NAMES.get(v.figure, v.figure))
+                    + self.series_cell(record.key()) + self.td(figure_name(v.figure, record.precision))
                     + self.td(percent(v.ratio), num=True, cls=cls)
-                    + self.td(fmt(v.figure, v.current), num=True) + self.td(fmt(v.figure, v.baseline), num=True)
+                    + self.td(fmt(v.figure, v.current, record.precision), num=True)
+                    + self.td(fmt(v.figure, v.baseline, record.precision), num=True)
                     + self.td(str(v.runs), num=True) + (self.td(v.reason or "", cls="wrapok") if notes else "")
                     + "</tr>")
 
@@ -1401,7 +1415,7 @@ class Page:
                 new = {k: b for k, (_, b) in c.changes.items()}
                 crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
                             + self.td(change_label(old, new), cls="wrapok") + self.device_cell(record.key()[:4])
-                            + self.series_cell(record.key()) + self.td(_FIGURE_NAMES.get(c.figure, c.figure))
+                            + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
                             + self.td(percent(c.ratio), num=True, cls=self.direction_class(c.figure, c.ratio))
                             + self.td(_p(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True) + "</tr>")
             parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
@@ -1429,8 +1443,8 @@ class Page:
                              + (self.device_cell(device) if device in r.colour else self.td(s["gpu"]))
                              + self.series_cell((s["hostname"], s["device_type"], s["gpu"], s["uuid"],
                                                  s["workload"], s["precision"], s["shape"]))
-                             + self.td(_FIGURE_NAMES.get(s["figure"], s["figure"]))
-                             + self.td(esc(fmt_pair(s["figure"], s["median_before"], s["median_after"]))
+                             + self.td(figure_name(s["figure"], s["precision"]))
+                             + self.td(esc(fmt_pair(s["figure"], s["median_before"], s["median_after"], s["precision"]))
                                        + f"<br><small>{s['runs_before']:,} | {s['runs_after']:,} runs, "
                                          f"p {esc(_p(s['p_value']))}</small>", num=True, raw=True)
                              + self.td(label, cls="wrapok", title=full) + "</tr>")
@@ -1450,9 +1464,9 @@ def _short_uuid(uuid: str) -> str:
     return uuid[:12] + "\u2026" if len(uuid) > 13 else uuid or "\u2014"
 
 
-def fmt_pair(figure: str, before: float | None, after: float | None) -> str:
+def fmt_pair(figure: str, before: float | None, after: float | None, precision: str = "") -> str:
     """``688.3 → 638.9 TFLOP/s``: the unit once where both sides share it."""
-    a, b = fmt(figure, before), fmt(figure, after)
+    a, b = fmt(figure, before, precision), fmt(figure, after, precision)
     head, _, unit = a.rpartition(" ")
     if head and b.endswith(" " + unit):
         return f"{head} \u2192 {b}"

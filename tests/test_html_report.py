@@ -265,7 +265,7 @@ def test_without_plotly_it_says_which_extra_to_install(history, tmp_path, capsys
     out = tmp_path / "report.html"
     assert main(["report", "--html", str(out), "--history", history]) == 2
     err = capsys.readouterr().err
-    assert "plotly" in err and "pip install 'sixdim[report]'" in err
+    assert "plotly" in err and "pip install -e '.[report]'" in err and "'sixdim[report]'" in err
     assert not out.exists()
 
 
@@ -377,3 +377,30 @@ def test_the_chromium_check_catches_an_error_in_the_page(chromium, demo_page, tm
     assert errors_in(dom) >= 1 and console_messages(stderr)
     charts = int(re.search(r'data-charts="(\d+)"', dom).group(1))
     assert dom.count('class="plot-container plotly"') == charts - 1
+
+
+def test_integer_precisions_are_rated_in_op_per_second_not_flop(tmp_path):
+    """int8 GEMM's rate is integer operations: POP/s or TOP/s in the table, OP/s on its chart, as in `sixdim run`'s
+    table; the bf16 series beside it stays in FLOP/s."""
+    path = tmp_path / "history.db"
+    h = History(path)
+    t0 = time.time() - 20 * HOUR
+    for i in range(20):
+        for precision, rate in (("int8", 1.65e15), ("bf16", 700e12)):
+            record = _gemm("0", "GPU-a", t0 + i * HOUR, "560.28.03", rate * (1 + 0.001 * i))
+            record.precision = precision
+            h.add(record)
+    h.close()
+    out = tmp_path / "report.html"
+    assert main(["report", "--html", str(out), "--history", str(path)]) == 0
+    html = out.read_text()
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", _section(html, "dimensions"), re.S):
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        if cells:
+            rows.setdefault(cells[0], cells)  # the six-dimensions table's row, before the shapes table's
+    assert re.fullmatch(r"[\d.]+ POP/s", rows["int8 gemm"][3]), rows["int8 gemm"]
+    assert re.fullmatch(r"[\d.]+ TFLOP/s", rows["bf16 gemm"][3]), rows["bf16 gemm"]
+    titles = re.findall(r'<h3 id="trend-\d+">(.*?)</h3>', _section(html, "trends"))
+    assert any(t.startswith("int8 gemm") and t.endswith("(OP/s)") for t in titles), titles
+    assert any(t.startswith("bf16 gemm") and t.endswith("(FLOP/s)") for t in titles), titles

@@ -15,6 +15,9 @@ from workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 FLOAT_PRECISIONS = ("fp32", "fp16", "bf16")
 FIXED_LAYOUT_PRECISIONS = ("int8", "fp8")
+INTEGER_PRECISIONS = frozenset({"int8"})
+"""Precisions whose operations are integer ones: their rate is shown in OP/s (TOP/s), not FLOP/s
+(the exported figure keeps its name, sixdim_workload_flops, with the precision label saying which)."""
 SETS = ("quick", "training", "inference", "full")
 GEMM_SETS = SETS + ("square",)
 

@@ -88,6 +88,12 @@ class _WaitingRoom(threading.Thread):
         self._deadlines: dict[socket.socket, tuple[float, object]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        # The selector sleeps until a connection speaks, the nearest deadline passes, or this pair is
+        # poked (a new connection, a stop): no polling while the agent is idle.
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._selector.register(self._wake_reader, selectors.EVENT_READ)
 
     def add(self, request: socket.socket, client_address: object) -> bool:
         """Wait for ``request`` to send something; False (not taken) when the room is full."""
@@ -96,7 +102,14 @@ class _WaitingRoom(threading.Thread):
                 return False
             self._deadlines[request] = (time.monotonic() + self._timeout, client_address)
             self._selector.register(request, selectors.EVENT_READ)
+        self._poke()  # its deadline may be nearer than the one the selector sleeps towards
         return True
+
+    def _poke(self) -> None:
+        try:
+            self._wake_writer.send(b"\0")
+        except OSError:  # the pair's buffer is full (the selector wakes anyway) or already closed
+            pass
 
     def _take(self, request: socket.socket) -> object | None:
         with self._lock:
@@ -105,13 +118,26 @@ class _WaitingRoom(threading.Thread):
                 self._selector.unregister(request)
         return None if entry is None else entry[1]
 
+    def _sleep(self) -> float | None:
+        """Seconds until the nearest deadline; None (until poked or spoken to) when nobody waits."""
+        with self._lock:
+            nearest = min((deadline for deadline, _ in self._deadlines.values()), default=None)
+        return None if nearest is None else max(0.0, nearest - time.monotonic())
+
     def run(self) -> None:
         while not self._stopped.is_set():
             try:
-                events = self._selector.select(timeout=0.1)
+                events = self._selector.select(timeout=self._sleep())
             except (OSError, ValueError):  # a socket closed under us by stop(); the loop ends
                 continue
             for key, _ in events:
+                if key.fileobj is self._wake_reader:
+                    try:
+                        while self._wake_reader.recv(4096):
+                            pass
+                    except OSError:  # drained (BlockingIOError)
+                        pass
+                    continue
                 address = self._take(key.fileobj)  # type: ignore[arg-type]
                 if address is not None:
                     self._dispatch(key.fileobj, address)  # type: ignore[arg-type]
@@ -122,6 +148,8 @@ class _WaitingRoom(threading.Thread):
                 if self._take(request) is not None:
                     _close(request)
         self._selector.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -131,6 +159,12 @@ class _WaitingRoom(threading.Thread):
                 self._selector.unregister(request)
         for request in waiting:
             _close(request)
+        if self.ident is None:  # never started (the bind failed): nothing else will close these
+            self._selector.close()
+            self._wake_reader.close()
+            self._wake_writer.close()
+        else:
+            self._poke()
 
 
 def _close(request: socket.socket) -> None:

@@ -27,6 +27,7 @@ import dataclasses
 import errno
 import os
 import logging
+import select
 import signal
 import threading
 from dataclasses import dataclass
@@ -103,19 +104,16 @@ def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Cal
         exposition.stop()
         parts.history.close()
         raise listen_error(config, exc) from None
-    stop, hangup = threading.Event(), threading.Event()
+    stop = threading.Event()
     pruner = threading.Thread(target=_prune_daily, args=(parts.history, config, stop), daemon=True, name="prune")
 
+    received: list[int] = []
+
     def on_signal(number: int, _frame: object) -> None:
-        log.info("received %s, shutting down", signal.Signals(number).name)
-        stop.set()
+        received.append(number)  # no lock here (logging and Event.set take them): the main loop acts
 
-    def on_hangup(_number: int, _frame: object) -> None:
-        hangup.set()  # the main loop reloads: a signal handler must not take locks
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_hangup)
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, on_signal)
     scheduler.start()
     pruner.start()
     log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, %d result series "
@@ -124,10 +122,18 @@ def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Cal
              f", {len(recovered)} case(s) of a dead predecessor's run recorded" if recovered else "")
     _log_web(web)
     running = _Running(config, scheduler, server, results_collector, parts, reloads)
-    while not stop.wait(0.2):
-        if hangup.is_set():
-            hangup.clear()
-            reload(running, reload_config)
+    with _SignalWakeup() as wakeup:
+        while True:
+            while received:  # first those that came before the wakeup pipe was in place
+                number = received.pop(0)
+                if number == signal.SIGHUP:
+                    reload(running, reload_config)
+                else:
+                    log.info("received %s, shutting down", signal.Signals(number).name)
+                    stop.set()
+            if stop.is_set():
+                break
+            wakeup.wait()  # asleep until a signal arrives: no polling while the agent is idle
     scheduler.shutdown()
     server.shutdown()
     exposition.stop()
@@ -135,6 +141,32 @@ def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Cal
     parts.history.close()
     log.info("stopped")
     return 0
+
+
+class _SignalWakeup:
+    """The main thread's sleep until a signal: Python writes each signal's number to a pipe
+    (:func:`signal.set_wakeup_fd`) after the C-level handler runs, so ``wait`` returns once the
+    Python handler has run, without waking on a timer."""
+
+    def __enter__(self) -> "_SignalWakeup":
+        self._reader, self._writer = os.pipe()
+        os.set_blocking(self._reader, False)
+        os.set_blocking(self._writer, False)
+        self._previous = signal.set_wakeup_fd(self._writer, warn_on_full_buffer=False)
+        return self
+
+    def wait(self) -> None:
+        select.select([self._reader], [], [])
+        try:
+            while os.read(self._reader, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.set_wakeup_fd(self._previous)
+        os.close(self._reader)
+        os.close(self._writer)
 
 
 def _log_web(web: "webconfig.WebConfig | None") -> None:

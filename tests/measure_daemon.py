@@ -72,8 +72,12 @@ def main() -> None:
         print(f"written: {Path(args.out) / name}")
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
+def _env(folder: str) -> dict[str, str]:
+    """No SIXDIM_* setting of the caller's, and the agent's state (locks, worker records) in the
+    measurement's own folder: as root the default is /var/lib/sixdim, a real agent's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
+    env["SIXDIM_STATE_DIR"] = str(Path(folder) / "state")
+    return env
 
 
 def _host_line() -> str:
@@ -95,7 +99,7 @@ def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
 
             synthetic_history(Path(tmp) / "h.db", args.history_runs, 500)
         config = write_config(Path(tmp) / "c.toml", Path(tmp) / "h.db", SUITE)
-        daemon = Daemon(config, port, _env(), Path(tmp) / "serve.log")
+        daemon = Daemon(config, port, _env(tmp), Path(tmp) / "serve.log")
         try:
             daemon.wait_ready()
             daemon.wait_for("sixdim_workload_flops", timeout=120)
@@ -202,7 +206,7 @@ def measure_during(args: argparse.Namespace) -> dict[str, Any]:
         history = Path(tmp) / "h.db"
         config = write_config(Path(tmp) / "c.toml", history, suite_config(args.during, args.device, args.fast))
         started = time.monotonic()
-        daemon = Daemon(config, port, _env(), Path(tmp) / "serve.log")
+        daemon = Daemon(config, port, _env(tmp), Path(tmp) / "serve.log")
         try:
             daemon.wait_ready()
             process = psutil.Process(daemon.process.pid)

@@ -91,6 +91,22 @@ def _maps(pid: int) -> str:
         return ""
 
 
+def _wait_for_log(path: Path, text: str, timeout: float) -> str:
+    """The first log line containing ``text`` (waiting up to ``timeout`` s for it), else "". The
+    verdicts are restored in the background after start: idle is measured once that is done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        found = next((line for line in lines if text in line), None)
+        if found is not None:
+            return found.split("sixdim: ", 1)[-1]
+        time.sleep(0.5)
+    return ""
+
+
 def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
@@ -103,6 +119,8 @@ def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
         try:
             daemon.wait_ready()
             daemon.wait_for("sixdim_workload_flops", timeout=120)
+            restore = _wait_for_log(Path(tmp) / "serve.log", "regression verdicts restored", timeout=300) \
+                if args.history_runs else "none (a new history)"
             process = psutil.Process(daemon.process.pid)
             time.sleep(2.0)
             cpu_before = process.cpu_times()
@@ -124,6 +142,7 @@ def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
             daemon.stop()
     print(_host_line())
     print(f"history: {args.history_runs} synthetic runs before start" if args.history_runs else "history: new")
+    print(f"verdicts: {restore or 'no restore line logged'} (before the window)")
     print(f"window: {elapsed:.1f} s idle between runs, {scrapes} scrapes of /metrics")
     print(f"cpu: {cpu_seconds:.3f} s used = {100 * cpu_seconds / elapsed:.3f}% of one core")
     print(f"rss: mean {sum(rss_samples) / len(rss_samples) / 2**20:.1f} MiB, max {max(rss_samples) / 2**20:.1f} MiB")

@@ -124,13 +124,18 @@ def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Cal
     running = _Running(config, scheduler, server, results_collector, parts, reloads)
     with _SignalWakeup() as wakeup:
         while True:
-            while received:  # first those that came before the wakeup pipe was in place
-                number = received.pop(0)
-                if number == signal.SIGHUP:
-                    reload(running, reload_config)
-                else:
-                    log.info("received %s, shutting down", signal.Signals(number).name)
+            # those that came before the wakeup pipe was in place first; a burst of SIGHUPs is one
+            # reload, and a stop signal among them wins (no reload on the way out)
+            while received:
+                batch = []
+                while received:  # pop by pop: a signal landing meanwhile is kept, never cleared away
+                    batch.append(received.pop(0))
+                stops = [number for number in batch if number != signal.SIGHUP]
+                if stops:
+                    log.info("received %s, shutting down", signal.Signals(stops[0]).name)
                     stop.set()
+                else:
+                    reload(running, reload_config)
             if stop.is_set():
                 break
             wakeup.wait()  # asleep until a signal arrives: no polling while the agent is idle

@@ -416,3 +416,31 @@ def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp
                               env=cli_env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(f"sixdim: error: {named}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_burst_of_sighups_is_a_few_reloads_and_a_stop_among_them_wins(tmp_path, cli_env):
+    """50 SIGHUPs as fast as they can be sent: the agent keeps serving and reloads far fewer times
+    (those that arrive while it reloads are one more reload); a SIGTERM after a burst stops it."""
+    history = tmp_path / "history.db"
+    config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
+        "interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false"))
+    daemon = Daemon(config, free_port(), {**cli_env, "SIXDIM_LOG_LEVEL": "info"}, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        for _ in range(50):
+            os.kill(daemon.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "SIGHUP: configuration reloaded" not in daemon.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # what the burst still owes
+        reloads = daemon.log_path.read_text().count("SIGHUP: configuration reloaded")
+        assert 1 <= reloads < 50, reloads
+        assert daemon.get("/healthz")[0] == 200 and daemon.process.poll() is None
+        for _ in range(20):
+            os.kill(daemon.process.pid, signal.SIGHUP)
+        os.kill(daemon.process.pid, signal.SIGTERM)
+        assert daemon.process.wait(timeout=10) == 0
+        assert "received SIGTERM, shutting down" in daemon.log_path.read_text()
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()

@@ -114,6 +114,9 @@ class AgentLock:
         """Take both locks, or raise :class:`InstanceError` naming the other instance (holding none)."""
         for lock, what in self._locks:
             try:
+                # the history's folder may not exist yet (History creates it later, with this mode):
+                # the lock beside it needs it first
+                lock.path.parent.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
                 taken = lock.try_acquire(self._holder)
             except OSError as exc:  # a read-only or missing folder: say which file, not an errno
                 self.release()

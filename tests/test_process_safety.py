@@ -418,6 +418,24 @@ def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp
         assert done.stderr.startswith(f"sixdim: error: {named}") and done.stderr.count("\n") == 1, done.stderr
 
 
+def test_a_history_in_a_folder_that_does_not_exist_yet_is_created_private_and_served(tmp_path, cli_env):
+    """The history lock lives beside the history, so its folder must exist before History makes it."""
+    history = tmp_path / "new" / "nested" / "history.db"
+    config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
+        "interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false"))
+    env = dict(cli_env, SIXDIM_HISTORY=str(history))  # the environment outranks the file
+    daemon = Daemon(config, free_port(), env, tmp_path / "serve.log")
+    try:
+        daemon.wait_ready()
+        assert daemon.get("/healthz")[0] == 200
+        assert Path(str(history) + ".lock").exists()
+        assert history.parent.stat().st_mode & 0o777 == 0o700
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+
+
 def test_a_burst_of_sighups_is_a_few_reloads_and_a_stop_among_them_wins(tmp_path, cli_env):
     """50 SIGHUPs as fast as they can be sent: the agent keeps serving and reloads far fewer times
     (those that arrive while it reloads are one more reload); a SIGTERM after a burst stops it."""

@@ -35,7 +35,8 @@ from agent.worker import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
 from workloads.lines import bounded_lines, stream_chunks
 
 TERMINATE_GRACE_SECONDS = 3.0
-"""After SIGTERM, how long the worker group has before SIGKILL."""
+"""After SIGTERM, how long every process of the run (the worker and what it started) has before
+SIGKILL."""
 
 BETWEEN_CASES_INTERVAL_SECONDS = 2.0
 """While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
@@ -256,12 +257,23 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
         else:
             continue
         _terminate(process.pid, tag)
+        deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
         try:
             process.wait(timeout=TERMINATE_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             _kill_run(process.pid, tag)
             process.wait()
+        else:
+            _grace_for_the_rest(tag, deadline)
         return reason, busy
+
+
+def _grace_for_the_rest(tag: str, deadline: float) -> None:
+    """A worker that ends at once on SIGTERM must not cut its children's grace short: a training
+    command got the same SIGTERM and may be writing a checkpoint.  Wait, until the grace's end, for
+    the run's tagged processes to go; the caller kills whatever is left."""
+    while time.monotonic() < deadline and proctree.run_processes(None, tag):
+        time.sleep(0.05)
 
 
 def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[str],

@@ -628,8 +628,14 @@ def _load_client_ca(context: ssl.SSLContext, tls: dict, path: str, base: Path,
     try:
         if key == "client_ca_file":
             cafile = _file(tls, key, path, base)
-            check_permissions(cafile, os.stat(cafile), CLIENT_CA_ROLE, insecure=insecure_permissions)
-            context.load_verify_locations(cafile=cafile)
+            with open(cafile, "rb") as handle:  # checked on the open file: the file checked is the file loaded
+                check_permissions(cafile, os.fstat(handle.fileno()), CLIENT_CA_ROLE, insecure=insecure_permissions)
+                pem = handle.read(MAX_FILE_BYTES + 1)
+            if len(pem) > MAX_FILE_BYTES:
+                raise ValueError("file too large (at most 1 MiB)")
+            if not pem.isascii():
+                raise ValueError("not PEM text (a byte that is not ASCII)")
+            context.load_verify_locations(cadata=pem.decode("ascii"))
         else:
             context.load_verify_locations(cadata=_string(tls[key], path, f"tls_server_config.{key}"))
     except (ssl.SSLError, ValueError) as exc:

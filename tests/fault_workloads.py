@@ -27,6 +27,29 @@ def exits(params: dict, ctx: RunContext) -> WorkloadOutput:
     os._exit(3)
 
 
+GRACEFUL_CHILD_SCRIPT = (
+    "import signal, sys, time\n"
+    "def finish(*_):\n"
+    "    time.sleep(0.5)\n"
+    "    open(sys.argv[1], 'w').write('checkpoint written')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, finish)\n"
+    "open(sys.argv[1] + '.ready', 'w').close()\n"
+    "while True: time.sleep(1)\n"
+)
+"""A child that, on SIGTERM, takes half a second to write its "checkpoint" to argv[1], then exits."""
+
+
+def graceful_child(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """The worker keeps Python's default SIGTERM (it dies at once); its child needs its grace."""
+    subprocess.Popen([sys.executable, "-c", GRACEFUL_CHILD_SCRIPT, params["marker"]])
+    while not os.path.exists(params["marker"] + ".ready"):
+        time.sleep(0.02)
+    ctx.progress("child ready")
+    while True:
+        time.sleep(1)
+
+
 def hangs(params: dict, ctx: RunContext) -> WorkloadOutput:
     """Ignores SIGTERM and leaves a grandchild behind, the worst case for a timeout."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

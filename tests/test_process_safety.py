@@ -107,6 +107,15 @@ def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orpha
     assert _alive(pids) == []
 
 
+def test_the_sigterm_grace_is_the_whole_runs_not_only_the_workers(tmp_path):
+    """The worker dies at once on SIGTERM; its child still gets its grace to finish cleanly."""
+    marker = tmp_path / "checkpoint"
+    outcome = run_worker("tests.fault_workloads:graceful_child", [{"marker": str(marker)}], "cpu", 2.0,
+                         uses_torch=False)
+    assert outcome.status == "timeout"
+    assert marker.read_text() == "checkpoint written"
+
+
 def test_a_killed_caller_takes_its_worker_and_everything_below_it_along(tmp_path):
     """The agent's part is played by a plain Python process running run_worker, SIGKILLed."""
     pid_file = tmp_path / "pids"

@@ -414,3 +414,14 @@ def test_inline_pem_and_an_encrypted_key(tmp_path, certs):
     with pytest.raises(ConfigError, match="encrypted") as error:  # refused, never a passphrase prompt
         webconfig.load(str(path))
     assert error.value.key == "tls_server_config.key_file"
+
+
+def test_a_client_ca_file_that_is_not_pem_text_names_the_key(tmp_path, certs):
+    binary = tmp_path / "ca.der"
+    binary.write_bytes(b"\x30\x82\xff\xfe not PEM")
+    binary.chmod(0o644)
+    path = write(tmp_path, tls_config(certs) + f"  client_auth_type: RequireAndVerifyClientCert\n"
+                                               f"  client_ca_file: {binary}\n")
+    with pytest.raises(ConfigError) as error:
+        webconfig.load(str(path))
+    assert error.value.key == "tls_server_config.client_ca_file" and "not PEM text" in str(error.value)

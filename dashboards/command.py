@@ -45,7 +45,8 @@ def configmap(options: build.Options | None = None) -> str:
         f"`sixdim dashboards{flags} --configmap FILE`;",
         "# do not edit: change dashboards/*.py and regenerate. The committed copy is",
         f"#   {REGENERATE}",
-        "# Apply it in the namespace the sidecar watches: kubectl apply -n monitoring -f FILE.",
+        "# deploy/k8s's kustomization puts it in the sixdim namespace (the sidecar must search it);",
+        "# applied alone, give it a namespace the sidecar watches: kubectl apply -n NAMESPACE -f FILE.",
     ]
     for name, text in files(options).items():
         short = name.removesuffix(".json").removeprefix("sixdim-")

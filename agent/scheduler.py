@@ -138,8 +138,10 @@ def _schedule(suite: Suite) -> str:
 
 
 def _trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
+    """A cron line is read in UTC, whatever the host's zone: the scheduler's own ``timezone`` applies
+    only to triggers it builds from a name, and a ``CronTrigger`` built here would take the host's."""
     return (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
-            else CronTrigger.from_crontab(suite.cron))
+            else CronTrigger.from_crontab(suite.cron, timezone=timezone.utc))
 
 
 def count_statuses(records: list[RunRecord]) -> str:

@@ -1,6 +1,7 @@
 """``sixdim serve`` for real: a child daemon, scraped over HTTP, restarted, stopped."""
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -172,7 +173,8 @@ def test_the_log_says_when_each_suite_runs_and_each_run_with_its_counts(tmp_path
     port, history = free_port(), tmp_path / "history.db"
     nightly = '\n[[suites]]\nname = "nightly"\npreset = "full"\ncron = "0 3 * * *"\ndevices = ["cpu"]\n'
     config = write_config(tmp_path / "two.toml", history, FAST_GEMM_SUITE + nightly)
-    daemon = Daemon(config, port, {**cli_env, "SIXDIM_LOG_LEVEL": "info"}, tmp_path / "serve.log")
+    # a host whose clock is not in UTC: cron lines are still read in UTC
+    daemon = Daemon(config, port, {**cli_env, "SIXDIM_LOG_LEVEL": "info", "TZ": "Asia/Tokyo"}, tmp_path / "serve.log")
     try:
         daemon.wait_ready()
         daemon.wait_for("sixdim_workload_flops")
@@ -184,6 +186,7 @@ def test_the_log_says_when_each_suite_runs_and_each_run_with_its_counts(tmp_path
     log = daemon.log_path.read_text()
     assert "scheduled suite fast on cpu: every 2 s; first run now (run_at_start = true)\n" in log
     assert "scheduled suite nightly on cpu: cron '0 3 * * *' (UTC); first run " in log
+    assert re.search(r"nightly on cpu: cron '0 3 \* \* \*' \(UTC\); first run \d{4}-\d\d-\d\d 03:00:00 UTC ", log), log
     assert "(run_at_start = false: waits for its time)" in log
     assert "INFO agent.scheduler: suite fast on cpu: started (1 workload, timeout 60 s per case)" in log
     assert "suite fast on cpu: ended in " in log and " s: 1 case: 1 ok" in log

@@ -112,8 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "each [[suites]] table says what runs (preset: " + suite_names + "; or workloads) and when "
                     "(interval_seconds or cron); a cron suite waits for its time unless run_at_start = true. "
                     "SIGTERM or Ctrl-C stops the running worker and exits 0.",
-        epilog="Exit codes: 0 stopped by a signal; 2 bad configuration, or an address it cannot listen on.")
+        epilog="Exit codes: 0 stopped by a signal (with --check-config: the daemon would take the "
+               "configuration); 2 bad configuration, or an address it cannot listen on.")
     serve.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
+    serve.add_argument("--check-config", action="store_true",
+                       help="load the configuration and the web configuration as serve would (the file, the "
+                            "SIXDIM_* variables, these flags; certificates; the suites' devices and cases), "
+                            "print what it would run and exit: 0 if the daemon would take it, 2 with the error "
+                            "if not. Starts nothing (no lock, history, port or worker), so it is safe beside "
+                            "a running daemon: run it before 'systemctl reload sixdim'. Deliberately no "
+                            "variable: one in an environment file would stop the service from serving")
     add_insecure_permissions_flag(serve)
     add_option_flags(serve)
 
@@ -230,7 +238,13 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if getattr(args, "handler", None) is not None:  # commands whose module runs them (report, rules)
             return args.handler(args)
         config = load(args.config, flags=args)
-        _setup_logging(args.command, config.log_level)
+        checking = args.command == "serve" and args.check_config
+        _setup_logging("check" if checking else args.command, config.log_level)
+        if checking:
+            from agent.check import check
+
+            print("\n".join(["sixdim: configuration OK (nothing was started):", *("  " + line for line in check(config))]))
+            return EXIT_OK
         if args.command == "serve":
             from agent.serve import serve
 

@@ -69,7 +69,7 @@ class SuiteScheduler:
                 elif suite.run_at_start and job_id not in kept:
                     extra["next_run_time"] = datetime.now(timezone.utc)
                 self._scheduler.add_job(
-                    self.run_suite, _trigger(suite), args=(suite, device), id=job_id, executor=alias,
+                    self.run_suite, suite_trigger(suite), args=(suite, device), id=job_id, executor=alias,
                     name=f"suite {suite.name} on {device.name}", max_instances=1, coalesce=True,
                     misfire_grace_time=int(suite.misfire_grace_seconds), **extra)
 
@@ -137,7 +137,7 @@ def _schedule(suite: Suite) -> str:
     return f"every {suite.interval_seconds:g} s" if suite.interval_seconds else f"cron {suite.cron}"
 
 
-def _trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
+def suite_trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
     """A cron line is read in UTC, whatever the host's zone: the scheduler's own ``timezone`` applies
     only to triggers it builds from a name, and a ``CronTrigger`` built here would take the host's."""
     return (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds

@@ -165,9 +165,11 @@ def test_the_unit_runs_the_agent_as_its_own_user_and_stops_reloads_and_restarts_
     assert timespan(value(unit, "Service", "TimeoutStopSec")) > AGENT_STOP_SECONDS
     assert value(unit, "Service", "Restart") == "on-failure"
     assert value(unit, "Service", "OOMPolicy") == "continue"  # an OOM-killed worker is a failed case, not a stop
-    [reload] = values(unit, "Service", "ExecReload")
-    argv = command(reload)
-    assert Path(argv[0]).name == "kill" and argv[1:] in (["-HUP", "$MAINPID"], ["-s", "HUP", "$MAINPID"])
+    # a reload checks the files first (a bad one fails `systemctl reload`, the daemon untold), then SIGHUP
+    check, signal_line = (command(line) for line in values(unit, "Service", "ExecReload"))
+    assert check == [INSTALLED, "serve", "--check-config"]
+    assert Path(signal_line[0]).name == "kill" and signal_line[1:] in (["-HUP", "$MAINPID"],
+                                                                      ["-s", "HUP", "$MAINPID"])
     assert value(unit, "Install", "WantedBy") == "multi-user.target"
 
 
@@ -241,7 +243,7 @@ def _copy_running_this_checkout(tmp_path: Path) -> Path:
     sixdim = Path(sys.prefix) / "bin" / "sixdim"
     assert os.access(sixdim, os.X_OK), f"{sixdim} missing: pip install -e . first"
     copy = tmp_path / "sixdim.service"
-    copy.write_text(UNIT.read_text().replace(f"ExecStart={INSTALLED} ", f"ExecStart={sixdim} "))
+    copy.write_text(UNIT.read_text().replace(f"={INSTALLED} ", f"={sixdim} "))  # ExecStart=, ExecReload=
     assert copy.read_text() != UNIT.read_text()
     return copy
 
@@ -436,12 +438,30 @@ def test_sixdim_serve_started_as_the_unit_starts_it_serves_reloads_and_stops_as_
         assert (state.stat().st_mode & 0o777) == 0o700
         loaded = scrape(url)["sixdim_config_last_reload_timestamp_seconds"][0].value
 
-        # ExecReload=, run as systemd runs it: as the service's user, $MAINPID substituted
-        [reload] = values(unit, "Service", "ExecReload")
-        reload_argv = [str(process.pid) if a == "$MAINPID" else a for a in command(reload)]
-        done = subprocess.run(reload_argv, user=user.pw_uid, group=user.pw_gid, extra_groups=groups, env=env,
-                              capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0, done.stderr
+        # ExecReload=, run as systemd runs it: as the service's user, $MAINPID substituted, its
+        # commands in order, the first failure ending the reload
+        def reload() -> list[subprocess.CompletedProcess]:
+            ran = []
+            for line in values(unit, "Service", "ExecReload"):
+                argv = [str(runtime.sixdim) if a == INSTALLED else str(process.pid) if a == "$MAINPID" else a
+                        for a in command(line)]
+                ran.append(subprocess.run(argv, user=user.pw_uid, group=user.pw_gid, extra_groups=groups,
+                                          env=env, cwd="/", capture_output=True, text=True, timeout=60))
+                if ran[-1].returncode != 0:
+                    break
+            return ran
+
+        good = config.read_text()
+        config.write_text(good + "\n[bogus]\nx = 1\n")  # a bad edit: the check refuses it, no SIGHUP
+        [refused] = reload()
+        assert refused.returncode == 2 and f"sixdim: error: {config}: bogus: " in refused.stderr, refused.stderr
+        time.sleep(1)
+        assert scrape(url)["sixdim_config_last_reload_timestamp_seconds"][0].value == loaded
+        assert "SIGHUP" not in log_path.read_text()
+        config.write_text(good)
+        checked, signalled = reload()
+        assert checked.returncode == 0 and signalled.returncode == 0, checked.stderr + signalled.stderr
+        assert "sixdim: configuration OK" in checked.stdout and "suite fast: every 2 s" in checked.stdout
         reloaded = wait_for(lambda m: [s for s in m["sixdim_config_last_reload_timestamp_seconds"]
                                        if s.value > loaded], "a newer sixdim_config_last_reload_timestamp_seconds", 30)
         assert reloaded and scrape(url)["sixdim_config_reload_success"][0].value == 1.0
@@ -656,8 +676,19 @@ def test_the_unit_under_a_real_systemd_runs_the_agent_sandboxed_reloads_it_and_s
         environ = nest.shell(f"tr '\\0' '\\n' < /proc/{main_pid}/environ").splitlines()
         assert f"SIXDIM_STATE_DIR={STATE}" in environ and f"HOME={STATE}" in environ
 
-        # systemctl reload: ExecReload=, SIGHUP, a newer load time and success
+        # systemctl reload of a bad edit: the check fails the reload, with the error in the journal;
+        # the daemon is not signalled and keeps running
         loaded = nest.metrics()["sixdim_config_last_reload_timestamp_seconds"][0].value
+        nest.shell("cp -p /etc/sixdim/sixdim.toml /etc/sixdim/good.toml && "
+                   "printf '\\n[bogus]\\nx = 1\\n' >> /etc/sixdim/sixdim.toml")
+        assert nest.run("systemctl", "reload", "sixdim.service").returncode != 0
+        assert nest.run("systemctl", "is-active", "sixdim.service").stdout.strip() == "active", status()
+        journal = nest.shell("journalctl --no-pager -u sixdim.service")
+        assert "sixdim: error: /etc/sixdim/sixdim.toml: bogus: " in journal, journal
+        assert nest.metrics()["sixdim_config_last_reload_timestamp_seconds"][0].value == loaded
+        nest.shell("mv /etc/sixdim/good.toml /etc/sixdim/sixdim.toml")
+
+        # systemctl reload: ExecReload= (the check, then SIGHUP), a newer load time and success
         assert nest.run("systemctl", "reload", "sixdim.service").returncode == 0
         deadline = time.monotonic() + 30
         while nest.metrics()["sixdim_config_last_reload_timestamp_seconds"][0].value <= loaded:

@@ -197,6 +197,7 @@ def test_resnet_duplicate_throughputs_warmup_and_late_evaluation(tmp_path):
     record = run_command(tmp_path, **cat("mlperf_v4_resnet.txt"))
     assert record.status == "ok", record.reason
     assert record.figures["accuracy"] == 0.7602  # not the 0.7655 logged after run_stop
+    assert record.details["evaluations_after_run_stop"] == 1  # but the details say it was there
     assert quality(record) == {("top1_accuracy", HIGHER): 0.7602}
     assert len(record.details["throughputs"]) == 6  # throughput + tracked_stats at each epoch: counted once
     assert record.figures["samples_per_second"] == pytest.approx((36160.6 + 36185.1 + 36081.0 + 36175.5) / 4)

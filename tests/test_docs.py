@@ -3,8 +3,10 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from agent import catalog
-from agent.config import OPTIONS
+from agent.config import OPTIONS, load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,3 +28,19 @@ def test_ci_runs_the_readme_install_and_test_commands():
     test = next(b.strip() for b in blocks if "pytest" in b)
     assert install.replace("python3 -m pip", "python -m pip") in ci.replace("python -m pip install -q", "python -m pip install")
     assert test in ci
+
+
+def _toml_blocks():
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, block in enumerate(re.findall(r"```toml\n(.*?)```", path.read_text(), re.S)):
+            yield pytest.param(block, id=f"{path.name}-{number}")
+
+
+@pytest.mark.parametrize("block", list(_toml_blocks()))
+def test_every_toml_example_in_the_docs_loads_with_the_real_loader(tmp_path, block):
+    """A user copies these into a file: each must be a configuration sixdim takes as it is."""
+    path = tmp_path / "example.toml"
+    path.write_text(block)
+    path.chmod(0o644)
+    config = load(str(path), env={"SIXDIM_HISTORY": str(tmp_path / "h.db"), "SIXDIM_STATE_DIR": str(tmp_path / "s")})
+    assert config.source == str(path)

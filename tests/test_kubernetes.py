@@ -650,4 +650,8 @@ def test_the_linearity_job_writes_into_the_agents_history():
     assert shm_mount["mountPath"] == "/dev/shm" and shm["emptyDir"]["medium"] == "Memory"
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "sixdim"
     assert c["image"] == container(daemonset)["image"]
-    assert not spec.get("hostPID")  # sixdim run's node linearity does not consult the idle guard
+    # No host PID namespace, so NVML's host PIDs of the job's own ranks would look foreign to the
+    # idle guard: the Job turns it off (its GPUs are its own: it requests them)
+    assert not spec.get("hostPID")
+    assert config.load(None, env=values).guard_enabled is False
+    assert c["resources"]["limits"]["nvidia.com/gpu"]

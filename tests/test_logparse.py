@@ -109,6 +109,26 @@ def test_mlperf_inference_invalid_offline_log():
     assert info["checks"]["result_min_duration_met"] is False
 
 
+def test_mlperf_inference_what_ran_wins_over_what_was_asked_whatever_the_order():
+    """loadgen logs requested_* first, effective_* after: a run asked for one mode but run in
+    another (a submission config overriding the command line) is what it ran."""
+    line = ':::MLLOG {{"key": "{key}", "value": "{value}", "time_ms": 0.03, "metadata": {{}}}}'
+    for order in ((("requested_test_mode", "PerformanceOnly"), ("effective_test_mode", "AccuracyOnly")),
+                  (("effective_test_mode", "AccuracyOnly"), ("requested_test_mode", "PerformanceOnly"))):
+        log = parse_lines([line.format(key=k, value=v) for k, v in order], make_parsers(("mlperf",), "", ""))
+        assert log.inference["test_mode"] == "AccuracyOnly"
+    log = parse_lines([line.format(key="requested_scenario", value="Server")], make_parsers(("mlperf",), "", ""))
+    assert log.inference["scenario"] == "Server"  # with nothing effective logged, the request stands
+
+
+def test_an_mllog_line_cut_short_is_a_warning_and_an_ignored_line():
+    whole = ':::MLLOG {"key": "eval_accuracy", "value": 0.75, "time_ms": 1000, "metadata": {"epoch_num": 1}}'
+    log = parse_lines([whole, whole[:40]], make_parsers(("mlperf",), "", ""))
+    assert log.ignored_lines == 1
+    assert log.warnings == ["MLPerf line: its JSON is cut short (no closing brace): ignored"]
+    assert log.qualities()[0].values == [0.75]
+
+
 def test_ai_rank_final_accuracy_times_and_rates():
     log = parse("ai_rank.txt")
     [accuracy] = log.qualities()

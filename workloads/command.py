@@ -110,6 +110,8 @@ def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, A
                                "recognised_lines": dict(log.recognised), "events": log.events}
     if log.benchmark:
         details["mlperf_benchmark"] = log.benchmark
+    if log.after_stop:  # evaluations logged after run_stop: not the run's result, but say they were there
+        details["evaluations_after_run_stop"] = log.after_stop
     if not log.has_figures() and not log.started:
         _note_warnings(log, details)
         return WorkloadOutput({}, details, status="failed", reason=_nothing_read(log, lines, params))

@@ -389,8 +389,11 @@ def parse_mlperf(line: str, log: TrainingLog) -> bool:
 
 def _parse_mllog(line: str, log: TrainingLog) -> bool:
     match = MLLOG.search(line)
-    text = match.group(1).rstrip() if match else ""
-    if not text.endswith("}"):
+    if not match:
+        return False
+    text = match.group(1).rstrip()
+    if not text.endswith("}"):  # cut short: a line over the reader's limit, or a writer killed mid-line
+        log.warn("MLPerf line: its JSON is cut short (no closing brace): ignored")
         return False
     ok, record = _json(log, text, "MLPerf line")
     if not ok or not isinstance(record, dict) or not isinstance(record.get("key"), str):
@@ -573,10 +576,10 @@ def _inference(log: TrainingLog, key: str, value: Any) -> None:
         info["validity"] = value.strip().upper()
     elif key in INFERENCE_CHECKS and isinstance(value, bool):
         info.setdefault("checks", {})[key] = value
-    elif key in ("effective_scenario", "requested_scenario") and isinstance(value, str):
-        info.setdefault("scenario", value)
-    elif key in ("effective_test_mode", "requested_test_mode") and isinstance(value, str):
-        info.setdefault("test_mode", value)
+    elif key in ("effective_scenario", "effective_test_mode") and isinstance(value, str):
+        info[key.removeprefix("effective_")] = value  # what ran, over what was asked (logged first)
+    elif key in ("requested_scenario", "requested_test_mode") and isinstance(value, str):
+        info.setdefault(key.removeprefix("requested_"), value)
     elif key in INFERENCE_RATES:
         number = _reading(log, value, f"MLPerf Inference {key}")
         if number is not None:

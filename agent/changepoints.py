@@ -9,8 +9,8 @@ E-Divisive (Matteson and James, 2014; Fleming et al., "Hunter", ICPE 2023) is th
 project chose; ``signal-processing-algorithms``, which Otava started from, pins an old Python and
 numpy < 2, so it is not a dependency and this is an implementation of our own.
 
-Only ``sixdim report regressions`` imports this module (numpy and scipy load here, never in the
-daemon).
+Only the report commands (``sixdim report regressions`` and ``sixdim report --html``) import this
+module: numpy and scipy load here, never in the daemon.
 
 The method, in two passes (the facts are Otava's; the code is ours):
 

@@ -761,7 +761,7 @@ class Report:
         found = []
         for chosen, figures in ((with_rate, [f for f in WATCHED if f not in RESTATING]), (without, list(WATCHED))):
             if chosen:
-                history = History(chosen, self.data.versions, self.data.figures, 0)
+                history = History(chosen, self.data.versions, self.data.figures, 0, frozenset(self.data.unknown))
                 found += analyse(history, settings=self.settings, figures=figures)
         found = [f for f in found if f["at"] >= self.cutoff]
         found.sort(key=lambda f: (-f["at"], f["hostname"], f["gpu"], f["workload"], f["shape"], f["figure"]))

@@ -165,6 +165,8 @@ class History:
     figures: tuple[str, ...]
     """The watched figures, in the order of a row's columns after the first three."""
     runs: int
+    unknown: frozenset[int] = frozenset()
+    """Ids of the all-empty version set: runs that did not say their versions (no break there)."""
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -250,7 +252,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                     if j is not None and type(value) in (float, int):  # not bool, not text
                         out[j] = value
                 s.rows.append(tuple(out))
-    return History(series, versions.sets, figures, runs)
+    return History(series, versions.sets, figures, runs, frozenset(versions.unknown))
 
 
 @dataclass
@@ -317,16 +319,37 @@ def analyse(history: History, *, settings: Any = None, figures: Iterable[str] | 
             keep = np.flatnonzero(np.isfinite(runs[:, j]))
             if keep.size < 2:
                 continue
-            held = vids[keep]
-            breaks = (np.flatnonzero(held[1:] != held[:-1]) + 1).tolist()
+            said = _versions_said(vids[keep].tolist(), history.unknown)
+            breaks = version_breaks(said)
             min_effect = settings.effects_for(figure, s.key[4])[1]
             for cp in find_change_points(runs[keep, j], breaks=breaks, min_magnitude=min_effect):
-                before, after = keep[cp.index - 1], keep[cp.index]
-                shifts.append(_shift(s, figure, cp, history.versions[vids[before]], history.versions[vids[after]],
-                                     float(started[after])))
+                before, after = said[cp.index - 1], said[cp.index]
+                shifts.append(_shift(s, figure, cp, history.versions[before], history.versions[after],
+                                     float(started[keep[cp.index]])))
     shifts.sort(key=lambda d: (d["at"], d["hostname"], d["gpu"], d["workload"], d["precision"], d["shape"],
                                d["figure"]))
     return shifts
+
+
+def _versions_said(vids: list[int], unknown: frozenset[int]) -> list[int]:
+    """Each run's version set, a run that did not say its versions taking the last one said before
+    it (the first ones, the first said after them; all unknown if none was said)."""
+    said = [v for v in vids if v not in unknown]
+    if not said:
+        return vids
+    known = said[0]
+    out = []
+    for v in vids:
+        if v not in unknown:
+            known = v
+        out.append(known)
+    return out
+
+
+def version_breaks(vids: list[int]) -> list[int]:
+    """Positions whose version set differs from the run before: the known break points, as the
+    online detector's :func:`agent.regression.version_breaks` finds them."""
+    return [i for i in range(1, len(vids)) if vids[i] != vids[i - 1]]
 
 
 def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, str], at: float) -> dict[str, Any]:

@@ -48,7 +48,10 @@ REGRESSION_CODE = _STATE[REGRESSION]
 """``sixdim_regression_state``'s value for a regression (3)."""
 
 PROMETHEUS_UP = "up"
-"""Prometheus's own per-target metric: the one metric in the rules that is not sixdim's."""
+"""Prometheus's own per-target metric, one of the two metrics in the rules that are not sixdim's."""
+PROCESS_START_TIME = "process_start_time_seconds"
+"""prometheus_client's process metric, which the agent exports beside the catalog's: when the agent
+process started, for counters that count since then."""
 JOB, INSTANCE = "job", "instance"
 """The target labels Prometheus adds to every scraped series."""
 
@@ -431,11 +434,31 @@ class _Rules:
             f"spool file. They are written once the database accepts writes again.", for_=HISTORY_DOWN_FOR)
 
     def history_loss(self) -> dict[str, Any]:
+        """Dropped or corrupt history errors within the window.
+
+        ``increase`` alone misses the usual corrupt case: a power loss, the host back after more
+        than the window, the broken file found at start, so the counter's first sample is already
+        1 and ``increase`` has nothing before it to compare with.  An agent process that started
+        within the window counted all of its errors within the window, so for such a process its
+        counter's value counts whole; the alert takes the larger of the two."""
         errors = catalog.HISTORY_WRITE_ERRORS
         host, reason = _label(errors, catalog.HOSTNAME), _label(errors, "reason")
         w = format_duration(HISTORY_LOSS_WINDOW)
-        expr = (f"sum by ({host}, {reason}) (\n"
-                f"  increase({errors.name}{{{reason}=~\"dropped|corrupt\"}}[{w}])\n"
+        series = f"{errors.name}{{{reason}=~\"dropped|corrupt\"}}"
+        increase = f"sum by ({host}, {reason}) (increase({series}[{w}]))"
+        young = (f"sum by ({host}, {reason}) (\n"
+                 f"    {series}\n"
+                 f"  and on ({JOB}, {INSTANCE})\n"
+                 f"    time() - {PROCESS_START_TIME} < {HISTORY_LOSS_WINDOW}\n"
+                 f")")
+        expr = (f"(\n"
+                f"    {young.replace(chr(10), chr(10) + '    ')}\n"
+                f"  >=\n"
+                f"    {increase}\n"
+                f"  or\n"
+                f"    {increase}\n"
+                f"  or\n"
+                f"    {young.replace(chr(10), chr(10) + '    ')}\n"
                 f") > 0")
         return self.alert(
             "SixdimHistoryDataLoss", expr, "warning",

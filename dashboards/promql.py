@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from agent import catalog
-from agent.rules import INSTANCE, JOB, PROMETHEUS_UP
+from agent.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP
 
 # prometheus_client's own process metrics, which the agent exports beside the catalog's, and
 # Prometheus's per-target ``up``: the only series the dashboards read that the catalog does not define.
@@ -24,7 +24,6 @@ PROCESS_RESIDENT_MEMORY = "process_resident_memory_bytes"
 PROCESS_CPU_SECONDS = "process_cpu_seconds_total"
 PROCESS_OPEN_FDS = "process_open_fds"
 PROCESS_MAX_FDS = "process_max_fds"
-PROCESS_START_TIME = "process_start_time_seconds"
 PROCESS_METRICS = (PROCESS_RESIDENT_MEMORY, PROCESS_CPU_SECONDS, PROCESS_OPEN_FDS, PROCESS_MAX_FDS,
                    PROCESS_START_TIME)
 UP = PROMETHEUS_UP

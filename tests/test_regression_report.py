@@ -1,6 +1,7 @@
 """``sixdim report regressions`` over a real history: the shifts, their versions, direction,
 filters, the table, and the errors a person meets."""
 
+import dataclasses
 import json
 import random
 import sqlite3
@@ -125,6 +126,32 @@ def test_the_table_names_the_versions_and_the_change(capsys, history):
     improved = next(line for line in lines if "m=16,n=16,k=16" in line and " seconds " in line)
     assert "improvement" in improved and "\u22126." in improved and improved.rstrip().endswith("-")
     assert "4 shift(s): 2 regression(s), 2 improvement(s)" in out
+
+
+def test_a_run_that_did_not_say_its_versions_is_not_a_version_change(capsys, tmp_path):
+    """Runs without versions (an environment the worker never reported) take the versions said
+    before them, as the online detector's segments do: the shift at such a run is not put down to
+    a change of every version, and it is found in one piece, not cut there."""
+    path = tmp_path / "history.db"
+    rnd = random.Random(11)
+    t0 = time.time() - RUNS * HOUR
+    h = History(path)
+    starts = {}
+    for i in range(RUNS):
+        record = make_record(seconds=0.01 * (1 + rnd.gauss(0, 0.01)) / (0.93 if i >= 60 else 1.0),
+                             ended_at=t0 + i * HOUR)
+        if i in (30, 60, 61):
+            record = dataclasses.replace(record, environment={})
+        h.add(record)
+        starts[i] = record.started_at
+    h.close()
+    found = shifts(capsys, {"path": str(path)})
+    assert {s["figure"] for s in found} == {"flops", "seconds"}, found
+    flops = by(found, "m=8,n=8,k=8", "flops")
+    assert flops["state"] == "regression" and flops["at"] == starts[60]
+    assert flops["version_changed"] == [] and flops["versions_before"] == flops["versions_after"]
+    assert flops["versions_after"]["driver"] == "550.54.15"
+    assert (flops["runs_before"], flops["runs_after"]) == (60, 40)
 
 
 def test_nothing_found_says_so(capsys, history):

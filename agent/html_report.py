@@ -930,12 +930,13 @@ class Page:
     def badge(state: str) -> str:
         return f'<span class="badge {esc(state)}">{esc(state)}</span>'
 
-    def direction_class(self, figure: str, ratio: float | None) -> str:
-        """``worse``/``better`` when the change is at least the minimum effect, by the figure's direction."""
+    def direction_class(self, figure: str, ratio: float | None, workload: str = "") -> str:
+        """``worse``/``better`` when the change is at least the minimum effect of the figure and
+        workload (``[regression.effects]`` as the verdicts use it), by the figure's direction."""
         if ratio is None or not math.isfinite(ratio):
             return ""
         worse = self.r.rg.WATCHED.get(figure, -1) * (ratio - 1.0)
-        if abs(ratio - 1.0) < self.r.settings.min_effect:
+        if abs(ratio - 1.0) < self.r.settings.effects_for(figure, workload)[1]:
             return ""
         return "worse" if worse > 0 else "better"
 
@@ -1297,8 +1298,8 @@ class Page:
                  "host that did not upgrade does not blur it) and the change. Components that changed at the same "
                  "moment are one change: nothing tells their effects apart. A plain grouping by one component's "
                  "version would not do: it would blame, say, a torch version for a driver change made while it was in "
-                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%) is coloured: red "
-                 "slower, green faster.</p>"]
+                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%, or the workload's own "
+                 "in [regression.effects]) is coloured: red slower, green faster.</p>"]
         groups = sorted({g for t in comparison for g in t["cells"]}, key=lambda g: r.group_labels[g])
         traces = []
         for n, t in enumerate(comparison):
@@ -1308,7 +1309,7 @@ class Page:
                 if cell is None or cell["ratio"] is None:
                     continue
                 speed = 1.0 / cell["ratio"] if cell["figure"] == "seconds" else cell["ratio"]
-                cls = self.direction_class("flops", speed)
+                cls = self.direction_class("flops", speed, group[0])
                 x.append(esc(r.group_labels[group]))
                 y.append(round((speed - 1.0) * 100.0, 2))
                 text.append(f"<b>{percent(speed)}</b>" if cls else percent(speed))
@@ -1342,7 +1343,7 @@ class Page:
                 if cell is None:
                     cells.append(self.td("\u2014"))
                     continue
-                cls = self.direction_class(cell["figure"], cell["ratio"])
+                cls = self.direction_class(cell["figure"], cell["ratio"], group[0])
                 cells.append(self.td(
                     f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> {esc(figure_name(cell["figure"], group[1]))}'
                     f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after'], group[1]))}"
@@ -1373,7 +1374,7 @@ class Page:
                  ("Now", True), ("Baseline", True), ("Runs in segment", True)] + ([("Note", False)] if notes else []))
 
         def row(record: Any, v: Any) -> str:
-            cls = self.direction_class(v.figure, v.ratio)
+            cls = self.direction_class(v.figure, v.ratio, record.workload)
             return ("<tr>" + self.td(self.badge(v.state), raw=True) + self.device_cell(record.key()[:4])
                     + self.series_cell(record.key()) + self.td(figure_name(v.figure, record.precision))
                     + self.td(percent(v.ratio), num=True, cls=cls)
@@ -1416,7 +1417,7 @@ class Page:
                 crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
                             + self.td(change_label(old, new), cls="wrapok") + self.device_cell(record.key()[:4])
                             + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
-                            + self.td(percent(c.ratio), num=True, cls=self.direction_class(c.figure, c.ratio))
+                            + self.td(percent(c.ratio), num=True, cls=self.direction_class(c.figure, c.ratio, record.workload))
                             + self.td(_p(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True) + "</tr>")
             parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
                                      ("Device", False), ("Series", False), ("Figure", False), ("Change", True),

@@ -224,6 +224,18 @@ def test_the_history_and_the_minimum_effect_come_from_the_configuration(history,
     assert "<p>None found.</p>" in _section(out.read_text(), "regressions")
 
 
+def test_a_workloads_own_minimum_effect_decides_its_colour(history, tmp_path):
+    """[regression.effects] holds for the colouring as for the verdicts: with 10% for gemm, its 7%
+    driver change is shown uncoloured; with the default 1.8% it is red (the test above)."""
+    config = tmp_path / "sixdim.toml"
+    config.write_text('[regression.effects]\n"gemm" = 0.10\n')
+    out = tmp_path / "effects.html"
+    assert main(["report", "--html", str(out), "--history", history, "--config", str(config)]) == 0
+    section = _section(out.read_text(), "versions")
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", section, re.S) if "bf16 gemm" in r)
+    assert re.search(r"\u2212[67]\.\d%", _text(row)) and "worse" not in row and "better" not in row
+
+
 def test_a_long_series_is_bucketed_and_the_charts_are_limited(history, tmp_path, monkeypatch):
     from agent import html_report
 

@@ -1,7 +1,8 @@
 """The worker: the child process that runs the cases of one or more workload runs.
 
-Run as ``python -m agent.worker REQUEST.json RESULTS.jsonl``.  This is the only
-place torch is imported; the daemon never imports this module, it starts it.  One worker
+Run as ``python -m agent.worker REQUEST.json RESULTS.jsonl``.  This is where torch is
+imported, inside the functions that run cases, never at module level: the daemon imports this
+module only for its protocol constants (:mod:`agent.runner`) and starts it as a child.  One worker
 can run the cases of several workloads (each case names its ``module:function``), so a
 suite pays for importing torch and initialising CUDA once.
 

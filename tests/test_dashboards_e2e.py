@@ -12,6 +12,7 @@ empty on a steady host (no regression open, no inference suite, ...).
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 import urllib.error
@@ -91,6 +92,7 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
         now = time.time()
 
         failures, counts = [], {"panels": set(), "queries": 0, "with data": 0, "gpu-only": 0, "may be empty": 0}
+        empty_reasons: collections.Counter[str] = collections.Counter()
         for path in DASHBOARDS:
             dashboard = json.loads(path.read_text())
             for query in all_queries(dashboard):
@@ -115,12 +117,15 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
                     counts["gpu-only"] += 1
                 elif query.may_be_empty:
                     counts["may be empty"] += 1
+                    empty_reasons[query.may_be_empty] += 1
                 else:
                     failures.append(f"{where}: no data")
         with capsys.disabled():  # in CI's output too, not only with -s
             print(f"\ndashboards: {len(DASHBOARDS)}, panels with queries: {len(counts['panels'])}, queries run: "
                   f"{counts['queries']}, with data: {counts['with data']}, empty and marked GPU-only: {counts['gpu-only']}, "
                   f"empty and marked may-be-empty: {counts['may be empty']}")
+            for reason, n in sorted(empty_reasons.items()):
+                print(f"  may be empty, and was: {n} x {reason}")
         assert not failures, "\n".join(failures)
     finally:
         server.terminate()

@@ -22,7 +22,8 @@ class Daemon:
 
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+            # generous: a scrape is cached bytes, but a loaded CI machine can stall any process for seconds
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
@@ -50,7 +51,10 @@ class Daemon:
     def wait_for(self, name: str, timeout: float = 60.0, count: int = 1) -> list:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = self.samples(name)
+            try:
+                found = self.samples(name)
+            except OSError:  # not answering yet, or a stalled read: try again until the deadline
+                found = []
             if len(found) >= count:
                 return found
             time.sleep(0.5)

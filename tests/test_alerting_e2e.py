@@ -72,7 +72,10 @@ def ok_runs(daemon: Daemon) -> float:
 def wait(predicate, timeout: float, what: str, log: Path):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except OSError:  # a scrape or query that a busy machine stalled: ask again
+            value = None
         if value:
             return value
         time.sleep(0.5)

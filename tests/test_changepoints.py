@@ -120,4 +120,4 @@ def test_a_few_thousand_points_take_well_under_a_second():
     points = find_change_points(values)
     elapsed = time.perf_counter() - started
     assert [p.index for p in points] == [1000, 2000]
-    assert elapsed < 0.25, elapsed  # about 10 ms on the 2-core development machine
+    assert elapsed < 1.0, elapsed  # about 10 ms on the 2-core development machine; the slack is for load

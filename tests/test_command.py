@@ -137,9 +137,10 @@ def test_hanging_command_times_out_and_is_stopped(tmp_path):
         time.sleep(600)
     """)
     started = time.monotonic()
-    record = run_command(tmp_path, timeout=3.0, argv=[sys.executable, hanging])
+    # the timeout leaves a busy machine time to start the worker and the command (its PID file)
+    record = run_command(tmp_path, timeout=8.0, argv=[sys.executable, hanging])
     assert record.status == "timeout"
-    assert time.monotonic() - started < 3.0 + 3.0 + 5.0
+    assert time.monotonic() - started < 8.0 + 3.0 + 10.0
     import psutil
 
     pid = int(pid_file.read_text())

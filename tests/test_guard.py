@@ -245,7 +245,7 @@ def test_a_job_starting_mid_suite_stops_the_run_within_seconds(tmp_path, foreign
     reason = (f"busy: 1 other process(es) on GPU 0 (pid {foreign_process.pid}) appeared during the run; "
               f"run stopped")
     assert [(r.status, r.reason) for r in records] == [("ok", "")] + [("skipped", reason)] * 3
-    assert records[1].ended_at - appeared[0] < 5.0  # a check every 2 s, then SIGTERM: not the case's 30 s
+    assert records[1].ended_at - appeared[0] < 8.0  # a check every 2 s, then SIGTERM: not the case's 30 s
     stored = list(History(tmp_path / "h.db"))
     assert [r.status for r in stored] == ["ok", "skipped", "skipped", "skipped"]
 
@@ -258,7 +258,9 @@ def test_a_foreign_job_between_cases_skips_the_rest_and_the_next_worker(tmp_path
         if message == "case 2/2: started":
             fake.gpus[0].compute_pids = [foreign_process.pid]
 
-    items = [(spec("one", [{"seconds": 0.3}, {"seconds": 1.0}]), {}),
+    # Case 2 is long: whether the check at case 1's end or the next periodic one (2 s) sees the job
+    # depends on how the worker's lines are read on a busy machine; either way case 2 is stopped.
+    items = [(spec("one", [{"seconds": 0.3}, {"seconds": 30.0}]), {}),
              (spec("two", [{}], scope="host"), {})]  # a second worker: refused before it starts
     records = executor.execute_many(items, resolve(["cuda:0"], executor.nvml)[0], on_progress=progress)
     assert [r.status for r in records] == ["ok", "skipped", "skipped"]

@@ -409,7 +409,7 @@ def test_a_64_kib_line_parses_in_linear_time(line):
     and ``:::MLLOG {`` repeated scanned the line once per repeat."""
     started = time.perf_counter()
     read_line(line, make_parsers(["ai_rank", "mlperf"]), TrainingLog())
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 3.0  # milliseconds when linear; the bug took 15 s
 
 
 def command_params(**overrides) -> dict:

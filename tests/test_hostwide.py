@@ -50,7 +50,7 @@ def test_a_host_wide_run_waits_for_every_gpus_lock_and_holds_them_all(tmp_path, 
     executor = make_executor(tmp_path, two_gpus())
     gpu0, gpu1 = resolve(["cuda:0", "cuda:1"], executor.nvml)
     started_a, started_host = tmp_path / "a.started", tmp_path / "host.started"
-    specs = {"a": spec("a", [{"seconds": 1.5, "marker": str(started_a)}]),
+    specs = {"a": spec("a", [{"seconds": 4.0, "marker": str(started_a)}]),  # time for the host thread to queue
              "host": spec("host", [{"seconds": 1.5, "marker": str(started_host)}], scope="host"),
              "c": spec("c", [{"seconds": 0.1}])}
     monkeypatch.setattr(registry, "get", specs.__getitem__)

@@ -68,7 +68,9 @@ def test_idle_connections_neither_multiply_threads_nor_delay_scrapes():
 
 def test_a_silent_connection_is_closed_at_the_read_timeout_and_a_full_waiting_room_refuses(monkeypatch):
     monkeypatch.setattr(http, "WAITING", 20)
-    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), read_timeout=1.0)
+    # 3 s: the 30 connections are all made (and 10 refused) long before the first one times out,
+    # even on a busy machine
+    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), read_timeout=3.0)
     idle = []
     try:
         for _ in range(30):
@@ -77,7 +79,7 @@ def test_a_silent_connection_is_closed_at_the_read_timeout_and_a_full_waiting_ro
         while server.rejected < 10 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.rejected == 10  # the 10 beyond the room, closed at once
-        idle[0].settimeout(10)
+        idle[0].settimeout(20)
         assert idle[0].recv(1) == b""  # closed by the server once its read timeout passed
         assert get(server.port, "/healthz")[0] == 200  # and the room has space again
     finally:

@@ -123,10 +123,12 @@ def test_power_phase_reads_the_counter_at_both_ends_and_gives_work_per_joule():
                                    work_per_call=1e9)
     power = details["power"]
     assert power["seconds"] >= 1.2 and power["readings"] >= 10  # about 24 blocks of 50 ms; fewer on a busy machine
-    assert figures["power_watts"] == pytest.approx(250.0, rel=0.02)
+    # the clock and the counter are read one after the other: a busy machine's preemption between
+    # the two reads skews the quotient by its length over 1.2 s
+    assert figures["power_watts"] == pytest.approx(250.0, rel=0.1)
     assert figures["energy_joules"] == pytest.approx(figures["power_watts"] * power["seconds"])
     assert figures["flop_per_joule"] == pytest.approx(1e9 * power["calls"] / figures["energy_joules"])
-    assert power["end_unix"] - power["start_unix"] == pytest.approx(power["seconds"], abs=0.05)
+    assert power["end_unix"] - power["start_unix"] == pytest.approx(power["seconds"], abs=0.2)
 
 
 def test_no_power_from_a_phase_shorter_than_a_second_or_without_a_counter():

@@ -100,7 +100,9 @@ def _alive(pids: list[int]) -> list[int]:
 
 def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orphan(tmp_path):
     pid_file = tmp_path / "pids"
-    outcome = run_worker("tests.fault_workloads:escapes", [{"pid_file": str(pid_file)}], "cpu", 3.0, uses_torch=False)
+    # The timeout leaves a busy machine time to start the worker, the script and its forks, and to
+    # write every PID file before the stop.
+    outcome = run_worker("tests.fault_workloads:escapes", [{"pid_file": str(pid_file)}], "cpu", 8.0, uses_torch=False)
     assert outcome.status == "timeout"
     pids = run_pids(str(pid_file))
     assert len(set(pids)) == 4  # the worker, the command, its setsid child, the orphan
@@ -110,8 +112,8 @@ def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orpha
 def test_the_sigterm_grace_is_the_whole_runs_not_only_the_workers(tmp_path):
     """The worker dies at once on SIGTERM; its child still gets its grace to finish cleanly."""
     marker = tmp_path / "checkpoint"
-    outcome = run_worker("tests.fault_workloads:graceful_child", [{"marker": str(marker)}], "cpu", 2.0,
-                         uses_torch=False)
+    outcome = run_worker("tests.fault_workloads:graceful_child", [{"marker": str(marker)}], "cpu", 6.0,
+                         uses_torch=False)  # time for the child to install its handler on a busy machine
     assert outcome.status == "timeout"
     assert marker.read_text() == "checkpoint written"
 
@@ -332,18 +334,19 @@ def test_device_file_locks_are_exclusive_between_holders_and_name_the_holder(tmp
     daemon_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim serve"))
     run_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim run"), wait=False)
     waiting_locks = DeviceLocks(DeviceFileLocks(tmp_path, "sixdim run"))
-    release, told, got = threading.Event(), [], threading.Event()
+    release, holding, told, got = threading.Event(), threading.Event(), [], threading.Event()
 
     def daemon() -> None:
         with daemon_locks.hold([device], what="gemm on cpu (suite quick)") as held:
             assert held
             with daemon_locks.hold([device]) as again:  # re-entrant within the process
                 assert again
-            release.wait(10)
+            holding.set()
+            release.wait(30)
 
     holder = threading.Thread(target=daemon)
     holder.start()
-    time.sleep(0.3)
+    assert holding.wait(10)
     with pytest.raises(InstanceError, match=rf"cpu is in use by PID {os.getpid()} \(sixdim serve, since .*running "
                                             r"gemm on cpu \(suite quick\)\)"):
         with run_locks.hold([device]):
@@ -355,7 +358,9 @@ def test_device_file_locks_are_exclusive_between_holders_and_name_the_holder(tmp
 
     second = threading.Thread(target=waiter)
     second.start()
-    time.sleep(0.6)
+    deadline = time.monotonic() + 10
+    while not told and time.monotonic() < deadline:  # the waiter says whom it waits for
+        time.sleep(0.05)
     assert not got.is_set() and told and told[0].startswith(f"PID {os.getpid()} (sixdim serve")
     release.set()
     holder.join(5)

@@ -68,7 +68,6 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
     finally:
         crash(daemon.process)  # killed, not stopped: the restart must not rely on a clean exit
 
-    [latest] = History(history).latest_ok()
     runs_before = len(list(History(history)))
     # restart with a schedule that will not run soon: the series must come back from history alone
     quiet = FAST_GEMM_SUITE.replace("interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false")
@@ -77,6 +76,9 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
     daemon = Daemon(config, port, cli_env, tmp_path / "serve2.log")
     try:
         daemon.wait_ready()
+        # The latest ok run as the history holds it now: a case the crash cut short after its worker
+        # had reported it is recorded by the restart (before it serves), and may be the newest.
+        [latest] = History(history).latest_ok()
         [flops] = daemon.samples("sixdim_workload_flops")
         assert (flops.labels["shape"], flops.value) == ("m=128,n=128,k=128,op=NN", pytest.approx(latest.figures["flops"]))
         [ended] = daemon.samples("sixdim_workload_last_run_timestamp_seconds")
@@ -113,7 +115,7 @@ def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_e
         started = time.monotonic()
         daemon.process.send_signal(signal.SIGTERM)
         assert daemon.process.wait(timeout=15) == 0
-        assert time.monotonic() - started < 8.0
+        assert time.monotonic() - started < 10.0  # the documented promise: within 10 s
         for worker in workers:
             assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
         [record] = list(History(history))

@@ -98,13 +98,13 @@ def test_sampler_reads_at_its_rate():
             return TelemetrySample(time=time.monotonic(), power_watts=1.0)
 
     sampler = Sampler(CountingProbe(), hz=20).start()
-    time.sleep(1.0)
+    time.sleep(2.0)
     samples = sampler.stop()
     scheduled = samples[:-1]  # the last one is stop()'s
     ran = scheduled[-1].time - scheduled[0].time
     slots = ran * 20 + 1
     assert slots / 2 <= len(scheduled) <= slots + 0.5
-    assert ran >= 0.5  # it did read for (most of) the second it was given
+    assert ran >= 0.5  # it did read for a good part of the two seconds it was given
 
 
 # ---------------------------------------------------------------------------- a missing reading is never 0
@@ -222,7 +222,7 @@ def test_a_failing_probe_is_counted_not_zero():
             raise OSError("device gone")
 
     sampler = Sampler(Broken(), hz=50).start()
-    time.sleep(0.1)
+    time.sleep(0.5)
     assert sampler.stop() == []
     assert sampler.failed_reads >= 2 and sampler.last_error == "OSError: device gone"
 

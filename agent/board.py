@@ -46,6 +46,16 @@ def skip_class(reason: str) -> str:
     return "other"
 
 
+def case_seconds(record: RunRecord) -> float:
+    """How long the case itself ran: the span the worker reported for it (``details.case_wall``),
+    not the record's started_at/ended_at, which are its worker's and shared by every case the
+    worker ran.  A record without one (made before per-case spans were kept) falls back to those."""
+    wall = record.details.get("case_wall")
+    if isinstance(wall, list) and len(wall) == 2 and all(isinstance(t, (int, float)) for t in wall):
+        return max(0.0, float(wall[1]) - float(wall[0]))
+    return max(0.0, record.ended_at - record.started_at)
+
+
 CATCH_UP_BATCH = 10_000
 """Rows read per catch-up step, so a large backlog (another process's full suite) is read in pieces."""
 
@@ -131,7 +141,7 @@ class Board:
             device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
             seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status),
                                                    [labels, 0.0, 0])
-            seconds[1] += max(0.0, record.ended_at - record.started_at)
+            seconds[1] += case_seconds(record)
             seconds[2] += 1
             if record.status == "skipped":
                 skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),

@@ -257,8 +257,14 @@ class Executor:
             outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
             ended_at = time.time()
             environment = self._environment(device, outcome)
+            reported_until = max((c.wall[1] for c in outcome.cases.values() if c.wall), default=started_at)
+            in_flight = [True]
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
+                if result.wall is None:  # the case the worker ended in ran from the last result on;
+                    # the ones after it never ran
+                    result.wall = (reported_until if in_flight[0] else ended_at, ended_at)
+                    in_flight[0] = False
                 return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
                                     ended_at)
 
@@ -358,7 +364,8 @@ class Executor:
             uuid=device.uuid, model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
             reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
             environment=scrub(environment, secrets),
-            details=scrub({**notes, **result.details, "telemetry": telemetry}, secrets))
+            details=scrub({**notes, **result.details, "telemetry": telemetry,
+                           **({"case_wall": list(result.wall)} if result.wall else {})}, secrets))
 
     def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
         """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)

@@ -65,6 +65,8 @@ class CaseResult:
     figures: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     window: tuple[float, float] | None = None
+    wall: tuple[float, float] | None = None
+    """The case's start and end in Unix time, as the worker saw them (None: it reported no result)."""
 
 
 @dataclass
@@ -315,7 +317,9 @@ def read_results(path: str) -> WorkerOutcome:
             outcome.environment = record["environment"]
         elif record.get("kind") == "case":
             window = record.get("window") or [None, None]
+            wall = record.get("wall") or [None, None]
             outcome.cases[record["index"]] = CaseResult(
                 status=record["status"], reason=record.get("reason", ""), figures=record.get("figures", {}),
-                details=record.get("details", {}), window=None if None in window else (window[0], window[1]))
+                details=record.get("details", {}), window=None if None in window else (window[0], window[1]),
+                wall=None if None in wall else (wall[0], wall[1]))
     return outcome

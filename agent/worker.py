@@ -203,7 +203,11 @@ def _run_request(request_path: str, results_path: str) -> int:
                 print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
 
             ctx = RunContext(device=request["device"], progress=progress, energy=meter)
+            case_started = time.time()
             result = run_case(workload, params, ctx, uses_torch)
+            # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
+            # by every case the worker ran.
+            result["wall"] = [case_started, time.time()]
             _emit(results, {"kind": "case", "index": index, **result})
             sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
             print(f"\n{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)

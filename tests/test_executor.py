@@ -52,6 +52,39 @@ def test_a_suite_shares_one_worker(tmp_path):
     assert ok.figures["seconds"] == 0.25 and ok.details["telemetry"]["window_seconds"] > 0.04
 
 
+def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_path):
+    """Cases sharing a worker share its started_at/ended_at; the span each case itself took is in
+    details.case_wall (the worker's clock around the case), and sixdim_workload_case_mean_seconds is
+    the mean of those spans, not of the worker's (which would count every case at the whole run)."""
+    board = Board()
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=board, nvml=NvmlCollector("h"),
+                        rapl=None)
+    records = executor.execute(sleeping_spec("naps", [{"seconds": 0.2}, {"seconds": 1.2}]), {}, cpu_device())
+    assert [r.status for r in records] == ["ok", "ok"]
+    assert len({r.started_at for r in records}) == 1  # one worker
+    spans = [r.details["case_wall"][1] - r.details["case_wall"][0] for r in records]
+    for r, span, nap in zip(records, spans, (0.2, 1.2)):
+        assert r.started_at <= r.details["case_wall"][0] <= r.details["case_wall"][1] <= r.ended_at
+        assert nap <= span < r.ended_at - r.started_at  # at least its own sleep, less than the worker's whole run
+        assert r.details["case_wall"][0] <= r.figures["begin_unix"] and r.figures["end_unix"] <= r.details["case_wall"][1]
+    assert records[0].details["case_wall"][1] <= records[1].details["case_wall"][0]  # one after the other
+    registry = CollectorRegistry()
+    registry.register(SixdimCollector(board, [], "h"))
+    [mean] = [line for line in generate_latest(registry).decode().splitlines()
+              if line.startswith("sixdim_workload_case_mean_seconds{") and 'status="ok"' in line]
+    assert float(mean.rsplit(" ", 1)[1]) == pytest.approx(sum(spans) / 2)
+
+
+def test_a_case_the_worker_died_in_ran_from_the_last_result_and_the_skipped_rest_never_ran(tmp_path):
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+                        rapl=None)
+    records = executor.execute(SPEC, {"kinds": ["ok", "crash", "ok"]}, cpu_device())
+    assert [r.status for r in records] == ["ok", "failed", "ok"]
+    ok, crashed = records[0], records[1]
+    assert crashed.details["case_wall"][0] == ok.details["case_wall"][1]  # from the last result on
+    assert crashed.details["case_wall"][1] == crashed.ended_at  # to the worker's end
+
+
 # ---------------------------------------------------------------------------- no reading is never 0
 # Workloads run by the real worker in a real child process (it imports them from here).
 

@@ -23,15 +23,11 @@ import threading
 
 from agent import catalog
 from agent.history import History
-from agent.results import RunRecord
-from agent.runner import STOPPING_REASON
+from agent.results import RunRecord, counts_as_run
 from agent.verdicts import Verdicts
 
 log = logging.getLogger("sixdim")
 
-INTERRUPTED = STOPPING_REASON.split(":", 1)[0]
-"""The start of the reason of cases a shutdown stopped before they ran (``interrupted``): kept in
-the history, but neither counted as runs or skips nor given series of their own."""
 
 
 def skip_class(reason: str) -> str:
@@ -136,7 +132,8 @@ class Board:
     def _add(self, record: RunRecord) -> None:
         if self.verdicts is not None:
             self.verdicts.add(record)
-        if not (record.status == "skipped" and record.reason.startswith(INTERRUPTED)):
+        counted = counts_as_run(record.status, record.reason)
+        if counted:
             labels = record.workload_labels()
             device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
             seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status),
@@ -150,9 +147,10 @@ class Board:
         if record.status == "ok":
             self._latest[record.key()] = record
             self._latest_by_suite[(record.key(), record.suite)] = record
-        key = (record.key(), record.status)
-        previous = self._counts.get(key)
-        self._counts[key] = (record, (previous[1] if previous else 0) + 1)
+        if counted:  # an interrupted skip is kept in the history, never counted as a run
+            key = (record.key(), record.status)
+            previous = self._counts.get(key)
+            self._counts[key] = (record, (previous[1] if previous else 0) + 1)
         self.version += 1
 
     def latest(self) -> list[RunRecord]:

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from agent import __version__, catalog
-from agent.board import INTERRUPTED, Board
+from agent.board import Board
 from agent.history import History
 from agent.regression import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
 from agent.results import RunRecord
@@ -205,9 +205,7 @@ class SixdimCollector(PromCollector):
         """Runs per device, workload and status (not per shape: a full suite has thousands)."""
         totals: dict[tuple[tuple[str, ...], str, str], list] = {}
         last_ok: dict[tuple[tuple[str, ...], str], list] = {}
-        for record, count in self._board.counts():
-            if record.status == "skipped" and record.reason.startswith(INTERRUPTED):
-                continue
+        for record, count in self._board.counts():  # interrupted skips are not counted (agent/results.py)
             labels = record.workload_labels()
             device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
             entry = totals.setdefault((device, record.workload, record.status), [labels, 0])

@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from agent.results import RunRecord
+from agent.results import INTERRUPTED, RunRecord, counts_as_run
 
 log = logging.getLogger("sixdim")
 
@@ -438,8 +438,9 @@ class History:
         """Per series and status, the number of runs (pruned ones included), with the newest run as
         the label source."""
         with self._lock:
-            rows = self._db.execute(
+            rows = self._db.execute(  # interrupted skips are not runs (agent.results.counts_as_run)
                 f"SELECT MAX(id) AS newest, COUNT(*) AS n, {_SERIES}, status FROM runs "
+                f"WHERE NOT (status = 'skipped' AND reason LIKE '{INTERRUPTED}%') "
                 f"GROUP BY {_SERIES}, status").fetchall()
             pruned = {tuple(row[c] for c in (*_SERIES_COLUMNS, "status")): row
                       for row in self._db.execute("SELECT * FROM pruned_counts")}
@@ -540,6 +541,8 @@ class History:
         counts: dict[tuple[str, ...], list[Any]] = {}
         days: dict[tuple[str, ...], list[dict[str, float]]] = {}
         for row in rows:  # oldest first: the last one seen labels the count
+            if row["status"] != "ok" and not counts_as_run(row["status"], row["reason"]):
+                continue  # an interrupted skip was never counted: pruning it changes no count
             series = tuple(row[c] for c in _SERIES_COLUMNS)
             previous = counts.get((*series, row["status"]))
             counts[(*series, row["status"])] = [(previous[0] if previous else 0) + 1, row["model_name"],

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import proctree
+from agent.results import INTERRUPTED
 from agent.devices import Device
 from agent.instance import STATE_DIR_MODE, ensure_state_dir
 from workloads.spec import Case, WorkloadSpec
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 WORKERS = "workers"
 RECORD = "record.json"
 
-DIED_REASON = ("interrupted: the sixdim process that ran this case (PID {pid}) ended while it ran "
+DIED_REASON = (f"{INTERRUPTED}: the sixdim process that ran this case (PID {{pid}}) ended while it ran "
                "(killed or crashed); the next sixdim found its worker record and stopped what was left")
 """The reason of the cases a dead agent's run left unfinished; it starts like every interruption."""
 

@@ -8,6 +8,17 @@ from typing import Any
 from agent import catalog
 
 
+INTERRUPTED = "interrupted"
+"""The start of the reason of cases a shutdown, or the death of their agent, stopped before they ran
+or finished (agent/runner.py, agent/orphans.py): kept in the history, but neither counted as runs
+or skips nor given series of their own."""
+
+
+def counts_as_run(status: str, reason: str) -> bool:
+    """Whether a run is counted in ``sixdim_workload_runs_total``: all but the interrupted skips."""
+    return not (status == "skipped" and reason.startswith(INTERRUPTED))
+
+
 @dataclass
 class RunRecord:
     suite: str

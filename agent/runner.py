@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agent import proctree
+from agent.results import INTERRUPTED
 from agent.worker import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
 from workloads.lines import bounded_lines, stream_chunks
 
@@ -42,7 +43,7 @@ BETWEEN_CASES_INTERVAL_SECONDS = 2.0
 """While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
 case does not keep the GPU from a job that started meanwhile."""
 
-STOPPING_REASON = "interrupted: sixdim is shutting down (a signal to the daemon or to sixdim run)"
+STOPPING_REASON = f"{INTERRUPTED}: sixdim is shutting down (a signal to the daemon or to sixdim run)"
 """The reason of the cases a stop request left unrun; the exporter counts none of them as runs."""
 
 RESULTS_FILE = "results.jsonl"

@@ -176,8 +176,33 @@ def test_a_shape_another_suite_ran_later_stays_exported_and_in_both_summaries():
     assert find(text, "sixdim_suite_seconds", suite="nightly") == [pytest.approx(2.0)]
 
 
+def test_interrupted_skips_are_never_counted_as_runs_live_from_the_history_or_after_pruning(tmp_path):
+    """3 busy skips, a shutdown's interrupted one, one more busy skip: 4 skipped runs, whichever is
+    newest, on the live board, on a board loaded from the history, and once all are pruned."""
+    history = History(tmp_path / "h.db")
+    live = Board()
+    reasons = ["busy: 1 other process(es) on GPU 0 (pid 7)"] * 3 + [STOPPING_REASON]
+    for i, reason in enumerate(reasons):
+        record = make_record("skipped", ended_at=1000.0 + i)
+        record.reason = reason
+        history.add(record)
+        live.add(record)
+        if i == 3:  # the newest skip is the interrupted one: the count stays 3, still exported
+            assert find(scrape(live), "sixdim_workload_runs_total", status="skipped") == [3.0]
+    last = make_record("skipped", ended_at=1010.0)
+    last.reason = reasons[0]
+    history.add(last)
+    live.add(last)
+    assert find(scrape(live), "sixdim_workload_runs_total", status="skipped") == [4.0]
+    assert find(scrape(Board.from_history(history)), "sixdim_workload_runs_total", status="skipped") == [4.0]
+    history.prune(keep_seconds=0.0, now=5000.0)
+    assert list(history) == []
+    assert find(scrape(Board.from_history(history)), "sixdim_workload_runs_total", status="skipped") == [4.0]
+
+
 def test_skips_are_counted_by_reason_class_and_case_time_by_status_since_start(tmp_path):
-    from agent.board import INTERRUPTED, skip_class
+    from agent.board import skip_class
+    from agent.results import INTERRUPTED
 
     assert STOPPING_REASON.startswith(INTERRUPTED)
     history = History(tmp_path / "h.db")

@@ -22,7 +22,10 @@ from collectors.base import Availability, LogOnce, Sample
 log = logging.getLogger(__name__)
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-_PACKAGE_ZONE = re.compile(r"^intel-rapl:\d+$")  # top-level zones are packages; subzones are intel-rapl:N:M
+_TOP_ZONE = re.compile(r"^intel-rapl:\d+$")  # top-level zones; subzones (core, uncore, dram) are intel-rapl:N:M
+_PACKAGE_NAME = re.compile(r"^package-\d+$")
+"""A top-level zone is a CPU package (``package-N``), or ``psys``, the whole platform on client
+machines, which already includes the packages: summed with them it would count them twice."""
 
 
 class RaplReader:
@@ -40,10 +43,13 @@ class RaplReader:
             self.reason = f"{root} does not exist (no RAPL powercap driver)"
             return
         for zone in sorted(root.iterdir()):
-            if not _PACKAGE_ZONE.match(zone.name):
+            if not _TOP_ZONE.match(zone.name):
                 continue
             try:
                 name = (zone / "name").read_text().strip()
+                if not _PACKAGE_NAME.match(name):
+                    log.debug("RAPL: %s is %r, not a CPU package: left out", zone, name)
+                    continue
                 max_range = int((zone / "max_energy_range_uj").read_text())
                 first = int((zone / "energy_uj").read_text())
             except (OSError, ValueError) as exc:

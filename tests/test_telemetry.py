@@ -227,13 +227,24 @@ def test_a_failing_probe_is_counted_not_zero():
     assert sampler.failed_reads >= 2 and sampler.last_error == "OSError: device gone"
 
 
-def rapl_zone(root: Path, index: int, energy_uj: int) -> Path:
+def rapl_zone(root: Path, index: int, energy_uj: int, name: str | None = None) -> Path:
     zone = root / f"intel-rapl:{index}"
     zone.mkdir(parents=True)
-    (zone / "name").write_text(f"package-{index}\n")
+    (zone / "name").write_text(f"{name or f'package-{index}'}\n")
     (zone / "max_energy_range_uj").write_text("262143328850\n")
     (zone / "energy_uj").write_text(f"{energy_uj}\n")
     return zone
+
+
+def test_the_platform_zone_is_not_summed_with_the_packages_it_includes(tmp_path):
+    """A laptop or workstation kernel lists ``psys`` (the whole platform) beside ``package-0``:
+    the CPU's energy is the package's alone."""
+    package, platform = rapl_zone(tmp_path, 0, 1_000_000), rapl_zone(tmp_path, 1, 5_000_000, name="psys")
+    rapl = RaplReader(tmp_path)
+    (package / "energy_uj").write_text("3000000\n")  # +2 J
+    (platform / "energy_uj").write_text("9000000\n")  # +4 J, the package's 2 J among them
+    assert rapl.read() == {"package-0": pytest.approx(2.0)}
+    assert rapl.total_joules() == pytest.approx(2.0)
 
 
 def test_an_unreadable_rapl_package_is_absent_not_a_stale_total(tmp_path):

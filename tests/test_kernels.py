@@ -175,6 +175,9 @@ def test_memory_bandwidth_counts_bytes_moved():
     assert isinstance(results["h2d"], Unsupported) and isinstance(results["d2h"], Unsupported)
     [(_, corrupted, _)] = run_cases("memory_bandwidth", size_bytes=2**20, directions=["d2d"], corrupt=True)
     assert corrupted.status == "incorrect" and corrupted.details["mismatched_bytes"] == 1
+    # one byte flipped (x ^ 0xFF): its error |255 - 2x| over the source's largest byte, 255 in 1 MiB of random bytes
+    assert d2d.figures["max_relative_error"] == 0.0
+    assert 0 < corrupted.figures["max_relative_error"] <= 1.0
 
 
 def test_launch_latency_runs_every_launch():
@@ -198,12 +201,16 @@ def test_allreduce_bandwidths_follow_nccl_tests(ranks):
     assert algbw == pytest.approx(size / output.figures["seconds"])
     assert output.figures["bus_bytes_per_second"] == pytest.approx(algbw * 2 * (ranks - 1) / ranks)
     assert output.details["ranks"] == ranks and output.details["backend"] == "gloo"
+    assert output.figures["max_relative_error"] == 0.0
     assert ctx.window_end > ctx.window_start
 
 
 def test_allreduce_catches_a_wrong_sum():
     [(_, output, _)] = run_cases("allreduce", set="quick", scale=64, iterations=1, corrupt=True)[:1]
     assert output.status == "incorrect" and output.details["wrong_elements"] == 1
+    # rank 0 added 1000 to one element: the sum is off by 1000 of the exact 1 + 2 (two ranks by default)
+    ranks = output.details["ranks"]
+    assert output.figures["max_relative_error"] == pytest.approx(1000.0 / (ranks * (ranks + 1) / 2))
 
 
 # ---------------------------------------------------------------------------- inference percentiles, correctness

@@ -38,7 +38,7 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
              f"hostname:      {config.hostname}"]
     now = datetime.now(timezone.utc)
     for index, suite in enumerate(config.suites):
-        found = devices.resolve(suite.devices, nvml)
+        found = devices.resolve(suite.devices, nvml, where=f"{config.source}: suites[{index}].devices")
         counts = {device.name: _count_cases(config, index, device.type) for device in found}
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
                      f"{_where(counts)}; timeout {suite.timeout_seconds:g} s per case; export {suite.export}")

@@ -478,7 +478,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     parts.executor.recover_left_behind()
     if nodes and args.device == "auto":  # one job per node, over all its GPUs
         args.device = "cuda:0" if parts.nvml.availability().available and parts.nvml.gpus else "cpu"
-    targets = devices.resolve([args.device], parts.nvml)
+    targets = devices.resolve([args.device], parts.nvml, where="--device")
     progress = _Progress(sys.stderr)
     records: list[RunRecord] = []
     with _StopOnSignal(parts.executor.stop) as interrupt:

@@ -83,8 +83,17 @@ def cpu_device() -> Device:
     return Device("cpu", model_name=cpu_model_name())
 
 
-def resolve(selectors: tuple[str, ...] | list[str], nvml: NvmlCollector) -> list[Device]:
-    """Devices for 'auto' (every GPU, or the CPU where NVML sees none), 'cpu' and 'cuda:N'."""
+def resolve(selectors: tuple[str, ...] | list[str], nvml: NvmlCollector, *, where: str = "") -> list[Device]:
+    """Devices for 'auto' (every GPU, or the CPU where NVML sees none), 'cpu' and 'cuda:N'.
+
+    ``where`` names what asked for them (a file and key, a flag), for the error's first words."""
+    try:
+        return _resolve(selectors, nvml)
+    except DeviceError as exc:
+        raise DeviceError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def _resolve(selectors: tuple[str, ...] | list[str], nvml: NvmlCollector) -> list[Device]:
     devices: list[Device] = []
     for selector in selectors:
         if selector == "auto":

@@ -62,7 +62,8 @@ def serve(config: Config, reload_config: Callable[[], Config] | None = None) -> 
 
 
 def _plan(config: Config, nvml) -> list:
-    return [(suite, devices.resolve(suite.devices, nvml)) for suite in config.suites]
+    return [(suite, devices.resolve(suite.devices, nvml, where=f"{config.source}: suites[{i}].devices"))
+            for i, suite in enumerate(config.suites)]
 
 
 @dataclass

@@ -126,5 +126,20 @@ def test_cases_are_counted_for_the_device_type_each_suite_really_runs_on(tmp_pat
 
 def test_a_gpu_the_host_does_not_have_is_refused(tmp_path):
     nvml = NvmlCollector("h", module=FakeNvml([FakeGpu(uuid="GPU-aaaa")]))
-    with pytest.raises(DeviceError):
-        check(_config(tmp_path, '["cuda:1"]'), nvml)
+    config = _config(tmp_path, '["cuda:1"]')
+    with pytest.raises(DeviceError, match=rf"^{re.escape(config.source)}: suites\[0\]\.devices: .*index 1"):
+        check(config, nvml)
+
+
+def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(tmp_path, cli_env):
+    """No NVML here: cuda:3 is refused, in one line naming where it was asked for."""
+    config = write_config(tmp_path / "sixdim.toml", tmp_path / "history.db",
+                          FAST_GEMM_SUITE.replace('devices = ["cpu"]', 'devices = ["cuda:3"]'))
+    assert 'devices = ["cuda:3"]' in config.read_text()
+    done = check_config("--config", str(config), env=cli_env)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("sixdim: error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert errors[0].startswith(f"sixdim: error: {config}: suites[0].devices: device 'cuda:3' asked for"), errors
+    run = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config), "-w", "gemm", "-d", "cuda:3"],
+                         env=cli_env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "sixdim: error: --device: device 'cuda:3' asked for" in run.stderr, run.stderr

@@ -534,8 +534,17 @@ def _effects(table: Any, source: str) -> dict[str, float]:
     """``[regression.effects]``: ``"workload/figure"``, ``"workload"`` or ``"figure"`` = a ratio."""
     if not isinstance(table, dict):
         raise ConfigError(source, "regression.effects", "a table of minimum effects", table)
+    from agent.regression import WATCHED
+
+    workloads, figures = sorted(registry.WORKLOADS), sorted(WATCHED)
     effects = {}
     for key, value in table.items():
+        workload, slash, figure = key.partition("/")
+        if (slash and (workload not in workloads or figure not in figures)) or (
+                not slash and key not in workloads and key not in figures):
+            raise ConfigError(source, f"regression.effects.{key}",
+                              "a workload (" + ", ".join(workloads) + "), a watched figure ("
+                              + ", ".join(figures) + "), or workload/figure", detail="unknown key")
         try:
             effects[key] = _effect(value)
         except (ValueError, TypeError):

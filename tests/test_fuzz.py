@@ -204,7 +204,7 @@ config_documents = st.builds(
                                                                                       dict) else {}),
                                              **extra},
     option_tables(), mostly(st.none() | st.lists(suite_tables, min_size=1, max_size=2), hostile),
-    st.none() | st.dictionaries(st.sampled_from(["gemm", "gemm/tflops", "seconds"]), good_or([0.02, 0.5])),
+    st.none() | st.dictionaries(st.sampled_from(["gemm", "gemm/flops", "seconds", "gemm/tflops", "gemmm"]), good_or([0.02, 0.5])),
     mostly(st.just({}), st.dictionaries(st.sampled_from(["agent", "bogus", "suites"]), hostile, max_size=1)),
 )
 

@@ -217,6 +217,11 @@ def test_regression_settings_come_from_the_one_config_loader(tmp_path):
     path.write_text('[regression.effects]\ngemm = 2\n')
     with pytest.raises(ConfigError, match=r"regression.effects.gemm: expected a ratio above 0 and below 1, got 2"):
         load(str(path), env={})
+    for typo in ("gemmm", "gemm/flop", "flop", "gemm/power_watts/x"):  # a typo must not pass as a no-op
+        path.write_text(f'[regression.effects]\n"{typo}" = 0.05\n')
+        with pytest.raises(ConfigError, match=rf"regression.effects.{typo}: expected a workload \(allreduce, .*"
+                                              r"a watched figure \(accuracy, .*\), or workload/figure \(unknown key\)"):
+            load(str(path), env={})
     path.write_text('[regression]\nwindow = 20\nmin_baseline = 30\n')
     with pytest.raises(ConfigError, match=r"regression.min_baseline: expected at most regression.window \(20\)"):
         load(str(path), env={})

@@ -102,6 +102,11 @@ class Exposition:
             with self._lock:
                 self._body = self._live + self._results
 
+    def live_changed(self) -> None:
+        """Something the live part shows changed now (a configuration reload's outcome): render it at
+        the next refresh, within a second, not at the end of its timer."""
+        self._live_at = float("-inf")
+
     def body(self) -> bytes:
         with self._lock:
             return self._body

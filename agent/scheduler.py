@@ -49,6 +49,9 @@ class SuiteScheduler:
         self._scheduler = BackgroundScheduler(timezone=timezone.utc)
         self._generation = 0
         self._pools: list[ThreadPoolExecutor] = []
+        self._first_run: dict[str, str] = {}
+        """Job id -> why its first (next) run is when it is: ``now``, ``kept`` or ``changed`` (by a
+        reload), or ``schedule``: for the log line that says when each suite runs."""
         self._add_jobs(plan, {})
 
     def _add_jobs(self, plan: list[tuple[Suite, list[Device]]], kept: dict[str, tuple[str, datetime | None]]) -> None:
@@ -66,8 +69,12 @@ class SuiteScheduler:
                 extra: dict = {}
                 if job_id in kept and kept[job_id][0] == _schedule(suite):
                     extra["next_run_time"] = kept[job_id][1]
+                    self._first_run[job_id] = "kept"
                 elif suite.run_at_start and job_id not in kept:
                     extra["next_run_time"] = datetime.now(timezone.utc)
+                    self._first_run[job_id] = "now"
+                else:
+                    self._first_run[job_id] = "changed" if job_id in kept else "schedule"
                 self._scheduler.add_job(
                     self.run_suite, suite_trigger(suite), args=(suite, device), id=job_id, executor=alias,
                     name=f"suite {suite.name} on {device.name}", max_instances=1, coalesce=True,
@@ -89,16 +96,21 @@ class SuiteScheduler:
     def _log_jobs(self) -> None:
         suites = {f"{suite.name}@{device.name}": suite for suite, devices in self._plan for device in devices}
         for job in self._scheduler.get_jobs():
-            log.info("scheduled %s: %s", job.name, self._describe(suites[job.id], job.next_run_time))
+            log.info("scheduled %s: %s", job.name,
+                     self._describe(suites[job.id], job.next_run_time, self._first_run.get(job.id, "schedule")))
 
-    def _describe(self, suite: Suite, next_run: datetime | None) -> str:
-        """When a suite runs: its schedule, its first run, and why it does or does not run at start."""
+    def _describe(self, suite: Suite, next_run: datetime | None, why: str) -> str:
+        """When a suite runs: its schedule, its first run, and why it does or does not run now."""
         schedule = (f"every {suite.interval_seconds:g} s" if suite.interval_seconds
                     else f"cron '{suite.cron}' (UTC)")
-        if suite.run_at_start:
+        when = next_run.strftime("%Y-%m-%d %H:%M:%S %Z") if next_run is not None else "never"
+        if why == "now":
             where = " in the embedded default configuration" if self._source == EMBEDDED_SOURCE else ""
             return f"{schedule}; first run now (run_at_start = true{where})"
-        when = next_run.strftime("%Y-%m-%d %H:%M:%S %Z") if next_run is not None else "never"
+        if why == "kept":
+            return f"{schedule}; next run {when} (unchanged by the reload: it keeps its time)"
+        if why == "changed":
+            return f"{schedule}; next run {when} (its schedule changed in the reload)"
         return f"{schedule}; first run {when} (run_at_start = false: waits for its time)"
 
     @property

@@ -76,6 +76,7 @@ class _Running:
     results: SixdimCollector
     parts: app.Components
     reloads: ReloadStatus
+    exposition: Exposition
 
 
 def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Callable[[], Config] | None) -> int:
@@ -122,7 +123,7 @@ def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Cal
              config.history, config.state_dir, len(parts.board.latest()), parts.history.check_seconds,
              f", {len(recovered)} case(s) of a dead predecessor's run recorded" if recovered else "")
     _log_web(web)
-    running = _Running(config, scheduler, server, results_collector, parts, reloads)
+    running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition)
     with _SignalWakeup() as wakeup:
         while True:
             # those that came before the wakeup pipe was in place first; a burst of SIGHUPs is one
@@ -201,6 +202,7 @@ def reload(running: _Running, reload_config: Callable[[], Config] | None) -> boo
         plan = _plan(new, running.parts.nvml)
     except (ConfigError, DeviceError, OSError, ValueError) as exc:
         running.reloads.failed()
+        running.exposition.live_changed()
         log.error("SIGHUP: configuration reload failed, the running configuration stays: %s", exc)
         return False
     old = running.config
@@ -212,6 +214,7 @@ def reload(running: _Running, reload_config: Callable[[], Config] | None) -> boo
     running.server.set_web(web)
     running.config = dataclasses.replace(new, **{key: getattr(old, key) for key in kept})
     running.reloads.succeeded()
+    running.exposition.live_changed()
     log.info("SIGHUP: configuration reloaded from %s: %d suite(s) on %d device job(s)%s", new.source,
              len(new.suites), sum(len(d) for _, d in plan),
              f"; needs a restart, so unchanged: {', '.join(kept)}" if kept else "")

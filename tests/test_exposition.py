@@ -58,6 +58,22 @@ def test_results_render_once_per_board_change_and_live_on_its_interval():
     assert text.index(b"live_part") < text.index(b"results_part")  # one exposition, both parts
 
 
+def test_a_live_change_is_rendered_at_the_next_refresh_not_at_the_end_of_the_timer():
+    """A reload's outcome (sixdim_config_reload_success) is in the live part: shown within a refresh."""
+    board, clock, state = Board(), Clock(), {"value": 1.0}
+    live = Counting("reload_success", lambda: state["value"])
+    exposition = Exposition(board, registry(Counting("results_part")), registry(live), live_seconds=5.0, clock=clock)
+    state["value"] = 0.0
+    clock.now = 1.0
+    exposition.refresh()
+    assert b"reload_success 1.0" in exposition.body()  # the timer has 4 s to go
+    exposition.live_changed()
+    exposition.refresh()
+    assert b"reload_success 0.0" in exposition.body() and live.calls == 2
+    exposition.refresh()
+    assert live.calls == 2  # and then the timer again
+
+
 def test_gzip_is_compressed_once_per_body_and_decompresses_to_it():
     board = Board()
     exposition = Exposition(board, registry(Counting("results_part")), registry(Counting("live_part")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -244,6 +245,10 @@ def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_run
         assert daemon.get("/healthz")[0] == 200
         log = daemon.log_path.read_text()
         assert "SIGHUP: configuration reloaded" in log
+        # the log says when each suite runs now: the kept one keeps its time, the new one runs at once
+        assert re.search(r"scheduled suite fast on cpu: every 3600 s; next run \d{4}-\d\d-\d\d [\d:]+ UTC "
+                         r"\(unchanged by the reload: it keeps its time\)", log), log
+        assert "scheduled suite added on cpu: every 3600 s; first run now (run_at_start = true)" in log
 
         # a bad file: logged, the running configuration stays, the metric says so
         config.write_text(config.read_text().replace("interval_seconds = 3600", "interval_seconds = nan", 1))
@@ -253,7 +258,8 @@ def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_run
             time.sleep(0.1)
         assert "configuration reload failed, the running configuration stays" in daemon.log_path.read_text()
         assert daemon.process.poll() is None
-        # the running web configuration still wants the credentials; the live metrics are rendered on a timer
+        # the running web configuration still wants the credentials; the reload's outcome is rendered at
+        # the next refresh (about a second), not at the end of the live part's 5 s timer
         request = urllib.request.Request(f"http://127.0.0.1:{daemon.port}/metrics",
                                          headers={"Authorization": "Basic " + base64.b64encode(b"prom:secret").decode()})
         deadline = time.monotonic() + 15

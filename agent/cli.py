@@ -236,6 +236,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "dimensions":
             return command_dimensions(args)
         if getattr(args, "handler", None) is not None:  # commands whose module runs them (report, rules)
+            _setup_logging(args.command, "warning")  # their warnings shaped like their errors
             return args.handler(args)
         config = load(args.config, flags=args)
         checking = args.command == "serve" and args.check_config

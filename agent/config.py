@@ -439,10 +439,10 @@ def insecure_permissions_allowed(env: dict[str, str], flags: argparse.Namespace 
                           "true or false", env[INSECURE_PERMISSIONS_ENV]) from None
 
 
-def add_insecure_permissions_flag(parser: argparse.ArgumentParser) -> None:
-    """``--insecure-config-permissions`` (``serve`` and ``run``): not an :data:`OPTIONS` entry, as it has
-    no key in the file."""
-    parser.add_argument(INSECURE_PERMISSIONS_FLAG, dest="insecure_config_permissions",
+def add_insecure_permissions_flag(parser: argparse.ArgumentParser, dest: str = "insecure_config_permissions") -> None:
+    """``--insecure-config-permissions`` (every command that reads a configuration file): not an
+    :data:`OPTIONS` entry, as it has no key in the file."""
+    parser.add_argument(INSECURE_PERMISSIONS_FLAG, dest=dest,
                         action=argparse.BooleanOptionalAction, default=None,
                         help="load a configuration file (--config, --web.config.file, its client CA file) that "
                              "users other than its owner can change, or that a user other than root owns while "

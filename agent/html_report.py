@@ -155,6 +155,9 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("--config", dest="html_config", metavar="FILE",
                         help="with --html: TOML configuration file, for agent.history and the regression settings "
                              "[SIXDIM_CONFIG]")
+    from agent.config import add_insecure_permissions_flag
+
+    add_insecure_permissions_flag(report, dest="html_insecure_config_permissions")
     group = report.add_argument_group("options of --html (each also a SIXDIM_* variable and a key in the TOML file)")
     for opt in OPTIONS:
         if opt.key in OPTION_KEYS:
@@ -167,6 +170,7 @@ def given(args: argparse.Namespace) -> list[str]:
     from agent.config import OPTIONS
 
     flags = {"html_since": "--since", "html_config": "--config",
+             "html_insecure_config_permissions": "--insecure-config-permissions",
              **{"html_" + o.dest: o.flag for o in OPTIONS if o.key in OPTION_KEYS}}
     return [flag for dest, flag in flags.items() if getattr(args, dest, None) is not None]
 
@@ -177,6 +181,7 @@ def html_flags(args: argparse.Namespace) -> argparse.Namespace:
     from agent.config import OPTIONS
 
     return argparse.Namespace(html=args.html, since=args.html_since, config=args.html_config,
+                              insecure_config_permissions=args.html_insecure_config_permissions,
                               **{o.dest: getattr(args, "html_" + o.dest) for o in OPTIONS if o.key in OPTION_KEYS})
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable, Iterator, Sequence
 
-from agent.config import add_option_flags, load, regression_settings
+from agent.config import add_insecure_permissions_flag, add_option_flags, load, regression_settings
 from agent.history import HistoryError
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -108,6 +108,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     regressions.add_argument("--json", action="store_true",
                              help="print a JSON list of shifts instead of a table")
     add_option_flags(regressions, ("agent.history", "regression.min_effect"))
+    add_insecure_permissions_flag(regressions)
     regressions.set_defaults(handler=lambda args: _regressions(report, args))
 
 

@@ -158,6 +158,25 @@ def test_the_escape_hatch_warns_and_the_run_goes_on(tmp_path, cli_env, hatch):
     assert (mode(history), mode(history.parent)) == (0o600, 0o700)  # the run's history, private
 
 
+@pytest.mark.parametrize("command", [["report", "regressions", "--json"], ["report", "--html", "page.html"]])
+def test_the_reports_take_the_escape_hatch_their_refusal_names(tmp_path, cli_env, command):
+    """The refusal says "accept the risk with --insecure-config-permissions": every command that reads
+    a configuration file takes that flag, and its warning is shaped like its errors."""
+    from agent.history import History
+    from tests.helpers import make_record
+
+    history = tmp_path / "history.db"
+    History(history).add(make_record())
+    config = write(tmp_path / "sixdim.toml", f'[agent]\nhistory = "{history}"\n', 0o666)
+    command = [c if c != "page.html" else str(tmp_path / c) for c in command]
+    refused = sixdim(*command, "--config", str(config), env=cli_env)
+    assert refused.returncode == 2 and INSECURE_PERMISSIONS_FLAG in refused.stderr, refused.stderr
+    accepted = sixdim(*command, "--config", str(config), INSECURE_PERMISSIONS_FLAG, env=cli_env)
+    assert accepted.returncode == 0, accepted.stderr
+    [warning] = [line for line in accepted.stderr.splitlines() if "0666" in line]
+    assert warning.startswith(f"sixdim: warning: {config}: (permissions)") and "loaded anyway" in warning
+
+
 @pytest.mark.skipif(not IS_ROOT, reason="the owner rule is for a root process, and these tests run as a user")
 def test_as_root_a_config_file_another_user_owns_is_refused(tmp_path, cli_env):
     config = write(tmp_path / "sixdim.toml", "", 0o644)

@@ -346,7 +346,8 @@ PEER_RATIO = MetricDef(
 SUITE_PEER_RATIO = MetricDef(
     "sixdim_suite_peer_ratio", "gauge",
     "A summary series' speed (geometric mean over the suite's shapes) divided by the median of the same summary "
-    "on every GPU of the same model on this host, ratio; only where at least 2 GPUs of the model have it.",
+    "on every GPU of the same model on this host, over the same shapes, ratio; only where at least 2 GPUs of the "
+    "model have it.",
     SUMMARY_LABELS + (FIGURE,))
 VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
                                           PEER_RATIO, SUITE_PEER_RATIO)

@@ -52,17 +52,20 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
             yield Sample(metric, {**labels, **extra}, float(value))
 
 
-def _peer_ratios(metric: catalog.MetricDef, results: list[tuple[RunRecord, dict, dict[str, str]]]) -> Iterator[Sample]:
+def _peer_ratios(metric: catalog.MetricDef,
+                 results: list[tuple[RunRecord, dict, dict[str, str], frozenset[str]]]) -> Iterator[Sample]:
     """Each GPU's speed over the median of the GPUs of the same model on this host that have the same
-    result (labels other than the GPU's equal): the on-host half of the fleet-peer comparison."""
+    result (labels other than the GPU's equal; for summaries, means over the same shapes: a GPU whose
+    big shape failed must not look slower for it): the on-host half of the fleet-peer comparison."""
     groups: dict[tuple, list[tuple[dict[str, str], str, float]]] = {}
-    for record, figures, labels in results:
+    for record, figures, labels, shapes in results:
         if record.device_type != "cuda":
             continue
         figure = next((f for f in RATES if isinstance(figures.get(f), (int, float)) and figures[f] > 0), None)
         if figure is None:
             continue
-        peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY)) + (("figure", figure),)
+        peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY)) + (("figure", figure),
+                                                                                             ("shapes", shapes))
         groups.setdefault(peers, []).append((labels, figure, float(figures[figure])))
     for members in groups.values():
         if len({labels[catalog.UUID] for labels, _, _ in members}) < 2:
@@ -166,9 +169,10 @@ class SixdimCollector(PromCollector):
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
                 if value is not None:
                     yield Sample(metric, labels, value)
-        yield from _peer_ratios(catalog.PEER_RATIO, [(r, r.figures, r.result_labels()) for r in shown])
+        yield from _peer_ratios(catalog.PEER_RATIO, [(r, r.figures, r.result_labels(), frozenset()) for r in shown])
         yield from _peer_ratios(catalog.SUITE_PEER_RATIO, [
-            (s.record, s.figures, {**s.record.result_labels(), catalog.SUITE: s.record.suite}) for s in summaries])
+            (s.record, s.figures, {**s.record.result_labels(), catalog.SUITE: s.record.suite}, s.shape_names)
+            for s in summaries])
         yield from self._run_counts()
         yield from self._verdicts(shape_keys)
 

@@ -10,7 +10,11 @@ it by 5% whatever the shapes' sizes, and one shape cannot dominate it by being l
 
 Only ``ok`` results take part (a failed shape has no figure; its failure shows in the run
 counters), and results are grouped by software versions too, so that a geometric mean never mixes
-a driver's figures with its successor's while a suite is half-way through re-running them.
+a driver's figures with its successor's while a suite is half-way through re-running them.  Of the
+version groups of one (device, suite, workload, precision, mode, pass), only the one with the newest
+result is summarised: the shapes whose newest ``ok`` result is under older versions (not re-run yet,
+or failing since the upgrade) would otherwise keep a summary of the old versions alive beside the
+new one, for ever in the failing case.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Summary:
     """The newest result of the group: the source of its device, workload and version labels."""
     shapes: int
     figures: dict[str, float]
+    shape_names: frozenset[str] = frozenset()
+    """The shapes the means are over: two summaries compare only over the same shapes."""
 
 
 def group_key(record: RunRecord) -> tuple[str, ...]:
@@ -60,8 +66,14 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
     for record in records:
         if record.status == "ok":
             groups.setdefault(group_key(record), []).append(record)
+    newest_of_base: dict[tuple[str, ...], tuple[float, int]] = {}
+    for key, members in groups.items():
+        newest = max((r.ended_at, r.id or 0) for r in members)
+        newest_of_base[key[:9]] = max(newest_of_base.get(key[:9], newest), newest)
     summaries = []
-    for members in groups.values():
+    for key, members in groups.items():
+        if max((r.ended_at, r.id or 0) for r in members) < newest_of_base[key[:9]]:
+            continue  # older versions than the group's newest result: see the module's docstring
         figures: dict[str, float] = {}
         for name in SUMMARY_FIGURES:
             values = [float(r.figures[name]) for r in members if isinstance(r.figures.get(name), (int, float))]
@@ -74,5 +86,6 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
             if flags:
                 figures[name] = max(flags)
         newest = max(members, key=lambda r: (r.ended_at, r.id or 0))
-        summaries.append(Summary(newest, len({r.shape for r in members}), figures))
+        shapes = frozenset(r.shape for r in members)
+        summaries.append(Summary(newest, len(shapes), figures, shapes))
     return summaries

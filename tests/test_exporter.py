@@ -80,6 +80,19 @@ def test_unavailable_nvml_is_a_metric_saying_so():
     assert not any(name.startswith("sixdim_gpu_") for name, _ in samples(text))
 
 
+def test_suite_peer_ratios_compare_gpus_over_the_same_shapes_only():
+    """GPU 0 and GPU 2 ran both shapes, GPU 1's big shape timed out: GPU 1's mean covers the small
+    shape only, so it has no peer (it would look 3 times slower for running the smaller shape alone)."""
+    board = Board()
+    for gpu, shapes in (("0", ("small", "big")), ("1", ("small",)), ("2", ("small", "big"))):
+        for name in shapes:
+            board.add(make_record(gpu=gpu, uuid=f"GPU-{gpu}", shape=name, seconds=1e-3 if name == "small" else 1e-1))
+    text = scrape(board)
+    ratios = {dict(ls)["gpu"]: v for (n, ls), v in samples(text).items() if n == "sixdim_suite_peer_ratio"}
+    assert ratios == {"0": pytest.approx(1.0), "2": pytest.approx(1.0)}
+    assert find(text, "sixdim_suite_shapes", gpu="1") == [1.0]  # still summarised, just not compared
+
+
 def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     powercap = tmp_path / "powercap" / "intel-rapl:0"
     powercap.mkdir(parents=True)

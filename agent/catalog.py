@@ -10,8 +10,9 @@ is camelCase, which ``promtool check metrics`` rejects; sixdim exports it as
 ``model_name`` by default and as ``modelName`` when the operator asks for
 dcgm-identical names (``--dcgm-label-names``), accepting that one lint warning.
 
-All values are in base units: seconds, bytes, watts, joules, hertz, FLOP/s,
-ratios in [0, 1].
+All values are in base units: seconds, bytes, watts, joules, hertz, FLOP/s, and
+ratios (fractions in [0, 1] where the help says so; speedup, linearity, spread, peer and
+regression ratios can exceed 1).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class MetricDef:
 # --- Workload results (one series per workload, device and parameter set) ---
 WORKLOAD_SECONDS = MetricDef(
     "sixdim_workload_seconds", "gauge",
-    "Time of one operation of the workload (DeepSpark rule: mean of the middle 3 of 5 rounds), seconds.",
+    "Time of one operation of the workload, seconds: for kernels and models the DeepSpark rule (the mean of "
+    "the rounds less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
+    "run's time; for a command its run (MLPerf run_start to run_stop, or the process's wall time).",
     RESULT_LABELS, figure="seconds")
 WORKLOAD_FLOPS = MetricDef(
     "sixdim_workload_flops", "gauge",
@@ -92,11 +95,14 @@ WORKLOAD_FLOPS = MetricDef(
 WORKLOAD_POWER = MetricDef(
     "sixdim_workload_power_watts", "gauge",
     "Average device power over the workload's power phase (at least 1 s, 3 s by default, of back-to-back work, "
-    "from the energy counter), watts; absent where the device has no counter.",
+    "from the energy counter), or for a workload without one (copies, all-reduce, linearity, convergence, a "
+    "command) over its measured window when that lasts at least 1 s, summed over a host-wide run's GPUs; "
+    "watts; absent where the device has no counter.",
     RESULT_LABELS, figure="power_watts")
 WORKLOAD_ENERGY = MetricDef(
     "sixdim_workload_energy_joules", "gauge",
-    "Device energy consumed over the workload's power phase, joules.",
+    "Device energy consumed over the same span as the power figure (the power phase, or the measured window), "
+    "joules.",
     RESULT_LABELS, figure="energy_joules")
 WORKLOAD_FLOP_PER_JOULE = MetricDef(
     "sixdim_workload_flop_per_joule", "gauge",
@@ -109,7 +115,8 @@ WORKLOAD_SAMPLES_PER_JOULE = MetricDef(
 WORKLOAD_MEMORY = MetricDef(
     "sixdim_workload_memory_bytes", "gauge",
     "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, nothing of "
-    "earlier cases), the worker's peak resident memory on a CPU.",
+    "earlier cases; for onnx, NVML's memory of the worker at the case's end less before its session; absent "
+    "for all-reduce and linearity, whose ranks hold it), the worker's peak resident memory on a CPU.",
     RESULT_LABELS, figure="memory_bytes")
 WORKLOAD_MEMORY_RESERVED = MetricDef(
     "sixdim_workload_memory_reserved_bytes", "gauge",
@@ -118,7 +125,7 @@ WORKLOAD_MEMORY_RESERVED = MetricDef(
 WORKLOAD_DEVICE_MEMORY = MetricDef(
     "sixdim_workload_device_memory_bytes", "gauge",
     "Peak device-wide memory in use during the measured window as NVML sees it, bytes: includes the CUDA "
-    "context and any other process (GPU).",
+    "context and any other process (GPU); summed over a host-wide run's GPUs.",
     RESULT_LABELS, figure="device_memory_bytes")
 WORKLOAD_SM_CLOCK = MetricDef(
     "sixdim_workload_sm_clock_hertz", "gauge",
@@ -176,7 +183,9 @@ WORKLOAD_PEAK_RATIO = MetricDef(
     RESULT_LABELS, figure="peak_ratio")
 WORKLOAD_SAMPLES = MetricDef(
     "sixdim_workload_samples_per_second", "gauge",
-    "Training or inference throughput (DeepSpark speed: mean of the middle 3 of 5 steady windows), samples/s.",
+    "Training or inference throughput, samples/s: for models the DeepSpark speed (the mean of the steady "
+    "windows less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
+    "run's; for a command what its log reports.",
     RESULT_LABELS, figure="samples_per_second")
 WORKLOAD_ACCURACY = MetricDef(
     "sixdim_workload_accuracy", "gauge",

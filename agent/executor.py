@@ -166,8 +166,9 @@ def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[
     """Consecutive cases whose workloads need the same kind of worker (GPU visibility, torch)."""
     groups: list[list[tuple[WorkloadSpec, Case]]] = []
     for item in planned:
-        key = (item[0].scope, item[0].uses_torch)
-        if groups and (groups[-1][0][0].scope, groups[-1][0][0].uses_torch) == key:
+        key = (item[0].scope, item[0].uses_torch, item[0].runs_in_ranks)
+        last = groups[-1][0][0] if groups else None
+        if last is not None and (last.scope, last.uses_torch, last.runs_in_ranks) == key:
             groups[-1].append(item)
         else:
             groups.append([item])
@@ -438,7 +439,8 @@ class Executor:
         try:
             outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
                                  device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
-                                 stop=self.stop, uses_torch=spec.uses_torch, gpu_uuids=[g.uuid for g in gpus],
+                                 stop=self.stop, uses_torch=spec.uses_torch, worker_memory=not spec.runs_in_ranks,
+                                 gpu_uuids=[g.uuid for g in gpus],
                                  between_cases=watch.check if watch is not None else None,
                                  workdir=None if journal is None else str(journal.folder), tag=tag)
         finally:

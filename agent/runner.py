@@ -142,7 +142,7 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
                env: dict[str, str] | None = None,
                on_start: Callable[[int], None] | None = None,
                on_progress: Callable[[str], None] | None = None,
-               stop: threading.Event | None = None, uses_torch: bool = True,
+               stop: threading.Event | None = None, uses_torch: bool = True, worker_memory: bool = True,
                gpu_uuids: list[str] | None = None,
                between_cases: Callable[[], str | None] | None = None,
                between_cases_interval: float = BETWEEN_CASES_INTERVAL_SECONDS,
@@ -157,7 +157,9 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     left are then ``skipped`` with reason "interrupted".
 
     ``gpu_uuids`` (NVML UUIDs of the GPUs the worker runs on) goes into the request, where the
-    worker opens its energy counter by them; left out when None.
+    worker opens its energy counter by them; left out when None.  ``worker_memory`` False: the
+    cases run their work in rank processes of their own, so the worker measures no memory of its
+    own for them (:attr:`workloads.spec.WorkloadSpec.runs_in_ranks`).
 
     ``between_cases`` is asked each time a case finishes, and every ``between_cases_interval``
     seconds while one runs; a non-None answer is a reason to stop (the idle guard: someone
@@ -172,10 +174,10 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     tag = tag or new_tag()
     if workdir is not None:
         return _run_in(workdir, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
-                       gpu_uuids, between_cases, between_cases_interval)
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
     with tempfile.TemporaryDirectory(prefix="sixdim-run-") as temporary:
         return _run_in(temporary, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
-                       gpu_uuids, between_cases, between_cases_interval)
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
 
 
 def new_tag() -> str:
@@ -186,14 +188,14 @@ def new_tag() -> str:
 def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float,
             env: dict[str, str] | None, on_start: Callable[[int], None] | None,
             on_progress: Callable[[str], None] | None, stop: threading.Event | None, uses_torch: bool,
-            gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
+            worker_memory: bool, gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
             between_cases_interval: float) -> WorkerOutcome:
     request_path = os.path.join(workdir, "request.json")
     results_path = os.path.join(workdir, RESULTS_FILE)
     with open(request_path, "w") as handle:
         entries = entry if isinstance(entry, list) else [entry] * len(cases)
         request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
-                                   "uses_torch": uses_torch}
+                                   "uses_torch": uses_torch, "worker_memory": worker_memory}
         if gpu_uuids is not None:
             request["gpu_uuids"] = list(gpu_uuids)
         json.dump(request, handle)

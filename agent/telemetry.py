@@ -245,8 +245,9 @@ def _memory(samples: list[TelemetrySample], start: float, end: float) -> dict[st
     note = _missing_reason(memory, len(samples), start, end, "memory")
     if note is not None:
         return {"memory_note": note}
+    # whole bytes: the window's edges are interpolated between two readings, a peak is a count of bytes
     return {"memory_average_bytes": time_average(memory, start, end),
-            "memory_peak_bytes": max(v for _, v in _clip(memory, start, end))}
+            "memory_peak_bytes": float(round(max(v for _, v in _clip(memory, start, end))))}
 
 
 def _clocks(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:

@@ -113,14 +113,16 @@ def _emit(stream: IO[str], record: dict[str, Any]) -> None:
     os.fsync(stream.fileno())
 
 
-def run_case(workload: Any, params: dict[str, Any], ctx: Any, uses_torch: bool = False) -> dict[str, Any]:
+def run_case(workload: Any, params: dict[str, Any], ctx: Any, uses_torch: bool = False,
+             worker_memory: bool = True) -> dict[str, Any]:
     """One case: its result line, whatever happened inside.
 
     With ``uses_torch``, the case is isolated from the ones before and after it (memory
-    statistics, global flags, harness buffers) and its own device memory is reported."""
+    statistics, global flags, harness buffers) and, with ``worker_memory``, its own device memory
+    is reported (not where its work runs in rank processes of its own: the worker's would be 0)."""
     from workloads.context import Unsupported
 
-    if uses_torch:
+    if uses_torch and worker_memory:
         _begin_torch_case(ctx)
     try:
         output = workload(params, ctx)
@@ -132,7 +134,7 @@ def run_case(workload: Any, params: dict[str, Any], ctx: Any, uses_torch: bool =
         result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}",
                   "details": {"traceback": traceback.format_exc(limit=8)}}
     if uses_torch:
-        _end_torch_case(ctx, result)
+        _end_torch_case(ctx, result, worker_memory)
     result["window"] = [ctx.window_start, ctx.window_end]
     return result
 
@@ -148,7 +150,7 @@ def _begin_torch_case(ctx: Any) -> None:
     timing.begin_case_memory(ctx, torch.device(ctx.device))
 
 
-def _end_torch_case(ctx: Any, result: dict[str, Any]) -> None:
+def _end_torch_case(ctx: Any, result: dict[str, Any], worker_memory: bool = True) -> None:
     """Record the case's flags and memory, then put the worker back as it was before the case."""
     import gc
 
@@ -156,7 +158,7 @@ def _end_torch_case(ctx: Any, result: dict[str, Any]) -> None:
 
     if result["status"] in ("ok", "incorrect"):
         result["details"]["torch_flags"] = flags.current()
-        if ctx.memory is None:
+        if ctx.memory is None and worker_memory:
             timing.note_memory(ctx)
         if ctx.memory:
             for name, value in ctx.memory.items():
@@ -204,7 +206,7 @@ def _run_request(request_path: str, results_path: str) -> int:
 
             ctx = RunContext(device=request["device"], progress=progress, energy=meter)
             case_started = time.time()
-            result = run_case(workload, params, ctx, uses_torch)
+            result = run_case(workload, params, ctx, uses_torch, request.get("worker_memory", True))
             # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
             # by every case the worker ran.
             result["wall"] = [case_started, time.time()]

@@ -251,6 +251,7 @@ ALLREDUCE = WorkloadSpec(
     expander=_allreduce_cases,
     shapes_help=f"quick: {shapes.ALLREDUCE_QUICK} floats; full: DeepBench's {shapes.ALLREDUCE_FLOATS}",
     scope="host",
+    runs_in_ranks=True,
 )
 
 def _check_quality_params(params: dict[str, Any]) -> None:
@@ -426,6 +427,7 @@ LINEARITY = WorkloadSpec(
     ),
     expander=_linearity_cases,
     scope="host",
+    runs_in_ranks=True,
 )
 
 

@@ -174,6 +174,10 @@ class WorkloadSpec:
     scope: str = "device"
     """``device``: runs on each device it is given.  ``host``: runs once per host over all its GPUs
     (all-reduce), from the job of the host's first device."""
+    runs_in_ranks: bool = False
+    """True where the case's work runs in rank processes it starts (all-reduce, linearity): the
+    worker itself then neither makes a CUDA context for it nor reports its own allocator's peak as
+    the case's memory (it would read 0, a reading of nothing)."""
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -119,13 +119,14 @@ def test_the_sigterm_grace_is_the_whole_runs_not_only_the_workers(tmp_path):
     assert marker.read_text() == "checkpoint written"
 
 
-def test_a_killed_caller_takes_its_worker_and_everything_below_it_along(tmp_path):
-    """The agent's part is played by a plain Python process running run_worker, SIGKILLed."""
+def test_a_killed_caller_takes_its_worker_and_everything_below_it_along(tmp_path, cli_env):
+    """The agent's part is played by a plain Python process running run_worker, SIGKILLed (with
+    cli_env's TMPDIR: its sixdim-run-* folder, which a killed caller cannot remove, stays under tmp_path)."""
     pid_file = tmp_path / "pids"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.runner import run_worker; "
             f"run_worker('tests.fault_workloads:escapes', [{{'pid_file': {str(pid_file)!r}}}], 'cpu', 600.0, "
             "uses_torch=False)")
-    caller = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
+    caller = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent.parent)], env=cli_env)
     try:
         _wait_for_file(Path(str(pid_file) + ".worker"))
         pids = run_pids(str(pid_file))

@@ -53,6 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from agent.files import make_folders
 from agent.results import INTERRUPTED, RunRecord, counts_as_run
 
 log = logging.getLogger("sixdim")
@@ -229,9 +230,10 @@ class History:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)  # the mode: its last folder only
+            make_folders(self.path.parent, FOLDER_MODE)  # the mode: its last folder only
         except OSError as exc:
-            raise HistoryError(f"cannot create the history's folder {self.path.parent}: {exc}") from None
+            raise HistoryError(f"cannot create the history's folder {self.path.parent}: {exc.strerror or exc}; "
+                               f"choose another place with --history, SIXDIM_HISTORY or agent.history") from None
         try:
             try:
                 db = self._connect()

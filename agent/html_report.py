@@ -40,6 +40,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from agent.config import load, regression_settings
@@ -194,9 +195,18 @@ def command_html(args: argparse.Namespace) -> int:
         print(f"sixdim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     config = load(args.config, flags=args)
+    folder = Path(args.html).parent
+    if not folder.is_dir():  # said before the history is read, not after
+        why = "is a file, not a folder" if folder.exists() else "does not exist"
+        print(f"sixdim: error: cannot write --html {args.html}: {folder} {why}", file=sys.stderr)
+        return EXIT_USAGE
     started = time.perf_counter()
     page, facts = build(config.history, since=args.since, settings=regression_settings(config))
-    write_atomically(args.html, page, make_folder=False)
+    try:
+        write_atomically(args.html, page, make_folder=False)
+    except OSError as exc:
+        print(f"sixdim: error: cannot write --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     seconds = time.perf_counter() - started
     print(f"wrote {args.html} ({len(page.encode()) / 1e6:.1f} MB): {facts['charts']} chart(s), "
           f"{facts['runs']:,} runs of {facts['series']} series from {config.history} in {seconds:.1f} s")

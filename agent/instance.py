@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from agent.files import make_folders
+
 STATE_DIR_MODE = 0o700
 LOCK_FILE_MODE = 0o600
 DEVICE_LOCKS = "devices"
@@ -36,7 +38,7 @@ def ensure_state_dir(path: str | Path) -> Path:
     writable: anything else is an :class:`InstanceError` naming it and the ways to choose another."""
     folder = Path(path)
     try:
-        folder.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+        make_folders(folder, STATE_DIR_MODE)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError(13, "not writable by this user")
     except OSError as exc:
@@ -116,7 +118,7 @@ class AgentLock:
             try:
                 # the history's folder may not exist yet (History creates it later, with this mode):
                 # the lock beside it needs it first
-                lock.path.parent.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+                make_folders(lock.path.parent, STATE_DIR_MODE)
                 taken = lock.try_acquire(self._holder)
             except OSError as exc:  # a read-only or missing folder: say which file, not an errno
                 self.release()

@@ -147,3 +147,28 @@ def test_results_table_shows_training_figures_and_int8_in_op_per_second():
     assert "1.02 MFLOP/s" in by_workload["gemmbf16"]
     assert "0.9612" in by_workload["convergencebf16"] and "12 min 34 s" in by_workload["convergencebf16"]
     assert "0.93" in by_workload["linearitybf16"]
+
+
+def test_a_path_through_a_file_is_named_as_such_by_every_command(tmp_path, cli_env):
+    """A file where a folder should be (a typo, a stale mount point): one line naming that part of
+    the path, exit 2, never "[Errno 20]" or "File exists" with no hint."""
+    from agent.history import History
+    from tests.conftest import free_port
+    from tests.helpers import make_record
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder\n")
+    history = tmp_path / "history.db"
+    History(history).add(make_record())
+    said = f"{blocker} is a file, not a folder"
+    listen = f"127.0.0.1:{free_port()}"
+    for args in (["serve", "--listen", listen, "--history", str(blocker / "h.db")],
+                 ["serve", "--listen", listen, "--state-dir", str(blocker / "state")],
+                 ["run", "-w", "launch_latency", "-d", "cpu", "--history", str(blocker / "h.db")],
+                 ["rules", "--out", str(blocker / "rules.yml")],
+                 ["dashboards", "--out", str(blocker / "json")],
+                 ["report", "--html", str(blocker / "page.html"), "--history", str(history)]):
+        done = run(*args, env=cli_env)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("sixdim: error:")]
+        assert done.returncode == 2 and len(errors) == 1 and said in errors[0], (args, done.stderr)
+        assert "Errno" not in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

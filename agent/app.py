@@ -24,13 +24,14 @@ class Components:
 
 
 def build(config: Config, *, verdicts: bool = False, command: str = "sixdim serve",
-          wait_for_devices: bool = True) -> Components:
+          wait_for_devices: bool = True, nvml: NvmlCollector | None = None) -> Components:
     """The agent's parts; ``verdicts``: keep regression verdicts (the daemon), restored from the
     history in the background.  ``command`` names this process in the state directory's lock files
-    and worker records; ``wait_for_devices`` False refuses a device another sixdim holds."""
+    and worker records; ``wait_for_devices`` False refuses a device another sixdim holds.  ``nvml``:
+    one the caller already made (to check the configured devices before anything is created)."""
     history = History(config.history)
     board = Board.from_history(history, Verdicts(regression_settings(config)) if verdicts else None)
-    nvml = NvmlCollector(config.hostname)
+    nvml = nvml or NvmlCollector(config.hostname)
     host = HostCollector(config.hostname)
     executor = Executor(hostname=config.hostname, history=history, board=board, nvml=nvml, rapl=host.rapl,
                         sample_hz=config.sample_hz,

@@ -475,11 +475,14 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
 
     no_wait = args.no_wait or _env_flag("SIXDIM_NO_WAIT", "--no-wait")
-    parts = app.build(config, command="sixdim run", wait_for_devices=not no_wait)
-    parts.executor.recover_left_behind()
+    from collectors.nvml import NvmlCollector
+
+    nvml = NvmlCollector(config.hostname)
     if nodes and args.device == "auto":  # one job per node, over all its GPUs
-        args.device = "cuda:0" if parts.nvml.availability().available and parts.nvml.gpus else "cpu"
-    targets = devices.resolve([args.device], parts.nvml, where="--device")
+        args.device = "cuda:0" if nvml.availability().available and nvml.gpus else "cpu"
+    targets = devices.resolve([args.device], nvml, where="--device")  # before any file is made
+    parts = app.build(config, command="sixdim run", wait_for_devices=not no_wait, nvml=nvml)
+    parts.executor.recover_left_behind()
     progress = _Progress(sys.stderr)
     records: list[RunRecord] = []
     with _StopOnSignal(parts.executor.stop) as interrupt:

@@ -46,6 +46,7 @@ from agent.exposition import Exposition
 from agent.history import History
 from agent.http import HttpServer, make_app
 from agent.scheduler import SuiteScheduler
+from collectors.nvml import NvmlCollector
 
 log = logging.getLogger("sixdim")
 
@@ -54,9 +55,11 @@ def serve(config: Config, reload_config: Callable[[], Config] | None = None) -> 
     """Run the daemon until SIGTERM or SIGINT.  ``reload_config`` loads the configuration again, as
     it was first loaded (same file, variables and flags), for SIGHUP; None: SIGHUP only logs."""
     web = load_web_config(config)
+    nvml = NvmlCollector(config.hostname)
+    plan = _plan(config, nvml)  # a device this host lacks is refused before any file is made
     lock = AgentLock(config.state_dir, config.history, listen=config.listen).acquire()
     try:
-        return _serve(config, web, reload_config)
+        return _serve(config, web, reload_config, nvml, plan)
     finally:
         lock.release()
 
@@ -79,10 +82,10 @@ class _Running:
     exposition: Exposition
 
 
-def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Callable[[], Config] | None) -> int:
-    parts = app.build(config, verdicts=True)
+def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Callable[[], Config] | None,
+           nvml: NvmlCollector, plan: list) -> int:
+    parts = app.build(config, verdicts=True, nvml=nvml)
     recovered = parts.executor.recover_left_behind()  # before anything runs on the devices
-    plan = _plan(config, parts.nvml)
 
     reloads = ReloadStatus()
     results = CollectorRegistry()  # rendered again only when the board changes

@@ -140,6 +140,14 @@ def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(
     errors = [line for line in done.stderr.splitlines() if line.startswith("sixdim: error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert errors[0].startswith(f"sixdim: error: {config}: suites[0].devices: device 'cuda:3' asked for"), errors
+    serve = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+                            "--listen", f"127.0.0.1:{free_port()}"], env=cli_env, capture_output=True, text=True,
+                           timeout=60)
+    assert serve.returncode == 2 and f"{config}: suites[0].devices: device 'cuda:3'" in serve.stderr, serve.stderr
+    # refused before anything was made: no history, no lock file, no state directory
+    assert not (tmp_path / "history.db").exists() and not (tmp_path / "history.db.lock").exists()
+    assert not Path(cli_env["SIXDIM_STATE_DIR"]).exists()
     run = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config), "-w", "gemm", "-d", "cuda:3"],
                          env=cli_env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "sixdim: error: --device: device 'cuda:3' asked for" in run.stderr, run.stderr
+    assert not (tmp_path / "history.db").exists()

@@ -346,20 +346,26 @@ class _Rules:
             f"Results measured under it understate the GPU.")
 
     def peers(self) -> dict[str, Any]:
+        """Each GPU's summary speed against its peers' median.  Only summaries over every shape its
+        peers have take part (``sixdim_suite_shapes`` at the group's largest): a geometric mean that
+        lost a shape (failing there) covers other shapes than its peers' and compares with nothing."""
         arms = []
+        shapes = catalog.SUMMARY_SHAPES.name
         for metric in (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES):
             peer = (self.model,) + tuple(_label(metric, label) for label in (
                 catalog.DEVICE_TYPE, catalog.SUITE, catalog.WORKLOAD, catalog.PRECISION, catalog.MODE,
                 catalog.PASS)) + self.versions
+            full = (f"({metric.name} and ({shapes} == on ({self.by(*peer)}) group_left () "
+                    f"max by ({self.by(*peer)}) ({shapes})))")
             arms.append(f"(\n"
-                        f"    {metric.name}\n"
+                        f"    {full}\n"
                         f"  / on ({self.by(*peer)}) group_left ()\n"
-                        f"    quantile by ({self.by(*peer)}) (0.5, {metric.name})\n"
+                        f"    quantile by ({self.by(*peer)}) (0.5, {full})\n"
                         f"  < {self.o.peer_ratio}\n"
                         f")\n"
                         f"and on ({self.by(*peer)})\n"
                         f"(\n"
-                        f"  count by ({self.by(*peer)}) ({metric.name}) >= {self.o.min_peers}\n"
+                        f"  count by ({self.by(*peer)}) ({full}) >= {self.o.min_peers}\n"
                         f")")
         group = self.device + (catalog.WORKLOAD,) + self.versions
         expr = (f"min by ({self.by(*group)}) (\n"
@@ -371,7 +377,8 @@ class _Rules:
             f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} runs at {{{{ $value | humanizePercentage }}}} of the "
             f"median of its peers in its slowest suite, precision, mode and pass (FLOP/s or samples/s, "
             f"geometric mean over the suite's shapes; peers: every GPU of the same model with the same "
-            f"suite, precision, mode, pass and versions, at least {self.o.min_peers} GPUs; threshold "
+            f"suite, precision, mode, pass and versions whose mean covers all the shapes the others' do, at least "
+            f"{self.o.min_peers} GPUs; threshold "
             f"{self.o.peer_ratio:g}), under {self.versions_in_labels()}.", for_=PEER_FOR)
 
     def version_change(self) -> dict[str, Any]:

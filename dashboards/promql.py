@@ -138,17 +138,25 @@ class PromQL:
         return (catalog.MODEL_NAME, catalog.DEVICE_TYPE, catalog.SUITE, catalog.WORKLOAD, catalog.PRECISION,
                 catalog.MODE, catalog.PASS) + catalog.VERSION_LABELS
 
+    def covering(self, expr: str) -> str:
+        """``expr`` (summary series) where the summary covers every shape its peers' do: a geometric
+        mean that lost a shape is compared with nothing (as SixdimSlowerThanPeers judges it)."""
+        peers = self.by(*self.peer_group())
+        shapes = self.sel(catalog.SUMMARY_SHAPES, skip=(catalog.HOSTNAME, catalog.GPU))
+        return f"({expr} and ({shapes} == on ({peers}) group_left () max by ({peers}) ({shapes})))"
+
     def fleet_peer_ratio(self, metric: catalog.MetricDef) -> str:
         """A summary's speed over the median of the same summary on every GPU of the same model in the
-        fleet (not only the selected hosts and GPUs: those are its peers)."""
+        fleet (not only the selected hosts and GPUs: those are its peers), over the same shapes."""
         peers = self.by(*self.peer_group())
         everyone = self.sel(metric, skip=(catalog.HOSTNAME, catalog.GPU))
-        return (f"{self.sel(metric)} / on ({peers}) group_left () "
-                f"quantile by ({peers}) (0.5, {everyone})")
+        return (f"{self.covering(self.sel(metric))} / on ({peers}) group_left () "
+                f"quantile by ({peers}) (0.5, {self.covering(everyone)})")
 
     def enough_peers(self, metric: catalog.MetricDef, minimum: int) -> str:
         peers = self.by(*self.peer_group())
-        return f"count by ({peers}) ({self.sel(metric, skip=(catalog.HOSTNAME, catalog.GPU))}) >= {minimum}"
+        everyone = self.sel(metric, skip=(catalog.HOSTNAME, catalog.GPU))
+        return f"count by ({peers}) ({self.covering(everyone)}) >= {minimum}"
 
     def version_changes(self, window: str) -> str:
         """A host's result series under a combination of versions that it did not export ``window``

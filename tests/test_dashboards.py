@@ -360,14 +360,18 @@ def test_the_verdict_annotation_marks_a_new_verdict(tmp_path, promtool):
 
 
 def test_the_fleet_peer_panels_find_the_slow_gpu(tmp_path, promtool):
-    """Three H100s on three hosts, one at 80% of the others: the stat counts it, the bars show it."""
+    """Three H100s on three hosts, one at 80% of the others: the stat counts it, the bars show it.  A
+    fourth at 50%, whose mean lost one of the 4 shapes (failing there), is compared with nothing, as
+    SixdimSlowerThanPeers judges it."""
     found = {q.panel_title: queries.substitute(q.expr) for q in queries.all_queries(BOARDS["sixdim-fleet.json"])}
     stat = found["Slower than same-model peers"]
     bars = found["Slowest devices against their same-model peers (fleet)"]
-    flops = catalog.SUMMARY_FLOPS.name
-    series = [{"series": _series(flops, **{**SERIES_LABELS, catalog.HOSTNAME: host, catalog.UUID: f"GPU-{host}",
-                                           catalog.DRIVER_VERSION: "560"}), "values": f"{value}x10"}
-              for host, value in (("a", 100), ("b", 100), ("c", 80))]
+    flops, shapes = catalog.SUMMARY_FLOPS.name, catalog.SUMMARY_SHAPES.name
+    series = []
+    for host, value, covered in (("a", 100, 4), ("b", 100, 4), ("c", 80, 4), ("d", 50, 3)):
+        labels = {**SERIES_LABELS, catalog.HOSTNAME: host, catalog.UUID: f"GPU-{host}", catalog.DRIVER_VERSION: "560"}
+        series += [{"series": _series(flops, **labels), "values": f"{value}x10"},
+                   {"series": _series(shapes, **labels), "values": f"{covered}x10"}]
     device = {catalog.DEVICE_TYPE: "cuda", catalog.GPU: "0", catalog.MODEL_NAME: "H100", catalog.WORKLOAD: "gemm"}
     spec = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,

@@ -237,10 +237,10 @@ def test_a_workloads_own_minimum_effect_decides_its_colour(history, tmp_path):
 
 
 def test_a_long_series_is_bucketed_and_the_charts_are_limited(history, tmp_path, monkeypatch):
-    from agent import html_report
+    from agent import report_model, report_page
 
-    monkeypatch.setattr(html_report, "MAX_POINTS", 40)
-    monkeypatch.setattr(html_report, "MAX_CHARTS", 1)
+    monkeypatch.setattr(report_model, "MAX_POINTS", 40)  # where each limit is used
+    monkeypatch.setattr(report_page, "MAX_CHARTS", 1)
     out = tmp_path / "small.html"
     assert main(["report", "--html", str(out), "--history", history]) == 0
     html = out.read_text()

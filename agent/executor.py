@@ -258,7 +258,11 @@ class Executor:
             outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
             ended_at = time.time()
             environment = self._environment(device, outcome)
-            reported_until = max((c.wall[1] for c in outcome.cases.values() if c.wall), default=started_at)
+            # the case a worker ended in ran from the last result (or the worker's start: not from before
+            # the device locks and the guard, which a host-wide run may wait minutes for); none ran
+            # where no worker started
+            reported_until = max((c.wall[1] for c in outcome.cases.values() if c.wall),
+                                 default=outcome.started_at if outcome.started_at is not None else ended_at)
             in_flight = [True]
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:

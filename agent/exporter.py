@@ -64,8 +64,10 @@ def _peer_ratios(metric: catalog.MetricDef,
         figure = next((f for f in RATES if isinstance(figures.get(f), (int, float)) and figures[f] > 0), None)
         if figure is None:
             continue
-        peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY)) + (("figure", figure),
-                                                                                             ("shapes", shapes))
+        # only the labels the metric has: a summary's record also carries its newest shape, which is
+        # no part of what the summary stands for
+        peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY and k in metric.labels)
+                      ) + (("figure", figure), ("shapes", shapes))
         groups.setdefault(peers, []).append((labels, figure, float(figures[figure])))
     for members in groups.values():
         if len({labels[catalog.UUID] for labels, _, _ in members}) < 2:

@@ -59,6 +59,7 @@ class Exposition:
         self._results_version = -1
         self._live = b""
         self._live_at = float("-inf")
+        self._live_forced = self._results_forced = False
         self._body = b""
         self._gzipped: tuple[bytes, bytes] | None = None  # (the body it was made from, its gzip form)
         self.refresh()  # the first scrape already has everything
@@ -88,13 +89,17 @@ class Exposition:
             except Exception as exc:  # a locked or broken history: the board stays as it was
                 log.warning("could not read new runs from the history: %s", exc)
         changed = False
+        # each flag is taken before its part is rendered: a change noted while it renders is
+        # rendered again at the next refresh, not lost
+        forced_results, self._results_forced = self._results_forced, False
         version = self._board.version
-        if version != self._results_version:
+        if forced_results or version != self._results_version:
             self._results = generate_latest(self._results_registry)
             self._results_version = version
             changed = True
         now = self._clock()
-        if now - self._live_at >= self._live_seconds:
+        forced_live, self._live_forced = self._live_forced, False
+        if forced_live or now - self._live_at >= self._live_seconds:
             self._live = generate_latest(self._live_registry)
             self._live_at = now
             changed = True
@@ -105,7 +110,12 @@ class Exposition:
     def live_changed(self) -> None:
         """Something the live part shows changed now (a configuration reload's outcome): render it at
         the next refresh, within a second, not at the end of its timer."""
-        self._live_at = float("-inf")
+        self._live_forced = True
+
+    def results_changed(self) -> None:
+        """What the results part shows changed with no new run (a reload's per-shape export): render
+        it at the next refresh."""
+        self._results_forced = True
 
     def body(self) -> bytes:
         with self._lock:

@@ -161,13 +161,16 @@ class Page:
     def badge(state: str) -> str:
         return f'<span class="badge {esc(state)}">{esc(state)}</span>'
 
-    def direction_class(self, figure: str, ratio: float | None, workload: str = "") -> str:
+    def direction_class(self, figure: str, ratio: float | None, workload: str = "",
+                        effect_of: str | None = None) -> str:
         """``worse``/``better`` when the change is at least the minimum effect of the figure and
-        workload (``[regression.effects]`` as the verdicts use it), by the figure's direction."""
+        workload (``[regression.effects]`` as the verdicts use it), by the figure's direction.
+        ``effect_of``: the figure whose minimum effect applies, where ``figure`` only gives the
+        direction (a speed shown as a rate whatever figure it came from)."""
         if ratio is None or not math.isfinite(ratio):
             return ""
         worse = self.r.rg.WATCHED.get(figure, -1) * (ratio - 1.0)
-        if abs(ratio - 1.0) < self.r.settings.effects_for(figure, workload)[1]:
+        if abs(ratio - 1.0) < self.r.settings.effects_for(effect_of or figure, workload)[1]:
             return ""
         return "worse" if worse > 0 else "better"
 
@@ -540,7 +543,7 @@ class Page:
                 if cell is None or cell["ratio"] is None:
                     continue
                 speed = 1.0 / cell["ratio"] if cell["figure"] == "seconds" else cell["ratio"]
-                cls = self.direction_class("flops", speed, group[0])
+                cls = self.direction_class("flops", speed, group[0], effect_of=cell["figure"])
                 x.append(esc(r.group_labels[group]))
                 y.append(round((speed - 1.0) * 100.0, 2))
                 text.append(f"<b>{percent(speed)}</b>" if cls else percent(speed))

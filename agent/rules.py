@@ -346,9 +346,10 @@ class _Rules:
             f"Results measured under it understate the GPU.")
 
     def peers(self) -> dict[str, Any]:
-        """Each GPU's summary speed against its peers' median.  Only summaries over every shape its
-        peers have take part (``sixdim_suite_shapes`` at the group's largest): a geometric mean that
-        lost a shape (failing there) covers other shapes than its peers' and compares with nothing."""
+        """Each GPU's summary speed against its peers' median.  Only summaries over as many shapes as
+        the group's median (``sixdim_suite_shapes``) take part: a geometric mean that lost a shape
+        (failing there) covers other shapes than its peers' and compares with nothing, and one GPU
+        with an extra shape leaves out itself, not the rest.  (PromQL compares counts, not sets.)"""
         arms = []
         shapes = catalog.SUMMARY_SHAPES.name
         for metric in (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES):
@@ -356,7 +357,7 @@ class _Rules:
                 catalog.DEVICE_TYPE, catalog.SUITE, catalog.WORKLOAD, catalog.PRECISION, catalog.MODE,
                 catalog.PASS)) + self.versions
             full = (f"({metric.name} and ({shapes} == on ({self.by(*peer)}) group_left () "
-                    f"max by ({self.by(*peer)}) ({shapes})))")
+                    f"quantile by ({self.by(*peer)}) (0.5, {shapes})))")
             arms.append(f"(\n"
                         f"    {full}\n"
                         f"  / on ({self.by(*peer)}) group_left ()\n"
@@ -377,7 +378,7 @@ class _Rules:
             f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} runs at {{{{ $value | humanizePercentage }}}} of the "
             f"median of its peers in its slowest suite, precision, mode and pass (FLOP/s or samples/s, "
             f"geometric mean over the suite's shapes; peers: every GPU of the same model with the same "
-            f"suite, precision, mode, pass and versions whose mean covers all the shapes the others' do, at least "
+            f"suite, precision, mode, pass and versions whose mean covers as many shapes as most do, at least "
             f"{self.o.min_peers} GPUs; threshold "
             f"{self.o.peer_ratio:g}), under {self.versions_in_labels()}.", for_=PEER_FOR)
 

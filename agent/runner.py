@@ -80,6 +80,8 @@ class WorkerOutcome:
     reason: str = ""
     returncode: int | None = None
     output_tail: list[str] = field(default_factory=list)
+    started_at: float | None = None
+    """Unix time the worker was started (None: it never was, the run ended before it)."""
 
 
 def _signal_name(number: int) -> str:
@@ -201,6 +203,7 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
         json.dump(request, handle)
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), proctree.TAG_VARIABLE: tag,
                  AGENT_PID_VARIABLE: str(os.getpid())}
+    worker_started = time.time()
     process = subprocess.Popen(
         [sys.executable, "-m", "agent.worker", request_path, results_path],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -221,6 +224,7 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
     reader.join(timeout=2.0)
     outcome = read_results(results_path)
     outcome.returncode = process.returncode
+    outcome.started_at = worker_started
     outcome.output_tail = list(reader.tail)
     if len(outcome.cases) < len(cases):
         outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,

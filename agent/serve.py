@@ -218,6 +218,7 @@ def reload(running: _Running, reload_config: Callable[[], Config] | None) -> boo
     running.config = dataclasses.replace(new, **{key: getattr(old, key) for key in kept})
     running.reloads.succeeded()
     running.exposition.live_changed()
+    running.exposition.results_changed()  # the per-shape export may have changed with no new run
     log.info("SIGHUP: configuration reloaded from %s: %d suite(s) on %d device job(s)%s", new.source,
              len(new.suites), sum(len(d) for _, d in plan),
              f"; needs a restart, so unchanged: {', '.join(kept)}" if kept else "")

@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 _TOP_ZONE = re.compile(r"^intel-rapl:\d+$")  # top-level zones; subzones (core, uncore, dram) are intel-rapl:N:M
-_PACKAGE_NAME = re.compile(r"^package-\d+$")
-"""A top-level zone is a CPU package (``package-N``), or ``psys``, the whole platform on client
-machines, which already includes the packages: summed with them it would count them twice."""
+_PACKAGE_NAME = re.compile(r"^package-\d+(-die-\d+)?$")
+"""A top-level zone is a CPU package (``package-N``, or ``package-N-die-M`` on a CPU of several dies
+per package), or ``psys``, the whole platform on client machines, which already includes the
+packages: summed with them it would count them twice."""
 
 
 class RaplReader:

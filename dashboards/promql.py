@@ -139,11 +139,12 @@ class PromQL:
                 catalog.MODE, catalog.PASS) + catalog.VERSION_LABELS
 
     def covering(self, expr: str) -> str:
-        """``expr`` (summary series) where the summary covers every shape its peers' do: a geometric
-        mean that lost a shape is compared with nothing (as SixdimSlowerThanPeers judges it)."""
+        """``expr`` (summary series) where the summary covers as many shapes as the peer group's
+        median: a geometric mean that lost a shape is compared with nothing (as SixdimSlowerThanPeers
+        judges it)."""
         peers = self.by(*self.peer_group())
         shapes = self.sel(catalog.SUMMARY_SHAPES, skip=(catalog.HOSTNAME, catalog.GPU))
-        return f"({expr} and ({shapes} == on ({peers}) group_left () max by ({peers}) ({shapes})))"
+        return f"({expr} and ({shapes} == on ({peers}) group_left () quantile by ({peers}) (0.5, {shapes})))"
 
     def fleet_peer_ratio(self, metric: catalog.MetricDef) -> str:
         """A summary's speed over the median of the same summary on every GPU of the same model in the

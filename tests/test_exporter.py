@@ -92,6 +92,15 @@ def test_suite_peer_ratios_compare_gpus_over_the_same_shapes_only():
     assert ratios == {"0": pytest.approx(1.0), "2": pytest.approx(1.0)}
     assert find(text, "sixdim_suite_shapes", gpu="1") == [1.0]  # still summarised, just not compared
 
+    # the same shapes, newest last in another order on GPU 1 (its big shape's result is older): peers all
+    board = Board()
+    for gpu, order in (("0", ("small", "big")), ("1", ("big", "small")), ("2", ("small", "big"))):
+        for at, name in enumerate(order):
+            board.add(make_record(gpu=gpu, uuid=f"GPU-{gpu}", shape=name, ended_at=2000.0 + at,
+                                  seconds=1e-3 if name == "small" else 1e-1))
+    ratios = {dict(ls)["gpu"]: v for (n, ls), v in samples(scrape(board)).items() if n == "sixdim_suite_peer_ratio"}
+    assert ratios == {"0": pytest.approx(1.0), "1": pytest.approx(1.0), "2": pytest.approx(1.0)}
+
 
 def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     powercap = tmp_path / "powercap" / "intel-rapl:0"

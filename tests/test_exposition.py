@@ -74,6 +74,21 @@ def test_a_live_change_is_rendered_at_the_next_refresh_not_at_the_end_of_the_tim
     assert live.calls == 2  # and then the timer again
 
 
+
+def test_a_results_change_without_a_run_is_rendered_at_the_next_refresh():
+    """A reload that changes which suites export per shape adds no run: the results part is rendered
+    again anyway."""
+    board, shown = Board(), {"value": 1.0}
+    results = Counting("results_part", lambda: shown["value"])
+    exposition = Exposition(board, registry(results), registry(Counting("live_part")), live_seconds=5.0, clock=Clock())
+    shown["value"] = 2.0
+    exposition.refresh()
+    assert b"results_part 1.0" in exposition.body() and results.calls == 1  # no run: not rendered
+    exposition.results_changed()
+    exposition.refresh()
+    assert b"results_part 2.0" in exposition.body() and results.calls == 2
+
+
 def test_gzip_is_compressed_once_per_body_and_decompresses_to_it():
     board = Board()
     exposition = Exposition(board, registry(Counting("results_part")), registry(Counting("live_part")))

@@ -247,6 +247,17 @@ def test_the_platform_zone_is_not_summed_with_the_packages_it_includes(tmp_path)
     assert rapl.total_joules() == pytest.approx(2.0)
 
 
+
+def test_packages_of_several_dies_are_read_each(tmp_path):
+    """The kernel names a die's zone package-N-die-M where a package has several dies."""
+    zones = [rapl_zone(tmp_path, i, 1_000_000, name=f"package-{i // 2}-die-{i % 2}") for i in range(4)]
+    rapl = RaplReader(tmp_path)
+    for zone in zones:
+        (zone / "energy_uj").write_text("2000000\n")  # +1 J each
+    assert rapl.read() == {f"package-{i // 2}-die-{i % 2}": pytest.approx(1.0) for i in range(4)}
+    assert rapl.total_joules() == pytest.approx(4.0)
+
+
 def test_an_unreadable_rapl_package_is_absent_not_a_stale_total(tmp_path):
     zone0, zone1 = rapl_zone(tmp_path, 0, 1_000_000), rapl_zone(tmp_path, 1, 2_000_000)
     rapl = RaplReader(tmp_path)

@@ -10,16 +10,17 @@ from workloads.dimensions import DimensionsError, compute, stability
 
 
 def test_worked_example_every_dimension():
+    # skewed samples, so that a mean, a median and a trimmed mean all differ: each rule is pinned
     result = compute({
-        "speed": [200, 214, 216, 212, 260],            # drop 200 and 260 -> mean(214, 216, 212) = 214
+        "speed": [200, 210, 230, 212, 260],            # drop 200 and 260 -> mean(210, 230, 212) = 217.33 (median 212)
         "accuracy": 0.72,
         "linearity": {"single": 220.0, "multi": 1689.6, "count": 8},  # (1689.6 / 8) / 220 = 0.96
-        "power_watts": [150, 152, 154],
-        "memory_mib": [20000, 21000],
+        "power_watts": [150, 152, 160],                # mean 154 (median 152)
+        "memory_mib": [20000, 21000, 25000],           # mean 22000 (median 21000)
         "convergence": [0.72, 0.721, 0.719, 0.7205, 0.7195],
     })
-    assert result == {"speed": pytest.approx(214.0), "accuracy": 0.72, "linearity": pytest.approx(0.96),
-                      "power_watts": pytest.approx(152.0), "memory_mib": pytest.approx(20500.0),
+    assert result == {"speed": pytest.approx(652 / 3), "accuracy": 0.72, "linearity": pytest.approx(0.96),
+                      "power_watts": pytest.approx(154.0), "memory_mib": pytest.approx(22000.0),
                       "stability": 1.0}
 
 

@@ -137,9 +137,20 @@ def test_noise_guard_keeps_a_noisy_series_quiet():
 def test_mann_whitney_exact_and_approximate():
     assert rg.mann_whitney_greater([20, 21, 22], list(range(20))) == pytest.approx(1 / 1771)
     assert rg.mann_whitney_greater([0, 1, 2], [5, 6, 7]) == 1.0
-    # ties use the normal approximation
-    p = rg.mann_whitney_greater([5, 5, 6], [1, 2, 5, 3])
-    assert 0 < p < 0.2
+    # ties use the normal approximation with tie and continuity corrections: scipy's, to the digit
+    from scipy.stats import mannwhitneyu
+
+    for sample, reference in (([5, 5, 6], [1, 2, 5, 3]), ([1.0, 1.0, 2.0, 3.0], [1.0, 2.0, 2.0, 0.5, 0.5]),
+                              ([7] * 6, [7] * 5 + [6] * 20)):
+        expected = mannwhitneyu(sample, reference, alternative="greater", method="asymptotic",
+                                use_continuity=True).pvalue
+        assert rg.mann_whitney_greater(sample, reference) == pytest.approx(expected, rel=1e-9)
+    # and the exact test without ties, for the rules' sizes (3 or 6 runs against 40)
+    rng = random.Random(3)
+    for n in (3, 6):
+        sample, reference = [rng.random() for _ in range(n)], [rng.random() for _ in range(40)]
+        expected = mannwhitneyu(sample, reference, alternative="greater", method="exact").pvalue
+        assert rg.mann_whitney_greater(sample, reference) == pytest.approx(expected, rel=1e-9)
     assert sum(rg._u_counts(3, 4)) == 35
 
 

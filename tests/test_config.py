@@ -53,10 +53,15 @@ def test_defaults_read_the_environment_the_loader_was_given_not_the_process(monk
     config = load(None, env={"NODE_NAME": "gpu-node-7", "XDG_STATE_HOME": "/given/state",
                              "XDG_DATA_HOME": "/given/data"})
     assert config.hostname == "gpu-node-7"
-    if os.geteuid() != 0:  # root's defaults are /var/lib/sixdim whatever the environment says
-        assert config.state_dir == "/given/state/sixdim"
-        assert config.history == "/given/data/sixdim/history.db"
     assert load(None, env={}).hostname == socket.gethostname()
+    # both users' defaults, whoever runs the tests (CI and the containers run as root)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    config = load(None, env={"XDG_STATE_HOME": "/given/state", "XDG_DATA_HOME": "/given/data"})
+    assert config.state_dir == "/given/state/sixdim"
+    assert config.history == "/given/data/sixdim/history.db"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # root: a system service's folder, whatever the environment
+    config = load(None, env={"XDG_STATE_HOME": "/given/state", "XDG_DATA_HOME": "/given/data"})
+    assert (config.state_dir, config.history) == ("/var/lib/sixdim", "/var/lib/sixdim/history.db")
 
 
 def test_config_path_from_environment(tmp_path):

@@ -197,3 +197,36 @@ def test_a_gpu_without_readings_gives_no_figures_but_the_reasons(tmp_path):
     for metric in ("sixdim_workload_power_watts", "sixdim_workload_device_memory_bytes",
                    "sixdim_workload_power_capped"):
         assert metric not in text, metric
+
+
+# ---------------------------------------------------------------------------- fraction of peak, wired
+
+def fixed_copy(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """A copy's figures as a GPU would give them, without a GPU: 1.675e12 bytes/s."""
+    ctx.mark_window_start()
+    ctx.mark_window_end()
+    return WorkloadOutput({"seconds": 1e-3, "bytes_per_second": 1.675e12})
+
+
+def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_only(tmp_path):
+    """On a GPU the peak table knows (NVML's name, faked: an H100 SXM, 3.35 TB/s), a device-to-device
+    copy gets achieved / peak; a host-to-device one, limited by PCIe and not by the GPU's memory, none."""
+    from agent.devices import resolve as resolve_devices
+
+    def copies(spec, params, device_type):
+        return [Case({}, precision="", shape=f"size={2**20}", kernel_pass=direction) for direction in ("d2d", "h2d")]
+
+    spec = WorkloadSpec(name="memory_bandwidth", description="test", entry="tests.test_executor:fixed_copy",
+                        uses_torch=False, peak_kind="bandwidth", expander=copies)
+    fake = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3")])
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(),
+                        nvml=NvmlCollector("h", module=fake), rapl=None, guard=GuardSettings(enabled=False))
+    d2d, h2d = executor.execute(spec, {}, resolve_devices(["cuda:0"], executor.nvml)[0])
+    assert (d2d.kernel_pass, h2d.kernel_pass) == ("d2d", "h2d") and d2d.status == h2d.status == "ok"
+    assert d2d.figures["peak_ratio"] == pytest.approx(1.675e12 / 3.35e12)
+    assert "peak_ratio" not in h2d.figures
+    # and no peak for a GPU the table does not have: absent, never guessed
+    fake.gpus[0].name = "NVIDIA Made-Up 9000"
+    executor.nvml = NvmlCollector("h", module=fake)
+    [unknown, _] = executor.execute(spec, {}, resolve_devices(["cuda:0"], executor.nvml)[0])
+    assert unknown.status == "ok" and "peak_ratio" not in unknown.figures

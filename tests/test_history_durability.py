@@ -54,6 +54,26 @@ def test_a_locked_database_queues_results_shows_them_and_writes_them_once_when_r
     assert not history.spool_path.exists()
 
 
+def test_beyond_its_bound_the_queue_drops_the_oldest_and_counts_them(tmp_path):
+    """A database locked for long: at most max_pending results wait; the oldest go first, each
+    counted as reason "dropped" (what SixdimHistoryDataLoss alerts on), the newest are written."""
+    path = tmp_path / "h.db"
+    history = History(path, max_pending=3)
+    history.add(make_record(seconds=1.0))
+    locker = Locker(path)
+    try:
+        for seconds in (2.0, 3.0, 4.0, 5.0, 6.0):
+            assert history.add(make_record(seconds=seconds)) is None
+        health = history.health()
+        assert health.pending == 3 and health.errors.get("dropped", 0) == 2
+        assert [r.figures["seconds"] for r in history.pending()] == [4.0, 5.0, 6.0]
+    finally:
+        locker.release()
+    assert history.retry_pending() == 0
+    assert sorted(r.figures["seconds"] for r in history) == [1.0, 4.0, 5.0, 6.0]
+    assert history.health().errors.get("dropped", 0) == 2
+
+
 def test_a_restart_writes_what_the_spool_kept_and_never_twice(tmp_path):
     path = tmp_path / "h.db"
     history = History(path)

@@ -232,11 +232,28 @@ def test_allreduce_catches_a_wrong_sum():
 
 # ---------------------------------------------------------------------------- inference percentiles, correctness
 
-def test_inference_cases_report_p50_and_p99():
+def test_inference_cases_report_p50_and_p99(monkeypatch):
     results = run_cases("gemm", set="inference", scale=16, max_batch=4, latency_samples=50, precisions=["fp32"])
     assert results and all(c.params["n"] <= 4 for c, _, _ in results)
     for _, output, _ in results:
         assert 0 < output.figures["latency_p50_seconds"] <= output.figures["latency_p99_seconds"]
+        assert output.details["latency_samples"] == 50
+    # which sample each figure is: the single calls' times answered as 1, 2, ... 100 ms (in a shuffled
+    # order), p50 is the 50th and p99 the 99th
+    from workloads import report
+
+    asked = []
+
+    def known_latencies(fn, device, ctx, *, samples, warmup_seconds, regime="warm"):
+        asked.append(samples)
+        return [i * 1e-3 for i in (list(range(100, 50, -1)) + list(range(1, 51)))][:samples]
+
+    monkeypatch.setattr(report, "latency_percentiles", known_latencies)
+    [(_, output, _)] = run_cases("gemm", set="inference", scale=16, max_batch=1, latency_samples=100,
+                                 precisions=["fp32"])[:1]
+    assert asked and asked[0] == 100
+    assert output.figures["latency_p50_seconds"] == pytest.approx(0.050)
+    assert output.figures["latency_p99_seconds"] == pytest.approx(0.099)
 
 
 def test_percentile_is_nearest_rank():

@@ -29,6 +29,22 @@ def test_readings_are_converted_to_base_units():
     assert reading.memory_used_bytes == 2 * 1024**3
 
 
+def test_every_live_gpu_gauge_carries_its_own_reading_in_base_units():
+    """Distinct readings per field, so a swapped pair (used for total, SM for memory clock) or a
+    missed conversion (MHz, percent, mW, mJ, millidegrees) shows."""
+    gpu = FakeGpu(power_mw=312_500, energy_mj=5_000_000, memory_used=3 * 1024**3, memory_total=80 * 1024**3,
+                  utilization_gpu=42, sm_mhz=1755, mem_mhz=2619, temperature=61)
+    nvml = NvmlCollector("node1", module=FakeNvml([gpu]))
+    reading = nvml.sample(0)
+    assert (reading.memory_total_bytes, reading.memory_clock_hertz) == (80 * 1024**3, 2.619e9)
+    samples = nvml.collect()
+    expected = {catalog.GPU_POWER: 312.5, catalog.GPU_ENERGY: 5000.0, catalog.GPU_MEMORY_USED: 3 * 1024**3,
+                catalog.GPU_MEMORY_TOTAL: 80 * 1024**3, catalog.GPU_UTILIZATION: 0.42,
+                catalog.GPU_SM_CLOCK: 1.755e9, catalog.GPU_MEMORY_CLOCK: 2.619e9, catalog.GPU_TEMPERATURE: 61.0}
+    for metric, value in expected.items():
+        assert values(samples, metric, gpu="0") == [pytest.approx(value)], metric.name
+
+
 def test_identity_versions_and_exported_samples():
     fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-second", bus_id="00000000:2A:00.0")], driver="550.54.15",
                     cuda=12040)

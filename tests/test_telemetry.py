@@ -282,3 +282,26 @@ def test_a_package_unreadable_from_the_start_gives_no_total(tmp_path, caplog):
     collector = HostCollector("node1", rapl=rapl)
     assert [s.labels["domain"] for s in collector.collect() if "domain" in s.labels] == ["package-0"]
     assert "CPU runs report no power" in caplog.text
+
+
+def test_host_gauges_are_psutils_readings_in_base_units(tmp_path):
+    """The real psutil: memory as psutil reads it (bytes), CPU utilization a ratio (a busy half
+    second in between makes it well above 0 and never above 1), the load averages as the kernel's."""
+    import os
+
+    import psutil
+
+    collector = HostCollector("node1", rapl=RaplReader(tmp_path / "no-powercap"))
+    end = time.perf_counter() + 0.5
+    while time.perf_counter() < end:  # load for the utilization to show
+        pass
+    samples = {(s.metric.name, s.labels.get("period", "")): s.value for s in collector.collect()}
+    memory = psutil.virtual_memory()
+    assert samples[("sixdim_host_memory_total_bytes", "")] == memory.total
+    used = samples[("sixdim_host_memory_used_bytes", "")]
+    assert abs(used - (memory.total - memory.available)) < 0.05 * memory.total and used < memory.total
+    assert 0.2 <= samples[("sixdim_host_cpu_utilization_ratio", "")] <= 1.0
+    load = dict(zip(("1m", "5m", "15m"), os.getloadavg()))
+    for period in ("1m", "5m", "15m"):
+        assert samples[("sixdim_host_load_average", period)] == pytest.approx(load[period], abs=0.5)
+    assert not any(name == "sixdim_host_rapl_energy_joules_total" for name, _ in samples)  # none readable here

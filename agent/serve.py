@@ -55,10 +55,11 @@ def serve(config: Config, reload_config: Callable[[], Config] | None = None) -> 
     """Run the daemon until SIGTERM or SIGINT.  ``reload_config`` loads the configuration again, as
     it was first loaded (same file, variables and flags), for SIGHUP; None: SIGHUP only logs."""
     web = load_web_config(config)
-    nvml = NvmlCollector(config.hostname)
-    plan = _plan(config, nvml)  # a device this host lacks is refused before any file is made
+    # the lock first: a second agent is refused in one line, before NVML is even asked
     lock = AgentLock(config.state_dir, config.history, listen=config.listen).acquire()
     try:
+        nvml = NvmlCollector(config.hostname)
+        plan = _plan(config, nvml)  # a device this host lacks is refused before the history is made
         return _serve(config, web, reload_config, nvml, plan)
     finally:
         lock.release()

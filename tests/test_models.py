@@ -28,11 +28,25 @@ def test_model_training_samples_per_second_matches_its_step_timing(model):
         assert d["amp_dtype"] == ("bfloat16" if case.precision == "amp" else None)
 
 
-def test_inference_reports_latency_percentiles():
+def test_inference_reports_latency_percentiles(monkeypatch):
+    from workloads import models, report
+
+    asked = []
+
+    def recording_percentile(values, q):  # the real one, with what it was asked noted
+        value = report.percentile(values, q)
+        asked.append((len(values), q, value))
+        return value
+
+    monkeypatch.setattr(models, "percentile", recording_percentile)
     [case] = registry.get("model").cases({"models": ["lstm"], "modes": ["inference"], "precisions": ["fp32"]}, "cpu")
     output = run(case.params, RunContext("cpu"))
     assert output.details["batch"] == 1
     assert 0 < output.figures["latency_p50_seconds"] <= output.figures["latency_p99_seconds"]
+    # each figure is its own percentile of the single requests' times, all of them
+    samples = case.params["latency_samples"]
+    assert [(n, q) for n, q, _ in asked] == [(samples, 50), (samples, 99)]
+    assert (output.figures["latency_p50_seconds"], output.figures["latency_p99_seconds"]) == (asked[0][2], asked[1][2])
 
 
 def test_resnet50_has_resnet50s_parameter_count():

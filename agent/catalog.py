@@ -162,7 +162,9 @@ WORKLOAD_SPEEDUP = MetricDef(
     RESULT_LABELS, figure="speedup")
 WORKLOAD_ERROR = MetricDef(
     "sixdim_workload_max_relative_error", "gauge",
-    "Largest error of the sampled output against a float64 reference, relative to the reference's magnitude.",
+    "Largest error of the output against its reference, relative to the reference's magnitude: a sample of a "
+    "kernel's output against float64, every byte of a copy against its source, an all-reduce's sums against "
+    "the exact ones.",
     RESULT_LABELS, figure="max_relative_error")
 WORKLOAD_LATENCY_P50 = MetricDef(
     "sixdim_workload_latency_p50_seconds", "gauge",
@@ -221,7 +223,7 @@ WORKLOAD_LAST_RUN = MetricDef(
 WORKLOAD_RUNS = MetricDef(
     "sixdim_workload_runs_total", "counter",
     "Cases of the workload run on the device, by outcome (ok, failed, timeout, skipped, unsupported, incorrect), "
-    "from the history; cases a shutdown interrupted before they ran are not counted.",
+    "from the history; cases an interruption stopped (a shutdown, or the death of their agent) are not counted.",
     DEVICE_LABELS + (WORKLOAD, STATUS))
 
 SKIP_REASON = "reason"

@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(interval_seconds or cron); a cron suite waits for its time unless run_at_start = true. "
                     "SIGTERM or Ctrl-C stops the running worker and exits 0.",
         epilog="Exit codes: 0 stopped by a signal (with --check-config: the daemon would take the "
-               "configuration); 2 bad configuration, or an address it cannot listen on.")
+               "configuration); 2 bad configuration (a device this host lacks included), an address it cannot "
+               "listen on, or another sixdim holding the state directory or the history.")
     serve.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
     serve.add_argument("--check-config", action="store_true",
                        help="load the configuration and the web configuration as serve would (the file, the "

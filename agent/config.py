@@ -444,7 +444,8 @@ def add_insecure_permissions_flag(parser: argparse.ArgumentParser, dest: str = "
     :data:`OPTIONS` entry, as it has no key in the file."""
     parser.add_argument(INSECURE_PERMISSIONS_FLAG, dest=dest,
                         action=argparse.BooleanOptionalAction, default=None,
-                        help="load a configuration file (--config, --web.config.file, its client CA file) that "
+                        help="load a configuration file (--config; for serve also --web.config.file and its client "
+                             "CA file) that "
                              "users other than its owner can change, or that a user other than root owns while "
                              "sixdim runs as root, with a warning instead of refusing it (default: refuse: such "
                              f"a user could make sixdim run their commands) [{INSECURE_PERMISSIONS_ENV}; "

@@ -95,7 +95,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog="Exit codes: 0 the report was made, whether or not it lists a shift; 2 bad usage, bad "
                "configuration, or a history that is missing or not a sixdim database. See docs/REGRESSIONS.md.")
     regressions.add_argument("--config", metavar="FILE",
-                             help="TOML configuration file, for agent.history [SIXDIM_CONFIG]")
+                             help="TOML configuration file, for agent.history and the [regression] settings [SIXDIM_CONFIG]")
     regressions.add_argument("--since", type=parse_duration, metavar="DURATION",
                              help="list only shifts at or after now - DURATION: 30m, 12h, 7d, 2w or seconds "
                                   "(default: all; the analysis always uses the whole history)")

@@ -216,8 +216,8 @@ class _Dashboards:
                        "worse after a change")], "none", w=3, thresholds=((None, "green"), (1, "red"))),
             gf.stat("Slower than same-model peers", f"Devices whose suite FLOP/s or samples/s is below "
                     f"{self.rules.peer_ratio:g} of the median of every device of the same model, suite, precision, "
-                    f"mode, pass and versions in the fleet (at least {self.rules.min_peers} of them), as "
-                    f"SixdimSlowerThanPeers judges it.",
+                    f"mode, pass and versions in the fleet (at least {self.rules.min_peers} of them, each "
+                    f"covering the group's median number of shapes), as SixdimSlowerThanPeers judges it.",
                     [Q(f"count(count by ({q.by(c.HOSTNAME, c.UUID)}) ("
                        + " or ".join(f"(({q.fleet_peer_ratio(m)}) < {self.rules.peer_ratio} and on "
                                      f"({q.by(*q.peer_group())}) ({q.enough_peers(m, self.rules.min_peers)}))"
@@ -269,7 +269,8 @@ class _Dashboards:
         slowest = gf.bargauge(
             "Slowest devices against their same-model peers (fleet)",
             "Each device's suite FLOP/s or samples/s over the median of every device of the same model, suite, "
-            "precision, mode, pass and versions in the fleet, its slowest workload first; 100% is the median. "
+            "precision, mode, pass and versions in the fleet (those covering the group's median number of shapes), "
+            "its slowest workload first; 100% is the median. "
             f"Below {self.rules.peer_ratio:g} (red) is what SixdimSlowerThanPeers alerts on.",
             [Q(f"bottomk(20, min by ({q.by(*self.dev, c.WORKLOAD)}) ("
                f"{q.fleet_peer_ratio(c.SUMMARY_FLOPS)} or {q.fleet_peer_ratio(c.SUMMARY_SAMPLES)}))",
@@ -279,7 +280,7 @@ class _Dashboards:
         on_host = gf.bargauge(
             "Slowest GPUs against the other GPUs of their host",
             f"{c.SUITE_PEER_RATIO.name}: each GPU's suite speed over the median of the GPUs of the same model on its "
-            "host, computed by the agent; 100% is the median.",
+            "host whose means cover the same shapes, computed by the agent; 100% is the median.",
             [Q(f"bottomk(20, min by ({q.by(*self.dev, c.WORKLOAD)}) ({q.sel(c.SUITE_PEER_RATIO)}))",
                self.dev_legend(c.WORKLOAD))],
             "percentunit", minimum=0.5, maximum=1.2, gpu_only=PEERS_ON_HOST,
@@ -570,8 +571,10 @@ class _Dashboards:
             gf.timeseries("Incorrect runs", "Incorrect results per interval, per device and workload.",
                           [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD)}) ({q.increase(incorrect)})",
                              self.dev_legend(c.WORKLOAD))], "none", w=18, bars=True, may_be_empty=NO_INCORRECT),
-            gf.timeseries("Largest relative error against float64", "Largest error of the sampled output against a "
-                          "float64 reference, relative to the reference's magnitude, per shape.",
+            gf.timeseries("Largest relative error against the reference", "Largest error of the output against "
+                          "its reference, relative to the reference's magnitude, per shape: a sample of a kernel's "
+                          "output against float64, a copy's bytes against its source, an all-reduce's sums "
+                          "against the exact ones.",
                           [Q(per_shape(c.WORKLOAD_ERROR), leg)], "sci", log=True, results=True),
             gf.table("Largest relative error now", "Per device, workload and precision, the largest relative error "
                      "among the latest results of its shapes.",
@@ -684,7 +687,9 @@ class _Dashboards:
                           "database (kept in memory and in the spool file).",
                           [Q(f"max by ({host}) ({q.sel(c.HISTORY_PENDING)})", q.legend(c.HOSTNAME))], "none", w=8),
             gf.timeseries("History write errors", "Failed history writes per interval, by reason (locked, disk_full, "
-                          "read_only, corrupt, io, other, dropped).",
+                          "read_only, corrupt, io, other, dropped). A corrupt history found at the agent's start "
+                          "is counted before the first scrape and may not show here: SixdimHistoryDataLoss "
+                          "catches it.",
                           [Q(f"sum by ({host}, reason) ({q.increase(q.sel(c.HISTORY_WRITE_ERRORS))})",
                              q.legend(c.HOSTNAME, "reason"))], "none", w=8, bars=True),
             gf.state_timeline("Configuration reload", "Whether the agent's last configuration reload (SIGHUP) "

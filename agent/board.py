@@ -29,7 +29,6 @@ from agent.verdicts import Verdicts
 log = logging.getLogger("sixdim")
 
 
-
 def skip_class(reason: str) -> str:
     """The bounded class of a skip reason (catalog.SKIP_REASONS), from the guard's and the
     executor's wording (agent/guard.py, agent/devices.py)."""

@@ -164,11 +164,12 @@ class GuardSettings:
 
 def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[WorkloadSpec, Case]]]:
     """Consecutive cases whose workloads need the same kind of worker (GPU visibility, torch)."""
+    def needs(spec: WorkloadSpec) -> tuple:
+        return spec.scope, spec.uses_torch, spec.runs_in_ranks
+
     groups: list[list[tuple[WorkloadSpec, Case]]] = []
     for item in planned:
-        key = (item[0].scope, item[0].uses_torch, item[0].runs_in_ranks)
-        last = groups[-1][0][0] if groups else None
-        if last is not None and (last.scope, last.uses_torch, last.runs_in_ranks) == key:
+        if groups and needs(groups[-1][0][0]) == needs(item[0]):
             groups[-1].append(item)
         else:
             groups.append([item])
@@ -176,7 +177,7 @@ def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[
 
 
 def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutcome,
-                     record: Callable[[tuple[WorkloadSpec, Case], CaseResult], RunRecord]
+                     record: Callable[[tuple[WorkloadSpec, Case], CaseResult], RunRecord], ended_at: float
                      ) -> tuple[list[RunRecord], list[tuple[WorkloadSpec, Case]]]:
     """The records of one worker's cases, and the cases left for a fresh worker.
 
@@ -188,9 +189,15 @@ def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutc
     if done >= len(items):
         return batch, []
     tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
-    batch.append(record(items[done], CaseResult(outcome.status, outcome.reason, details=tail)))
+    # the case the worker ended in ran from the last result (or the worker's start: not from before the
+    # device locks and the guard, which a host-wide run may wait minutes for); none ran where no
+    # worker started, nor did the cases after it
+    since = max((c.wall[1] for c in outcome.cases.values() if c.wall),
+                default=outcome.started_at if outcome.started_at is not None else ended_at)
+    batch.append(record(items[done], CaseResult(outcome.status, outcome.reason, details=tail, wall=(since, ended_at))))
     if outcome.status == "skipped":
-        batch += [record(item, CaseResult("skipped", outcome.reason)) for item in items[done + 1:]]
+        batch += [record(item, CaseResult("skipped", outcome.reason, wall=(ended_at, ended_at)))
+                  for item in items[done + 1:]]
         return batch, []
     return batch, items[done + 1:]
 
@@ -258,22 +265,12 @@ class Executor:
             outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
             ended_at = time.time()
             environment = self._environment(device, outcome)
-            # the case a worker ended in ran from the last result (or the worker's start: not from before
-            # the device locks and the guard, which a host-wide run may wait minutes for); none ran
-            # where no worker started
-            reported_until = max((c.wall[1] for c in outcome.cases.values() if c.wall),
-                                 default=outcome.started_at if outcome.started_at is not None else ended_at)
-            in_flight = [True]
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
-                if result.wall is None:  # the case the worker ended in ran from the last result on;
-                    # the ones after it never ran
-                    result.wall = (reported_until if in_flight[0] else ended_at, ended_at)
-                    in_flight[0] = False
                 return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
                                     ended_at)
 
-            batch, remaining = _outcome_records(remaining, outcome, record)
+            batch, remaining = _outcome_records(remaining, outcome, record, ended_at)
             try:
                 for r in batch:
                     self.history.add(r)
@@ -319,10 +316,12 @@ class Executor:
         results = folder / RESULTS_FILE
         outcome = read_results(str(results))
         outcome.status, outcome.reason = "skipped", orphans.DIED_REASON.format(pid=record.agent_pid)
+        outcome.started_at = record.started_at
         ended_at = results.stat().st_mtime if results.exists() else record.started_at
         environment = dict(outcome.environment, sixdim=__version__, device_model=device.model_name)
         batch, _ = _outcome_records(items, outcome, lambda item, result: self._record(
-            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at, ended_at))
+            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at, ended_at),
+            ended_at)
         for run in batch:
             self.history.add(run)
         self.board.catch_up(self.history)

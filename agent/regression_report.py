@@ -223,7 +223,6 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     figures = tuple(WATCHED)
     column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
-    nan = math.nan
     selected = ", ".join((*SERIES_COLUMNS, "model_name", "started_at", "ended_at", "figures", "environment"))
     where = "status = 'ok'"
     if workloads:
@@ -231,13 +230,9 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
     sql = f"SELECT id, {selected} FROM runs WHERE id > ? AND {where} ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], Series] = {}
     versions = VersionSets()
-    last, runs = 0, 0
+    runs = 0
     with reading(path) as db:
-        while True:
-            rows = db.execute(sql, (last, *(workloads or ()))).fetchall()
-            if not rows:
-                break
-            last = rows[-1][0]
+        for rows in chunks(db, sql, tuple(workloads or ())):
             runs += len(rows)
             for row in rows:
                 key = row[1:10]
@@ -246,14 +241,33 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> History:
                     s = series[key] = Series(key)
                 s.model_name = row[10]
                 vid = versions.id(row[14], row[5])
-                out = [nan] * width
-                out[0], out[1], out[2] = row[11], row[12], vid
-                for name, value in json.loads(row[13]).items():
-                    j = column.get(name)
-                    if j is not None and type(value) in (float, int):  # not bool, not text
-                        out[j] = value
-                s.rows.append(tuple(out))
+                s.rows.append(figure_row(row[11], row[12], vid, json.loads(row[13]), column, width))
     return History(series, versions.sets, figures, runs, frozenset(versions.unknown))
+
+
+def chunks(db: sqlite3.Connection, sql: str, args: tuple = ()) -> Iterator[list[Any]]:
+    """The rows of ``sql`` a chunk at a time, by id: its first parameter is the last id read, and it
+    ends ``ORDER BY id LIMIT`` :data:`CHUNK` (keyset paging, so each read is short and indexed)."""
+    last = 0
+    while True:
+        rows = db.execute(sql, (last, *args)).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield rows
+
+
+def figure_row(started: float, ended: float, vid: int, figures: dict[str, Any], column: dict[str, int],
+               width: int) -> tuple[float, ...]:
+    """A run as the analysis keeps it: start, end, version-set id, then each watched figure in its
+    ``column`` (NaN where absent, or not a number: a bool or a text is no figure)."""
+    out = [math.nan] * width
+    out[0], out[1], out[2] = started, ended, vid
+    for name, value in figures.items():
+        j = column.get(name)
+        if j is not None and type(value) in (float, int):
+            out[j] = value
+    return tuple(out)
 
 
 @dataclass

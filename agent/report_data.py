@@ -62,23 +62,18 @@ def read(path: str, keep_recent: int) -> Data:
     compact rows, the newest ok run per series and suite, version changes, the last ``keep_recent``
     runs of each series."""
     from agent.regression import WATCHED
-    from agent.regression_report import CHUNK, Series, VersionSets, reading
+    from agent.regression_report import CHUNK, Series, VersionSets, chunks, figure_row, reading
 
     figures = (*WATCHED, *EXTRA_FIGURES)
     column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
-    nan = math.nan
     sql = f"SELECT {', '.join(_SELECT)} FROM runs WHERE id > ? ORDER BY id LIMIT {CHUNK}"
     series: dict[tuple[str, ...], SeriesData] = {}
     versions = VersionSets()
     statuses: Counter = Counter()
-    last_id, runs, first, last = 0, 0, math.inf, -math.inf
+    runs, first, last = 0, math.inf, -math.inf
     with reading(path) as db:
-        while True:
-            rows = db.execute(sql, (last_id,)).fetchall()
-            if not rows:
-                break
-            last_id = rows[-1][0]
+        for rows in chunks(db, sql):
             runs += len(rows)
             for row in rows:
                 key = row[1:10]
@@ -98,13 +93,7 @@ def read(path: str, keep_recent: int) -> Data:
                 if status != "ok":
                     continue
                 parsed = json.loads(row[15])
-                out = [nan] * width
-                out[0], out[1], out[2] = started, row[14], vid
-                for name, value in parsed.items():
-                    j = column.get(name)
-                    if j is not None and type(value) in (float, int):  # not bool, not text
-                        out[j] = value
-                s.cp.rows.append(tuple(out))
+                s.cp.rows.append(figure_row(started, row[14], vid, parsed, column, width))
                 s.cp.model_name = row[10]
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:

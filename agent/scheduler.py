@@ -58,6 +58,7 @@ class SuiteScheduler:
         """Schedule ``plan`` on a thread pool of its own, sized for its jobs (a reload may add some).
         ``kept``: job id -> (schedule, next run time) of the jobs scheduled before."""
         jobs = sum(len(devices) for _, devices in plan)
+        self._first_run = {}  # the jobs of this plan only
         self._generation += 1
         alias = f"plan{self._generation}"
         pool = ThreadPoolExecutor(max_workers=max(1, jobs))

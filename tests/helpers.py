@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
 from agent.results import RunRecord
 
@@ -63,3 +66,13 @@ def start_prometheus(tmp_path, agent_port: int, rules=None) -> tuple[subprocess.
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
     return server, port
+
+
+def prometheus_query(port: int, promql: str) -> list:
+    """An instant query through the HTTP API of the Prometheus :func:`start_prometheus` started: the
+    result vector (a failed query fails the test)."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["result"]

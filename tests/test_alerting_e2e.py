@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
-from tests.helpers import start_prometheus
+from tests.helpers import prometheus_query as query, start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -55,14 +54,6 @@ def alerts(port: int) -> list[dict]:
         body = json.load(response)
     assert body["status"] == "success", body
     return body["data"]["alerts"]
-
-
-def query(port: int, promql: str) -> list:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 def ok_runs(daemon: Daemon) -> float:
@@ -122,17 +113,11 @@ def test_an_injected_slowdown_fires_the_regression_alert_in_prometheus(tmp_path,
         state, ratio = wait(drill_verdict, 180, "the drill's regression verdict (state 3, ratio < 0.5)", log)
         assert state.labels["shape"] == "m=192,n=192,k=192,op=NN" and ratio.labels["shape"] == state.labels["shape"]
 
-        def firing() -> list[dict]:
-            try:
-                return [a for a in alerts(prom_port) if a["labels"]["alertname"] == ALERT and a["state"] == "firing"]
-            except OSError:
-                return []
+        def firing() -> list[dict]:  # (wait() asks again where Prometheus does not answer yet)
+            return [a for a in alerts(prom_port) if a["labels"]["alertname"] == ALERT and a["state"] == "firing"]
 
         def drill_seen_by_prometheus() -> list:
-            try:
-                return query(prom_port, 'sixdim_regression_ratio{figure="flops",workload="gemm"} < 0.5')
-            except OSError:
-                return []
+            return query(prom_port, 'sixdim_regression_ratio{figure="flops",workload="gemm"} < 0.5')
 
         # Prometheus holds the drill's verdict and the rule fires on it.
         wait(drill_seen_by_prometheus, 60, "the drill's ratio (< 0.5) in Prometheus", log)

@@ -1,25 +1,14 @@
 """A real Prometheus server scrapes a real agent and can query its GEMM series."""
 
-import json
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
-from tests.helpers import start_prometheus
+from tests.helpers import prometheus_query as query, start_prometheus
 
 pytestmark = pytest.mark.slow
-
-
-def query(port: int, promql: str) -> list:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body = json.load(response)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 def test_prometheus_scrapes_the_agent(tmp_path, cli_env):

@@ -173,6 +173,15 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def covering_shapes(expr: str, shapes: str, peers: str) -> str:
+    """``expr`` (summary series) where the summary covers as many shapes (``shapes``, the
+    ``sixdim_suite_shapes`` selector) as the median of its peer group (``peers``, a label list): a
+    geometric mean that lost a shape covers other shapes than its peers' and compares with nothing,
+    and one with an extra shape leaves out itself, not the rest.  PromQL compares counts, not sets.
+    SixdimSlowerThanPeers and the dashboards' fleet peer panels both use it."""
+    return f"({expr} and ({shapes} == on ({peers}) group_left () quantile by ({peers}) (0.5, {shapes})))"
+
+
 def _indent(text: str, spaces: int) -> str:
     return "\n".join(" " * spaces + line if line else line for line in text.splitlines())
 
@@ -346,18 +355,14 @@ class _Rules:
             f"Results measured under it understate the GPU.")
 
     def peers(self) -> dict[str, Any]:
-        """Each GPU's summary speed against its peers' median.  Only summaries over as many shapes as
-        the group's median (``sixdim_suite_shapes``) take part: a geometric mean that lost a shape
-        (failing there) covers other shapes than its peers' and compares with nothing, and one GPU
-        with an extra shape leaves out itself, not the rest.  (PromQL compares counts, not sets.)"""
+        """Each GPU's summary speed against its peers' median, among the summaries that cover the
+        group's shapes (:func:`covering_shapes`)."""
         arms = []
-        shapes = catalog.SUMMARY_SHAPES.name
         for metric in (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES):
             peer = (self.model,) + tuple(_label(metric, label) for label in (
                 catalog.DEVICE_TYPE, catalog.SUITE, catalog.WORKLOAD, catalog.PRECISION, catalog.MODE,
                 catalog.PASS)) + self.versions
-            full = (f"({metric.name} and ({shapes} == on ({self.by(*peer)}) group_left () "
-                    f"quantile by ({self.by(*peer)}) (0.5, {shapes})))")
+            full = covering_shapes(metric.name, catalog.SUMMARY_SHAPES.name, self.by(*peer))
             arms.append(f"(\n"
                         f"    {full}\n"
                         f"  / on ({self.by(*peer)}) group_left ()\n"
@@ -459,15 +464,8 @@ class _Rules:
                  f"  and on ({JOB}, {INSTANCE})\n"
                  f"    time() - {PROCESS_START_TIME} < {HISTORY_LOSS_WINDOW}\n"
                  f")")
-        expr = (f"(\n"
-                f"    {young.replace(chr(10), chr(10) + '    ')}\n"
-                f"  >=\n"
-                f"    {increase}\n"
-                f"  or\n"
-                f"    {increase}\n"
-                f"  or\n"
-                f"    {young.replace(chr(10), chr(10) + '    ')}\n"
-                f") > 0")
+        arms = (_indent(young, 4), "  >=", _indent(increase, 4), "  or", _indent(increase, 4), "  or", _indent(young, 4))
+        expr = "(\n" + "\n".join(arms) + "\n) > 0"
         return self.alert(
             "SixdimHistoryDataLoss", expr, "warning",
             f"sixdim on {self.lab(catalog.HOSTNAME)} lost history data",

@@ -66,13 +66,16 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
     for record in records:
         if record.status == "ok":
             groups.setdefault(group_key(record), []).append(record)
+    def when(record: RunRecord) -> tuple[float, int]:
+        return record.ended_at, record.id or 0
+
+    newest = {key: max(members, key=when) for key, members in groups.items()}
     newest_of_base: dict[tuple[str, ...], tuple[float, int]] = {}
-    for key, members in groups.items():
-        newest = max((r.ended_at, r.id or 0) for r in members)
-        newest_of_base[key[:9]] = max(newest_of_base.get(key[:9], newest), newest)
+    for key, record in newest.items():  # key[:9]: the group without its versions
+        newest_of_base[key[:9]] = max(newest_of_base.get(key[:9], when(record)), when(record))
     summaries = []
     for key, members in groups.items():
-        if max((r.ended_at, r.id or 0) for r in members) < newest_of_base[key[:9]]:
+        if when(newest[key]) < newest_of_base[key[:9]]:
             continue  # older versions than the group's newest result: see the module's docstring
         figures: dict[str, float] = {}
         for name in SUMMARY_FIGURES:
@@ -85,7 +88,6 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
             flags = [float(r.figures[name]) for r in members if isinstance(r.figures.get(name), (int, float))]
             if flags:
                 figures[name] = max(flags)
-        newest = max(members, key=lambda r: (r.ended_at, r.id or 0))
         shapes = frozenset(r.shape for r in members)
-        summaries.append(Summary(newest, len(shapes), figures, shapes))
+        summaries.append(Summary(newest[key], len(shapes), figures, shapes))
     return summaries

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from agent import catalog
-from agent.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP
+from agent.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP, covering_shapes
 
 # prometheus_client's own process metrics, which the agent exports beside the catalog's, and
 # Prometheus's per-target ``up``: the only series the dashboards read that the catalog does not define.
@@ -139,12 +139,10 @@ class PromQL:
                 catalog.MODE, catalog.PASS) + catalog.VERSION_LABELS
 
     def covering(self, expr: str) -> str:
-        """``expr`` (summary series) where the summary covers as many shapes as the peer group's
-        median: a geometric mean that lost a shape is compared with nothing (as SixdimSlowerThanPeers
-        judges it)."""
-        peers = self.by(*self.peer_group())
+        """``expr`` where its summary covers its peer group's shapes, as SixdimSlowerThanPeers judges it
+        (:func:`agent.rules.covering_shapes`)."""
         shapes = self.sel(catalog.SUMMARY_SHAPES, skip=(catalog.HOSTNAME, catalog.GPU))
-        return f"({expr} and ({shapes} == on ({peers}) group_left () quantile by ({peers}) (0.5, {shapes})))"
+        return covering_shapes(expr, shapes, self.by(*self.peer_group()))
 
     def fleet_peer_ratio(self, metric: catalog.MetricDef) -> str:
         """A summary's speed over the median of the same summary on every GPU of the same model in the

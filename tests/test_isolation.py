@@ -171,33 +171,6 @@ def test_a_workload_error_in_the_power_phase_still_fails_the_case():
                     seconds_per_unit=1e-3)
 
 
-def test_a_case_without_a_cuda_context_gets_none_and_reports_no_memory(monkeypatch):
-    """All-reduce and linearity run in rank processes of their own: the worker has no CUDA context,
-    must not make one on the first GPU (beside that GPU's rank), and has no memory reading, which is
-    absent rather than 0.  torch.cuda is answered as on a GPU host where nothing was initialised."""
-    from workloads import timing
-
-    def must_not_touch(*_args, **_kwargs):
-        raise AssertionError("a CUDA call would create a context in the worker")
-
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    for name in ("synchronize", "empty_cache", "reset_peak_memory_stats", "memory_allocated",
-                 "max_memory_allocated", "max_memory_reserved"):
-        monkeypatch.setattr(torch.cuda, name, must_not_touch)
-    ctx = RunContext(device="cuda:0")
-    timing.begin_case_memory(ctx, torch.device("cuda:0"))
-    timing.note_memory(ctx)
-    assert ctx.memory is None and ctx.memory_baseline == 0
-
-    # a case that made the context itself: its allocator's peaks since, less the harness's buffers
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**20)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 4 * 2**20)
-    monkeypatch.setattr(timing, "harness_bytes", lambda: 2**20)
-    timing.note_memory(ctx)
-    assert ctx.memory == {"memory_bytes": 2.0 * 2**20, "memory_reserved_bytes": 3.0 * 2**20}
-
-
 def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypatch):
     """all-reduce and linearity (runs_in_ranks): the worker runs them without touching its own
     allocator's statistics, which would report their memory as 0."""

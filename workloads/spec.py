@@ -176,8 +176,8 @@ class WorkloadSpec:
     (all-reduce), from the job of the host's first device."""
     runs_in_ranks: bool = False
     """True where the case's work runs in rank processes it starts (all-reduce, linearity): the
-    worker itself then neither makes a CUDA context for it nor reports its own allocator's peak as
-    the case's memory (it would read 0, a reading of nothing)."""
+    worker itself then neither resets and synchronizes its own allocator for it nor reports that
+    allocator's peak as the case's memory (it would read 0, a reading of nothing)."""
 
     def param(self, name: str) -> Param:
         for p in self.params:

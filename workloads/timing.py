@@ -278,14 +278,9 @@ def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: Run
 
 def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
     """Forget what earlier cases left: free cached blocks, reset the peak, note the baseline.
-
-    Without a CUDA context yet there is nothing to forget, and none is made here: a case that runs
-    its work in processes of its own (all-reduce's and linearity's ranks) must not get a context,
-    and its memory, in the worker on the first GPU beside its rank's."""
+    (Not called for a case whose work runs in rank processes of its own: the worker's
+    ``worker_memory``, :attr:`workloads.spec.WorkloadSpec.runs_in_ranks`.)"""
     if device.type != "cuda":
-        return
-    if not torch.cuda.is_initialized():
-        ctx.memory_baseline = 0
         return
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
@@ -297,8 +292,8 @@ def note_memory(ctx: RunContext) -> None:
     """Record the case's allocator peaks so far (called at the end of its measurement, before the
     correctness check builds references that are not the workload's)."""
     device = torch.device(ctx.device)
-    if device.type != "cuda" or not torch.cuda.is_initialized():
-        return  # no CUDA context in this process: the case allocated nothing here, which is no reading
+    if device.type != "cuda":
+        return
     baseline = ctx.memory_baseline or 0
     harness = harness_bytes()
     allocated = max(0, torch.cuda.max_memory_allocated(device) - harness - baseline)

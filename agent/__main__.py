@@ -1,7 +1,7 @@
-"""``python -m agent`` is ``sixdim``."""
+"""``python -m sixdim`` is ``sixdim``."""
 
 import sys
 
-from agent.cli import main
+from sixdim.cli import main
 
 sys.exit(main())

@@ -20,15 +20,15 @@ import sys
 import threading
 from typing import Any, Sequence
 
-from agent import __version__
-from agent.config import (MAX_SECONDS, ConfigError, Suite, add_insecure_permissions_flag, add_option_flags,
+from sixdim import __version__
+from sixdim.config import (MAX_SECONDS, ConfigError, Suite, add_insecure_permissions_flag, add_option_flags,
                           is_device_selector, load, parse_bool, preset_entries)
-from agent.devices import DeviceError
-from agent.instance import InstanceError
-from agent.history import HistoryError
-from agent.results import RunRecord
-from workloads import registry
-from workloads.spec import ParamError, brief
+from sixdim.run.devices import DeviceError
+from sixdim.run.instance import InstanceError
+from sixdim.store.history import HistoryError
+from sixdim.core.results import RunRecord
+from sixdim.workloads import registry
+from sixdim.workloads.spec import ParamError, brief
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
 EXIT_SIGNAL_BASE = 128
@@ -75,9 +75,9 @@ def _embedded_default_summary() -> str:
     that the help cannot drift from it."""
     from importlib import resources
 
-    from agent.config import tomllib
+    from sixdim.config import tomllib
 
-    document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+    document = tomllib.loads(resources.files("sixdim").joinpath("default.toml").read_text())
     parts = []
     for suite in document.get("suites", []):
         kinds = ", ".join(dict.fromkeys(name for name, _ in registry.SUITES.get(suite.get("preset", ""), [])))
@@ -183,18 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--shapes", action="store_true",
                          help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
 
-    from agent import regression_report, rules  # each owns its command's arguments and its work
-    from dashboards import command as dashboards_command
+    from sixdim.dashboards import command as dashboards_command  # each owns its command's arguments and work
+    from sixdim.monitoring import rules
+    from sixdim.report import command as report_command
 
-    regression_report.add_parser(commands)
+    report_command.add_parser(commands)
     rules.add_parser(commands)
     dashboards_command.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from sixdim.report.command import legacy_argv
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(legacy_argv(sys.argv[1:] if argv is None else argv))
     try:
         return _dispatch(parser, args)
     except BrokenPipeError:  # `sixdim list | head`: the reader left, which is fine
@@ -243,12 +246,12 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         checking = args.command == "serve" and args.check_config
         _setup_logging("check" if checking else args.command, config.log_level)
         if checking:
-            from agent.check import check
+            from sixdim.daemon.check import check
 
             print("\n".join(["sixdim: configuration OK (nothing was started):", *("  " + line for line in check(config))]))
             return EXIT_OK
         if args.command == "serve":
-            from agent.serve import serve
+            from sixdim.daemon.serve import serve
 
             return serve(config, lambda: load(args.config, flags=args))
         return command_run(args, config)
@@ -324,7 +327,7 @@ def _show(value: Any) -> str:
 def command_dimensions(args: argparse.Namespace) -> int:
     """Exit 0 with finite JSON, or 2 with one line on stderr: unreadable, not UTF-8, not JSON (NaN,
     nesting too deep and 5,000-digit numbers included), or values out of their range."""
-    from workloads.dimensions import MAX_INPUT_BYTES, DimensionsError, InputError, compute, read_json, to_json
+    from sixdim.workloads.dimensions import MAX_INPUT_BYTES, DimensionsError, InputError, compute, read_json, to_json
 
     source = "<stdin>" if args.file == "-" else args.file
     try:
@@ -441,7 +444,8 @@ def _env_flag(variable: str, flag: str) -> bool:
 
 
 def command_run(args: argparse.Namespace, config: Any) -> int:
-    from agent import app, devices
+    from sixdim.daemon import app
+    from sixdim.run import devices
 
     if not is_device_selector(args.device):
         raise DeviceError(f"--device {args.device!r}: expected 'auto', 'cpu' or 'cuda:N'")
@@ -476,7 +480,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
 
     no_wait = args.no_wait or _env_flag("SIXDIM_NO_WAIT", "--no-wait")
-    from collectors.nvml import NvmlCollector
+    from sixdim.collectors.nvml import NvmlCollector
 
     nvml = NvmlCollector(config.hostname)
     if nodes and args.device == "auto":  # one job per node, over all its GPUs

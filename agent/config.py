@@ -31,11 +31,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from workloads import registry
-from workloads.spec import ParamError, brief
-
-if TYPE_CHECKING:
-    from agent.regression import Settings
+from sixdim.core.figures import WATCHED
+from sixdim.workloads import registry
+from sixdim.workloads.spec import ParamError, brief
 
 DEFAULT_PORT = 9480
 """Default listen port.  dcgm-exporter uses 9400; sixdim sits next to it at 9480."""
@@ -312,7 +310,7 @@ class Suite:
     """A run the daemon missed (it was down, or the device busy) still starts if this late at most."""
     export: str = "summary"
     """What Prometheus sees of the suite's results: ``summary`` (one series per workload, precision,
-    mode and pass: geometric means over the shapes, see :mod:`agent.summary`) or ``shapes`` (that,
+    mode and pass: geometric means over the shapes, see :mod:`sixdim.verdicts.summary`) or ``shapes`` (that,
     plus every metric per shape).  Everything is in the history and ``--json`` whichever it is."""
     run_at_start: bool | None = None
     """Also run once as soon as the daemon starts.  When not given (None): true for an
@@ -339,15 +337,15 @@ class Config:
     guard_max_utilization: float
     suites: tuple[Suite, ...]
     state_dir: str = ""
-    """Lock files and worker records (:mod:`agent.instance`); see :func:`default_state_dir`."""
+    """Lock files and worker records (:mod:`sixdim.run.instance`); see :func:`default_state_dir`."""
     web_config_file: str = ""
-    """``--web.config.file``: TLS and basic auth of the endpoint (:mod:`agent.webconfig`); empty: plain HTTP."""
+    """``--web.config.file``: TLS and basic auth of the endpoint (:mod:`sixdim.http.webconfig`); empty: plain HTTP."""
     regression_window: int = 40
     regression_min_baseline: int = 10
     regression_min_effect: float = 0.018
     regression_effects: dict[str, float] = field(default_factory=dict)
     """``[regression.effects]``: minimum effects per ``"workload/figure"``, ``"workload"`` or
-    ``"figure"`` (see :meth:`agent.regression.Settings.effects_for`)."""
+    ``"figure"`` (see :meth:`sixdim.verdicts.detector.Settings.effects_for`)."""
     insecure_config_permissions: bool = False
     """``--insecure-config-permissions`` or ``SIXDIM_INSECURE_CONFIG_PERMISSIONS``: configuration files
     others can change are loaded with a warning instead of refused (see :func:`check_permissions`);
@@ -479,7 +477,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
         document = _read_toml_file(Path(config_path), insecure_permissions=insecure)
     else:
         source = EMBEDDED_SOURCE
-        document = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+        document = tomllib.loads(resources.files("sixdim").joinpath("default.toml").read_text())
 
     unknown = set(document) - _SECTIONS
     if unknown:
@@ -525,7 +523,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
     if "suites" in document:
         suites = _parse_suites(document["suites"], source)
     else:
-        defaults = tomllib.loads(resources.files("agent").joinpath("default.toml").read_text())
+        defaults = tomllib.loads(resources.files("sixdim").joinpath("default.toml").read_text())
         suites = _parse_suites(defaults["suites"], EMBEDDED_SOURCE)
     return Config(suites=suites, source=source, sources=sources, insecure_config_permissions=insecure,
                   **values)
@@ -535,8 +533,6 @@ def _effects(table: Any, source: str) -> dict[str, float]:
     """``[regression.effects]``: ``"workload/figure"``, ``"workload"`` or ``"figure"`` = a ratio."""
     if not isinstance(table, dict):
         raise ConfigError(source, "regression.effects", "a table of minimum effects", table)
-    from agent.regression import WATCHED
-
     workloads, figures = sorted(registry.WORKLOADS), sorted(WATCHED)
     effects = {}
     for key, value in table.items():
@@ -551,16 +547,6 @@ def _effects(table: Any, source: str) -> dict[str, float]:
         except (ValueError, TypeError):
             raise ConfigError(source, f"regression.effects.{key}", "a ratio above 0 and below 1", value) from None
     return effects
-
-
-def regression_settings(config: Config) -> Settings:
-    """The detector's settings from the configuration (the rest keep agent/regression.py's defaults)."""
-    from agent.regression import Settings
-
-    return Settings(window=config.regression_window, min_baseline=config.regression_min_baseline,
-                    min_effect=config.regression_min_effect,
-                    fast_effect=Settings.fast_effect * config.regression_min_effect / Settings.min_effect,
-                    effects=dict(config.regression_effects))
 
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -662,7 +648,7 @@ def _export(value: Any, source: str, where: str) -> str:
 
 
 def preset_entries(preset: str) -> tuple[WorkloadEntry, ...]:
-    """The workloads of a built-in suite (a name of :data:`workloads.registry.SUITES`)."""
+    """The workloads of a built-in suite (a name of :data:`sixdim.workloads.registry.SUITES`)."""
     return tuple(WorkloadEntry(name, dict(params)) for name, params in registry.SUITES[preset])
 
 

@@ -1,1 +1,1 @@
-"""Telemetry collectors, each behind the small interface in ``collectors.base``."""
+"""Telemetry collectors, each behind the small interface in ``sixdim.collectors.base``."""

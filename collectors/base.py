@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.catalog import MetricDef
+from sixdim.core.catalog import MetricDef
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from agent import catalog
-from collectors.base import Availability, LogOnce, Sample
+from sixdim.core import catalog
+from sixdim.collectors.base import Availability, LogOnce, Sample
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any, Sequence
 
 from grafanalib import core as G
 
-from agent import catalog
-from agent import rules as alert_rules
-from dashboards import grafana as gf
-from dashboards.grafana import Q, Row
-from dashboards.promql import (GPU_VAR, HOST_VAR, MODEL_VAR, PRECISION_VAR, PROCESS_CPU_SECONDS, PROCESS_MAX_FDS,
+from sixdim.core import catalog
+from sixdim.monitoring import rules as alert_rules
+from sixdim.dashboards import grafana as gf
+from sixdim.dashboards.grafana import Q, Row
+from sixdim.dashboards.promql import (GPU_VAR, HOST_VAR, MODEL_VAR, PRECISION_VAR, PROCESS_CPU_SECONDS, PROCESS_MAX_FDS,
                                PROCESS_OPEN_FDS, PROCESS_RESIDENT_MEMORY, PROCESS_START_TIME, INTERVAL, RANGE, STATES,
                                TARGET_LABELS, UP, WORKLOAD_VAR, PromQL, quote)
 
@@ -48,7 +48,7 @@ GPU_INFO = f"{catalog.GPU_INFO.name} describes GPUs; empty on a CPU host"
 PEERS_ON_HOST = "needs two GPUs of one model on a host; empty on a CPU host"
 ENERGY = "needs an energy counter: a GPU's, or RAPL on a CPU host, and a suite exported per shape"
 RAPL = "needs RAPL (powercap) energy counters the agent can read"
-PEAK = "only for GPUs in the published peak table (agent/peaks.toml), never for a CPU"
+PEAK = "only for GPUs in the published peak table (agent/core/peaks.toml), never for a CPU"
 MODELS = ("samples/s comes from the model, convergence, linearity and training-command workloads (the training "
           "suite), not from the default quick suite")
 MODELS_PER_SHAPE = ("the model, convergence and training-command workloads, exported per shape only by a suite "

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.files import write_atomically
-from dashboards import build
-from dashboards.grafana import dumps
+from sixdim.core.files import write_atomically
+from sixdim.dashboards import build
+from sixdim.dashboards.grafana import dumps
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

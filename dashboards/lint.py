@@ -34,10 +34,10 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from agent import catalog
-from dashboards import grafana as gf
-from dashboards import promql
-from dashboards.queries import markers, panels, variable_query
+from sixdim.core import catalog
+from sixdim.dashboards import grafana as gf
+from sixdim.dashboards import promql
+from sixdim.dashboards.queries import markers, panels, variable_query
 
 MIN_SCHEMA_VERSION = 39
 ANGULAR_TYPES = ("graph", "singlestat", "table-old", "natel-discrete-panel", "flant-statusmap-panel",

@@ -1,9 +1,9 @@
 """PromQL for the dashboards, built from the metric catalog.
 
-Every metric and label name comes from :mod:`agent.catalog` (or, for the two kinds of series that are
+Every metric and label name comes from :mod:`sixdim.core.catalog` (or, for the two kinds of series that are
 not sixdim's, from the constants below, each written once): a rename in the catalog renames it here,
 and the committed JSON fails its staleness test until it is regenerated.  The model label is
-``model_name``, or dcgm-exporter's ``modelName`` with ``dcgm_label_names``, as in agent/rules.py.
+``model_name``, or dcgm-exporter's ``modelName`` with ``dcgm_label_names``, as in agent/monitoring/rules.py.
 
 Each dashboard variable filters the series that carry its label, as a regex (``label=~"$var"``): the
 All value is ``.*``, which also matches a label that is empty (a CPU host's ``gpu``, a copy
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from agent import catalog
-from agent.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP, covering_shapes
+from sixdim.core import catalog
+from sixdim.monitoring.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP, covering_shapes
 
 # prometheus_client's own process metrics, which the agent exports beside the catalog's, and
 # Prometheus's per-target ``up``: the only series the dashboards read that the catalog does not define.
@@ -140,7 +140,7 @@ class PromQL:
 
     def covering(self, expr: str) -> str:
         """``expr`` where its summary covers its peer group's shapes, as SixdimSlowerThanPeers judges it
-        (:func:`agent.rules.covering_shapes`)."""
+        (:func:`sixdim.monitoring.rules.covering_shapes`)."""
         shapes = self.sel(catalog.SUMMARY_SHAPES, skip=(catalog.HOSTNAME, catalog.GPU))
         return covering_shapes(expr, shapes, self.by(*self.peer_group()))
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from dashboards.grafana import GPU_ONLY, MAY_BE_EMPTY
+from sixdim.dashboards.grafana import GPU_ONLY, MAY_BE_EMPTY
 
 PANEL, VARIABLE, ANNOTATION = "panel", "variable", "annotation"
 
@@ -90,7 +90,7 @@ def variable_query(variable: Mapping[str, Any]) -> str:
 
 
 def all_queries(dashboard: Mapping[str, Any]) -> list[Query]:
-    from dashboards.build import ANNOTATION_MAY_BE_EMPTY
+    from sixdim.dashboards.build import ANNOTATION_MAY_BE_EMPTY
 
     uid = dashboard["uid"]
     out: list[Query] = []

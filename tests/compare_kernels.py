@@ -31,13 +31,13 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
-from agent.board import Board
-from agent.devices import resolve
-from agent.executor import Executor, GuardSettings
-from agent.history import History
-from agent.results import RunRecord
-from collectors.nvml import NvmlCollector
-from workloads import registry
+from sixdim.http.board import Board
+from sixdim.run.devices import resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.store.history import History
+from sixdim.core.results import RunRecord
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.workloads import registry
 
 
 def apply_flags(record) -> None:
@@ -105,7 +105,7 @@ def main() -> None:
     torch_device = "cuda" if device.type == "cuda" else "cpu"
     dtype = "bf16" if device.type == "cuda" else "fp32"
     with tempfile.TemporaryDirectory() as tmp:
-        executor = Executor(hostname="compare", history=History(Path(tmp) / "h.db"), board=Board(), nvml=nvml,
+        executor = Executor(hostname="compare", history=History(Path(tmp) / "h.db"), nvml=nvml,
                             rapl=None, guard=GuardSettings(enabled=False))
         print(f"machine: {platform.node()}, {device.model_name}, torch {torch.__version__}, "
               f"{torch.get_num_threads()} threads; each figure the best of {args.repeat} alternated run(s)")

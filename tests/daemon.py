@@ -16,7 +16,7 @@ class Daemon:
         self.port = port
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "agent", "serve", "--config", str(config_path), "--listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "sixdim", "serve", "--config", str(config_path), "--listen", f"127.0.0.1:{port}"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.log_path = log_path
 

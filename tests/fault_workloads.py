@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 
 
 def raises(params: dict, ctx: RunContext) -> WorkloadOutput:

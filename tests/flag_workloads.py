@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.context import RunContext, WorkloadOutput
 
 
 def sets_every_flag(params: dict, ctx: RunContext) -> WorkloadOutput:

@@ -28,7 +28,7 @@ Subcommands:
   ``torch.cuda.max_memory_allocated`` measured by hand, in a fresh process per case, for the same
   operands and kernel.
 - ``models``: sixdim's model workload at full size against a hand-written loop over the same model
-  (``workloads.models.build``): samples/s, ratio, sixdim's power and memory.
+  (``sixdim.workloads.models.build``): samples/s, ratio, sixdim's power and memory.
 
 Each subcommand writes ``DIR/<name>.json`` (rewritten after every case, so a kill keeps what was
 done), catches its own failure (recorded as ``status: failed`` with the traceback) and prints a
@@ -193,13 +193,13 @@ def torch_info(device: str) -> dict[str, Any]:
 
 
 def gpu_name(device: str) -> str:
-    """The device name as NVML reports it (what agent/peaks.toml matches), else torch's."""
+    """The device name as NVML reports it (what agent/core/peaks.toml matches), else torch's."""
     if not device.startswith("cuda"):
-        from collectors.host import cpu_model_name
+        from sixdim.collectors.host import cpu_model_name
 
         return cpu_model_name()
     try:
-        from collectors.nvml import NvmlCollector
+        from sixdim.collectors.nvml import NvmlCollector
 
         nvml = NvmlCollector("bench")
         if nvml.availability().available:
@@ -274,9 +274,9 @@ def suite_toml(name: str, workloads: list[tuple[str, dict[str, Any]]], devices: 
 
 
 def sixdim_cli(run_args: list[str], *, timeout: float, config_text: str | None = None) -> dict[str, Any]:
-    """``sixdim run ... --json --no-guard`` in a child (``python -m agent``): records and how it went."""
+    """``sixdim run ... --json --no-guard`` in a child (``python -m sixdim``): records and how it went."""
     tmp = tempfile.mkdtemp(prefix="gpu-bench-")
-    cmd = [sys.executable, "-m", "agent", "run", *run_args, "--json", "--no-guard"]
+    cmd = [sys.executable, "-m", "sixdim", "run", *run_args, "--json", "--no-guard"]
     if config_text is not None:
         config = Path(tmp) / "bench.toml"
         config.write_text(config_text)
@@ -313,16 +313,16 @@ def prepare_inprocess() -> None:
     if _FLAGS_READY:
         return
     try:
-        from workloads import flags
+        from sixdim.workloads import flags
 
         flags.remember_defaults()
     except Exception as exc:  # an older or newer flags module: carry on with torch's state
-        log(f"note: workloads.flags.remember_defaults unavailable: {exc}")
+        log(f"note: sixdim.workloads.flags.remember_defaults unavailable: {exc}")
     _FLAGS_READY = True
 
 
 def cases_of(workload: str, overrides: dict[str, Any], device: str) -> list[Any]:
-    from workloads import registry
+    from sixdim.workloads import registry
 
     spec = registry.get(workload)
     names = {p.name for p in spec.params}
@@ -332,14 +332,14 @@ def cases_of(workload: str, overrides: dict[str, Any], device: str) -> list[Any]
 
 def run_inprocess(spec: Any, case: Any, device: str, meter: Any = None) -> dict[str, Any]:
     """One case as the worker runs it (isolation, torch_flags, memory figures), in this process."""
-    from workloads.context import RunContext
+    from sixdim.workloads.context import RunContext
 
     prepare_inprocess()
     module_name, _, function_name = spec.entry.partition(":")
     function = getattr(importlib.import_module(module_name), function_name)
     ctx = RunContext(device=device, energy=meter)
     try:
-        from agent.worker import run_case
+        from sixdim.run.worker import run_case
     except ImportError:
         run_case = None
     if run_case is not None:
@@ -403,7 +403,7 @@ def set_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 def restore_flags() -> None:
     try:
-        from workloads import flags
+        from sixdim.workloads import flags
 
         flags.restore()
     except Exception:
@@ -580,7 +580,7 @@ class ClockWatch:
         if self._index is None:
             return
         try:
-            from collectors.nvml import NvmlCollector
+            from sixdim.collectors.nvml import NvmlCollector
 
             nvml = NvmlCollector("bench-clocks")
             if nvml.availability().available:
@@ -800,7 +800,7 @@ def short_shape(shape: str) -> str:
 # ----------------------------------------------------------------------------- peak
 
 def cmd_peak(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
-    from agent import peaks
+    from sixdim.core import peaks
 
     size = 512 if args.quick else 8192
     name = gpu_name(args.device) if args.device.startswith("cuda") else "cpu"
@@ -897,7 +897,7 @@ def summary_peak(result: dict[str, Any]) -> str:
                      fmt_ratio(part.get("fraction_of_peak"))])
     peak = result.get("peak_flops")
     return (table(rows) + f"\nbf16 {result.get('size')}³ on {result.get('device_name')}; dense peak "
-            f"{fmt_num((peak or float('nan')) / 1e12, 5)} TFLOP/s ({result.get('peak_entry') or 'no entry in agent/peaks.toml'})")
+            f"{fmt_num((peak or float('nan')) / 1e12, 5)} TFLOP/s ({result.get('peak_entry') or 'no entry in agent/core/peaks.toml'})")
 
 
 # ----------------------------------------------------------------------------- repeat
@@ -1233,7 +1233,7 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
     meter = None
     if cuda:
         try:
-            from workloads import energy
+            from sixdim.workloads import energy
 
             meter = energy.meter_for(args.device, None)
             result["energy_meter"] = meter.source if meter.available else meter.reason
@@ -1290,11 +1290,11 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
 
 
 def hand_loop(params: dict[str, Any], device_name: str, *, warmup: int, steps: int) -> dict[str, Any]:
-    """A plain loop over the same model (workloads.models.build): warm-up, then timed steps between
+    """A plain loop over the same model (sixdim.workloads.models.build): warm-up, then timed steps between
     synchronizes, samples/s; IEEE fp32 (TF32 off) plus autocast for amp, as sixdim's model workload."""
     import torch
 
-    from workloads import models
+    from sixdim.workloads import models
 
     device = torch.device(device_name)
     cuda = device.type == "cuda"
@@ -1470,7 +1470,7 @@ def default_device() -> str:
     try:
         import logging
 
-        from collectors.nvml import NvmlCollector
+        from sixdim.collectors.nvml import NvmlCollector
 
         logging.getLogger("collectors").setLevel(logging.ERROR)  # "NVML unavailable" is the answer, not news
         nvml = NvmlCollector("bench")

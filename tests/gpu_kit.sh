@@ -44,11 +44,14 @@ kit_setup() {
         for deb in "$KIT_DIR"/prometheus_*.deb; do dpkg-deb -x "$deb" /tmp/prom; done
         export PATH="/tmp/prom/usr/bin:$PATH"
     fi
-    # The repository root first, so `python -m agent` is this checkout; the kit's packages after it.
-    export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    # This checkout laid out as the wheel installs it (the package `sixdim`, from agent/, workloads/,
+    # collectors/ and dashboards/; nothing can be pip-installed there), then the repository root for
+    # `tests`, then the kit's packages.
+    rm -rf /tmp/kit-src && python3 -m tests.layers --lay-out /tmp/kit-src || return 1
+    export PYTHONPATH="/tmp/kit-src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
     # `sixdim` as a command, as the README's install gives it.
     mkdir -p /tmp/kit-bin
-    printf '#!/bin/sh\nexec python3 -m agent "$@"\n' > /tmp/kit-bin/sixdim && chmod +x /tmp/kit-bin/sixdim
+    printf '#!/bin/sh\nexec python3 -m sixdim "$@"\n' > /tmp/kit-bin/sixdim && chmod +x /tmp/kit-bin/sixdim
     export PATH="/tmp/kit-bin:$PATH"
 }
 

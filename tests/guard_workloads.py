@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any
 
-from workloads.context import RunContext, WorkloadOutput
-from workloads.spec import Case, WorkloadSpec
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.spec import Case, WorkloadSpec
 
 
 def step(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
@@ -37,7 +37,7 @@ def step(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     if child is not None:
         child.kill()
         child.wait()
-    with open(sys.argv[1]) as handle:  # the worker's own request file: python -m agent.worker REQUEST RESULTS
+    with open(sys.argv[1]) as handle:  # the worker's own request file: python -m sixdim.run.worker REQUEST RESULTS
         request = json.load(handle)
     return WorkloadOutput(
         figures={"seconds": params.get("seconds", 0.05), "begin_unix": begin, "end_unix": end},

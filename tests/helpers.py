@@ -8,7 +8,7 @@ import sys
 import urllib.parse
 import urllib.request
 
-from agent.results import RunRecord
+from sixdim.core.results import RunRecord
 
 
 def make_record(status: str = "ok", *, workload: str = "gemm", seconds: float = 0.01, ended_at: float = 2000.0,

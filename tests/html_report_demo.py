@@ -19,7 +19,7 @@ H100 SXM GPUs, three weeks of runs (2026-10-30 to 2026-11-20 UTC):
 With ``--screenshot`` it also opens the page in headless Chromium (Debian's ``chromium``) and
 writes a PNG of the top of it, 1400 px wide (the README's is docs/images/html-report.png).
 
-``--bench SERIES RUNS`` instead times ``python -m agent report --html`` (a child, end to end, 3 times)
+``--bench SERIES RUNS`` instead times ``python -m sixdim report html`` (a child, end to end, 3 times)
 over tests/report_bench.py's fleet history of SERIES x RUNS runs (``--bench 50 2000``: 100,000 runs;
 ``--bench 2000 50``: as many runs over 1,648 series), the figures docs/REPORT.md quotes.
 """
@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from agent.history import History, _row  # noqa: E402
-from agent.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.core.results import RunRecord  # noqa: E402
 
 START = datetime(2026, 10, 30, tzinfo=timezone.utc).timestamp()
 DAYS = 21
@@ -151,9 +151,9 @@ def write_history(path: Path, seed: int = 7) -> int:
 
 
 def render(history: Path, out: Path) -> dict:
-    """The page, as ``sixdim report --html`` writes it, with the demo note; returns build()'s facts."""
-    from agent.files import write_atomically
-    from agent.html_report import build
+    """The page, as ``sixdim report html`` writes it, with the demo note; returns build()'s facts."""
+    from sixdim.core.files import write_atomically
+    from sixdim.report.html import build
 
     page, facts = build(str(history), now=START + DAYS * 86400, note=NOTE)
     write_atomically(out, page, make_folder=False)
@@ -190,7 +190,7 @@ def bench(series: int, runs: int, keep: str | None = None) -> int:
         walls = []
         for _ in range(3):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "agent", "report", "--html", str(page), "--history", str(history)],
+            subprocess.run([sys.executable, "-m", "sixdim", "report", "--html", str(page), "--history", str(history)],
                            check=True, env=env, cwd=REPO)
             walls.append(time.perf_counter() - t)
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

@@ -168,7 +168,7 @@ def _toml(value: Any) -> str:
 
 def suite_config(suite: str, device: str, fast: bool) -> str:
     """A [[suites]] table running ``suite`` once at start; with ``fast``, its workloads with short timing."""
-    from workloads import registry
+    from sixdim.workloads import registry
 
     head = (f'[[suites]]\nname = "measured"\ninterval_seconds = 86400\nexport = "shapes"\ndevices = ["{device}"]\n'
             f"timeout_seconds = 600\nrun_at_start = true\n")
@@ -183,9 +183,9 @@ def suite_config(suite: str, device: str, fast: bool) -> str:
 
 def expected_cases(suite: str, device: str, fast: bool) -> int:
     """How many records the run will write: the executor's own expansion, per resolved device."""
-    from agent.devices import resolve
-    from collectors.nvml import NvmlCollector
-    from workloads import registry
+    from sixdim.run.devices import resolve
+    from sixdim.collectors.nvml import NvmlCollector
+    from sixdim.workloads import registry
 
     nvml = NvmlCollector("measure")
     devices = resolve([device], nvml)
@@ -289,7 +289,7 @@ def measure_during(args: argparse.Namespace) -> dict[str, Any]:
             cpu_seconds = (end_cpu.user + end_cpu.system) - (first_cpu.user + first_cpu.system)
         finally:
             daemon.stop(timeout=30)
-        from agent.history import History
+        from sixdim.store.history import History
 
         records = list(History(history))
     statuses: dict[str, int] = {}

@@ -1,7 +1,7 @@
 """ONNX Runtime against PyTorch eager on the same model: latency p50/p99 and samples/s per batch size.
 
 The models are the onnx workload's (sixdim's ResNet-50, BERT-large layers and GPT decoder as
-:class:`workloads.onnx_export.Serving` wraps them, exported into a cache on first use), with the
+:class:`sixdim.workloads.onnx_export.Serving` wraps them, exported into a cache on first use), with the
 same weights and the same synthetic inputs in both engines. For each model and batch size the
 engines are measured in interleaved rounds (eager, then each provider, ``--rounds`` times), so a
 background load shifts them all alike; latency is single synchronised requests (pooled over the
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workloads.report import percentile  # noqa: E402
+from sixdim.workloads.report import percentile  # noqa: E402
 
 
 def machine() -> str:
@@ -83,7 +83,13 @@ def engines(name: str, size: str, device: str, batch: int, cache_dir: str,
     import onnxruntime as ort
     import torch
 
-    from workloads import flags, onnx_export, onnx_inputs, onnx_session
+    from sixdim.workloads import flags
+
+    from sixdim.workloads import onnx_export
+
+    from sixdim.workloads import onnx_inputs
+
+    from sixdim.workloads import onnx_session
 
     flags.apply("fp32")  # IEEE fp32 in eager (TF32 off), as the CUDA provider is set up below
     path, _ = onnx_export.exported(name, size, "fp32", cache_dir=cache_dir)

@@ -1,6 +1,6 @@
 """How long a run's processes outlive a SIGKILLed agent, and how long a stop takes (docs/BENCHMARKS.md).
 
-The agent's part is played by a Python process calling :func:`agent.runner.run_worker` on
+The agent's part is played by a Python process calling :func:`sixdim.run.runner.run_worker` on
 ``tests.fault_workloads:escapes`` (a worker that ignores SIGTERM, with a ``setsid`` child and an
 orphaned grandchild).  For each trial:
 
@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent import proctree  # noqa: E402
-from agent.runner import run_worker  # noqa: E402
+from sixdim.run import proctree  # noqa: E402
+from sixdim.run.runner import run_worker  # noqa: E402
 from tests.fault_workloads import run_pids  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def _wait_for(path: str, timeout: float = 60.0) -> None:
 
 def kill_trial(folder: str) -> float:
     pid_file = os.path.join(folder, "pids")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.runner import run_worker; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from sixdim.run.runner import run_worker; "
             f"run_worker('tests.fault_workloads:escapes', [{{'pid_file': {pid_file!r}}}], 'cpu', 600.0, "
             "uses_torch=False)")
     caller = subprocess.Popen([sys.executable, "-c", code, str(ROOT)])

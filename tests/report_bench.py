@@ -18,13 +18,13 @@ temporary folder, in the history's own row format, with a fixed seed:
   effect); and four steps at no version change: +5% time on two series, -4% time (an
   improvement) on one, +3% on one.
 
-Then it times ``python -m agent report regressions --json`` end to end as a subprocess (interpreter
+Then it times ``python -m sixdim report regressions --json`` end to end as a subprocess (interpreter
 start, read, analysis, JSON out), and the read and the analysis alone in this process, and
 counts the change points found against the injected ones: a shift counts as found when the
 ``seconds`` figure of its series has a change point within 2 runs of it; any other change point
 of any figure is unexpected.
 
-Last (unless ``--sim-series 0``), the detector alone (:func:`agent.changepoints.find_change_points`)
+Last (unless ``--sim-series 0``), the detector alone (:func:`sixdim.verdicts.changepoints.find_change_points`)
 on synthetic series with the noise kinds of tests/regression_sim.py: change points in no-change
 series of 2,000 runs, and steps of 5%, 3% and 2% found at the right run.
 """
@@ -53,8 +53,8 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from agent.history import History, _row  # noqa: E402
-from agent.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.core.results import RunRecord  # noqa: E402
 
 INTERVAL = 900.0
 """Seconds between two runs of one series."""
@@ -207,7 +207,7 @@ def noise(kind: str, rng: "np.random.Generator", n: int) -> "np.ndarray":
 def simulate(series: int, seed: int) -> dict[str, Any]:
     """The detector alone on synthetic series: change points per 2,000-run no-change series, and
     steps (at a random run of 600) found at the right run, within 1, with how many other points."""
-    from agent.changepoints import find_change_points
+    from sixdim.verdicts.changepoints import find_change_points
 
     out: dict[str, Any] = {"false": {}, "steps": {}}
     for kind in ("gauss", "t3", "spiky", "gauss5"):
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
               f"written in {build_s:.1f} s")
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
-        cmd = [sys.executable, "-m", "agent", "report", "regressions", "--history", str(path), "--json"]
+        cmd = [sys.executable, "-m", "sixdim", "report", "regressions", "--history", str(path), "--json"]
         walls = []
         for _ in range(3):
             t = time.perf_counter()
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         found = json.loads(result.stdout)
 
-        from agent.regression_report import analyse, read_history
+        from sixdim.report.regressions import analyse, read_history
         t = time.perf_counter()
         history = read_history(str(path))
         read_s = time.perf_counter() - t
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             **scored,
         }
         print(f"machine: {figures['machine']}")
-        print(f"end to end (python -m agent report regressions --json, 3 runs): "
+        print(f"end to end (python -m sixdim report regressions --json, 3 runs): "
               f"{', '.join(f'{w:.2f}' for w in walls)} s; best {wall:.2f} s = {total / wall:,.0f} runs/s; "
               f"child peak RSS {child_rss:.0f} MiB")
         print(f"in process: read {read_s:.2f} s ({ok_runs:,} ok runs, {len(history.series)} series), "

@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from agent.history import History, _row  # noqa: E402
-from agent.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.core.results import RunRecord  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.daemon import Daemon, write_config  # noqa: E402
 from tests.helpers import Locker  # noqa: E402

@@ -29,12 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from agent.board import Board  # noqa: E402
-from agent.config import Suite, preset_entries  # noqa: E402
-from agent.exporter import SixdimCollector  # noqa: E402
-from agent.results import RunRecord  # noqa: E402
-from agent.verdicts import Verdicts  # noqa: E402
-from workloads import registry  # noqa: E402
+from sixdim.http.board import Board  # noqa: E402
+from sixdim.config import Suite, preset_entries  # noqa: E402
+from sixdim.http.exporter import SixdimCollector  # noqa: E402
+from sixdim.core.results import RunRecord  # noqa: E402
+from sixdim.verdicts.live import Verdicts  # noqa: E402
+from sixdim.workloads import registry  # noqa: E402
 
 KERNEL = ("seconds", "flops", "power_watts", "energy_joules", "flop_per_joule", "memory_bytes",
           "memory_reserved_bytes", "device_memory_bytes", "sm_clock_hertz", "power_capped", "thermal_slowdown",

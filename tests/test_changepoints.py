@@ -1,4 +1,4 @@
-"""Change points of one sequence (agent/changepoints.py): steps found where they are, noise,
+"""Change points of one sequence (agent/verdicts/changepoints.py): steps found where they are, noise,
 spikes and constants giving none, known breaks reported only when something shifted there."""
 
 import time
@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from agent.changepoints import find_change_points
+from sixdim.verdicts.changepoints import find_change_points
 
 
 def noisy(n, level=1.0, sd=0.01, seed=0):

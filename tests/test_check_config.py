@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.check import check
-from agent.config import load
-from agent.devices import DeviceError
-from collectors.nvml import NvmlCollector
+from sixdim.daemon.check import check
+from sixdim.config import load
+from sixdim.run.devices import DeviceError
+from sixdim.collectors.nvml import NvmlCollector
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.fakenvml import FakeGpu, FakeNvml
-from workloads import registry
+from sixdim.workloads import registry
 
 GEMM = {"m": 128, "n": 128, "k": 128, "precisions": ["fp32", "bf16"]}
 TWO_SUITES = f"""
@@ -36,7 +36,7 @@ workloads = ["rnn", "conv"]
 
 
 def check_config(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent", "serve", "--check-config", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "sixdim", "serve", "--check-config", *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -140,13 +140,13 @@ def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(
     errors = [line for line in done.stderr.splitlines() if line.startswith("sixdim: error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert errors[0].startswith(f"sixdim: error: {config}: suites[0].devices: device 'cuda:3' asked for"), errors
-    serve = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+    serve = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--config", str(config),
                             "--listen", f"127.0.0.1:{free_port()}"], env=cli_env, capture_output=True, text=True,
                            timeout=60)
     assert serve.returncode == 2 and f"{config}: suites[0].devices: device 'cuda:3'" in serve.stderr, serve.stderr
     # refused before the history was made (the agent's lock files come first: one agent per host)
     assert not (tmp_path / "history.db").exists()
-    run = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config), "-w", "gemm", "-d", "cuda:3"],
+    run = subprocess.run([sys.executable, "-m", "sixdim", "run", "--config", str(config), "-w", "gemm", "-d", "cuda:3"],
                          env=cli_env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "sixdim: error: --device: device 'cuda:3' asked for" in run.stderr, run.stderr
     assert not (tmp_path / "history.db").exists()

@@ -6,11 +6,11 @@ import pty
 import subprocess
 import sys
 
-from agent import __version__
+from sixdim import __version__
 
 
 def run(*args, env):
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_version(cli_env):
@@ -50,7 +50,7 @@ def test_no_command_prints_help_and_exits_2(cli_env):
 def test_run_shows_progress_on_a_terminal(cli_env):
     leader, follower = pty.openpty()
     result = subprocess.run(
-        [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
+        [sys.executable, "-m", "sixdim", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
          "-p", "precisions=fp32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"],
         stdout=subprocess.PIPE, stderr=follower, env={**cli_env, "SIXDIM_LOG_LEVEL": "info"}, timeout=120)
     os.close(follower)
@@ -77,7 +77,7 @@ def test_run_shows_progress_on_a_terminal(cli_env):
 
 
 def test_list_shapes_lists_every_workload_the_command_one_included(cli_env):
-    from workloads import registry
+    from sixdim.workloads import registry
 
     result = run("list", "--shapes", env=cli_env)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
@@ -88,7 +88,7 @@ def test_list_shapes_lists_every_workload_the_command_one_included(cli_env):
 
 
 def test_help_names_what_serve_runs_and_every_built_in_suite(cli_env):
-    from workloads import registry
+    from sixdim.workloads import registry
 
     serve = " ".join(run("serve", "--help", env=cli_env).stdout.split())
     assert "GEMM suite" not in serve
@@ -124,7 +124,7 @@ def test_run_warns_once_and_briefly_and_leaves_no_temporary_folder(cli_env):
 
 
 def test_results_table_shows_training_figures_and_int8_in_op_per_second():
-    from agent.cli import _results_table
+    from sixdim.cli import _results_table
     from tests.helpers import make_record
 
     gemm = make_record(seconds=0.001)
@@ -152,7 +152,7 @@ def test_results_table_shows_training_figures_and_int8_in_op_per_second():
 def test_a_path_through_a_file_is_named_as_such_by_every_command(tmp_path, cli_env):
     """A file where a folder should be (a typo, a stale mount point): one line naming that part of
     the path, exit 2, never "[Errno 20]" or "File exists" with no hint."""
-    from agent.history import History
+    from sixdim.store.history import History
     from tests.conftest import free_port
     from tests.helpers import make_record
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.board import Board
-from agent.devices import cpu_device
-from agent.executor import Executor
-from agent.history import History
-from collectors.nvml import NvmlCollector
-from workloads import registry
-from workloads.spec import ParamError
+from sixdim.http.board import Board
+from sixdim.run.devices import cpu_device
+from sixdim.run.executor import Executor
+from sixdim.store.history import History
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.workloads import registry
+from sixdim.workloads.spec import ParamError
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -29,8 +29,8 @@ def script(tmp_path, name, body):
 
 
 def run_command(tmp_path, timeout=60.0, board=None, **params):
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=board or Board(),
-                        nvml=NvmlCollector("h"), rapl=None)
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"), rapl=None,
+                        on_recorded=board.catch_up if board else None)
     [record] = executor.execute(registry.get("command"), params, cpu_device(), timeout=timeout)
     return record
 
@@ -211,7 +211,7 @@ def test_stable_diffusion_metrics_are_exported_apart(tmp_path):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from agent.exporter import SixdimCollector
+    from sixdim.http.exporter import SixdimCollector
 
     board = Board()
     record = run_command(tmp_path, board=board, **cat("mlperf_v4_stable_diffusion.txt"))

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agent.config import DEFAULT_PORT, ConfigError, load
+from sixdim.config import DEFAULT_PORT, ConfigError, load
 
 
 def write(tmp_path, text, name="sixdim.toml"):
@@ -118,7 +118,7 @@ def test_missing_file_is_an_error(tmp_path):
 
 
 def run_cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env,
                           timeout=60)
 
 
@@ -148,7 +148,7 @@ def test_run_with_unknown_parameter_exits_2_before_running(cli_env):
 
 
 def test_run_on_a_gpu_this_host_lacks_exits_2(cli_env):
-    from collectors.nvml import NvmlCollector
+    from sixdim.collectors.nvml import NvmlCollector
 
     if NvmlCollector("x").availability().available:
         pytest.skip("this host has an NVIDIA GPU")
@@ -159,7 +159,7 @@ def test_run_on_a_gpu_this_host_lacks_exits_2(cli_env):
 def test_help_explains_every_option_and_its_variable(cli_env):
     result = run_cli("serve", "--help", env=cli_env)
     assert result.returncode == 0
-    from agent.config import OPTIONS
+    from sixdim.config import OPTIONS
 
     for option in OPTIONS:
         assert option.flag in result.stdout and option.env in result.stdout
@@ -180,7 +180,7 @@ def test_a_cron_suite_waits_for_its_time_and_an_interval_suite_runs_at_start(tmp
 def test_the_embedded_default_says_it_runs_at_start():
     from importlib import resources
 
-    assert "run_at_start = true" in resources.files("agent").joinpath("default.toml").read_text()
+    assert "run_at_start = true" in resources.files("sixdim").joinpath("default.toml").read_text()
     [suite] = load(None, env={}).suites
     assert suite.run_at_start is True
 
@@ -191,7 +191,7 @@ def test_the_readme_example_does_not_start_the_full_suite_at_once():
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[[suites]]" in b)
-    from agent.config import tomllib, _parse_suites
+    from sixdim.config import tomllib, _parse_suites
 
     suites = {s.name: s for s in _parse_suites(tomllib.loads(example)["suites"], "README.md")}
     full = [s for s in suites.values() if s.workloads[0].params.get("set") == "full"]
@@ -202,9 +202,9 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
     import threading
     import time
 
-    from agent.config import EMBEDDED_SOURCE, Suite, WorkloadEntry
-    from agent.devices import Device, DeviceLocks
-    from agent.scheduler import SuiteScheduler
+    from sixdim.config import EMBEDDED_SOURCE, Suite, WorkloadEntry
+    from sixdim.run.devices import Device, DeviceLocks
+    from sixdim.run.scheduler import SuiteScheduler
     from tests.helpers import make_record
 
     class Executor:
@@ -220,7 +220,7 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
     later = Suite(name="nightly", workloads=(WorkloadEntry("gemm"),), cron="0 3 * * *")
     executor = Executor()
     scheduler = SuiteScheduler(executor, [(now, [cpu]), (later, [cpu])], source=EMBEDDED_SOURCE)
-    caplog.set_level("INFO", logger="agent.scheduler")
+    caplog.set_level("INFO", logger="sixdim.run.scheduler")
     scheduler.start()
     try:
         assert executor.ran.wait(30)

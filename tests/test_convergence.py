@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from workloads import registry
-from workloads.context import RunContext
-from workloads.convergence import run
-from workloads.dimensions import stability
-from workloads.logparse import TrainingLog, parse_ai_rank
-from workloads.stats import deepspark_mean
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext
+from sixdim.workloads.convergence import run
+from sixdim.workloads.dimensions import stability
+from sixdim.workloads.logparse import TrainingLog, parse_ai_rank
+from sixdim.workloads.stats import deepspark_mean
 
 
 def converge(**overrides):
@@ -67,7 +67,7 @@ def test_ai_rank_log_round_trips_through_our_parser():
 
 def test_sixdim_run_writes_an_ai_rank_log(tmp_path, cli_env):
     log_path = tmp_path / "GPUx1.log"
-    result = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "convergence", "-d", "cpu", "-p", "runs=1",
+    result = subprocess.run([sys.executable, "-m", "sixdim", "run", "-w", "convergence", "-d", "cpu", "-p", "runs=1",
                              "-p", "epochs=4", "--ai-rank-log", str(log_path), "--json"],
                             capture_output=True, text=True, env=cli_env, timeout=120)
     assert result.returncode == 0, result.stderr

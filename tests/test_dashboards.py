@@ -13,8 +13,14 @@ from typing import Any
 
 import pytest
 
-from agent import catalog, cli
-from dashboards import build, command, grafana, lint, queries
+from sixdim.core import catalog
+
+from sixdim import cli
+from sixdim.dashboards import build
+from sixdim.dashboards import command
+from sixdim.dashboards import grafana
+from sixdim.dashboards import lint
+from sixdim.dashboards import queries
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / command.COMMITTED_DIR

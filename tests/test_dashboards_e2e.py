@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.queries import ANNOTATION, PANEL, VARIABLE, all_queries, substitute
+from sixdim.dashboards.queries import ANNOTATION, PANEL, VARIABLE, all_queries, substitute
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
 from tests.helpers import start_prometheus

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from agent.history import History
+from sixdim.store.history import History
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.helpers import Locker
@@ -91,7 +91,7 @@ def test_sixdim_run_with_the_database_locked_keeps_its_results_for_the_next_open
     History(history).close()  # an existing history, as on any host that ran sixdim before
     locker = Locker(history)
     try:
-        done = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p",
+        done = subprocess.run([sys.executable, "-m", "sixdim", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p",
                                "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
                               capture_output=True, text=True, env=cli_env, timeout=120)
     finally:

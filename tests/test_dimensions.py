@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from workloads.dimensions import DimensionsError, compute, stability
+from sixdim.workloads.dimensions import DimensionsError, compute, stability
 
 
 def test_worked_example_every_dimension():
@@ -66,7 +66,7 @@ def test_bad_input_names_the_key(observations, key, fragment):
 
 
 def run(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "agent", "dimensions", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sixdim", "dimensions", *args], input=stdin, capture_output=True,
                           text=True, timeout=60, env=env)
 
 

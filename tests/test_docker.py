@@ -287,12 +287,12 @@ def test_the_image_runs_as_a_numeric_non_root_user(dockerfile):
 
 
 def test_the_entry_point_is_sixdim_serve(dockerfile):
-    from agent.cli import build_parser
+    from sixdim.cli import build_parser
 
     final = dockerfile.final
     assert [exec_form(i) for i in instructions(final, "ENTRYPOINT")] == [["sixdim"]]
     assert [exec_form(i) for i in instructions(final, "CMD")] == [["serve"]]
-    assert PYPROJECT["project"]["scripts"]["sixdim"] == "agent.cli:main"
+    assert PYPROJECT["project"]["scripts"]["sixdim"] == "sixdim.cli:main"
     commands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert "serve" in commands[0].choices
     assert "/opt/sixdim/bin" in environment(dockerfile)["PATH"].split(":")[0]
@@ -314,7 +314,7 @@ def test_the_health_check_asks_healthz_with_python_only(dockerfile):
 
 
 def test_the_build_arguments_reach_labels_and_environment(dockerfile):
-    from agent import __version__
+    from sixdim import __version__
 
     args = dockerfile.global_args
     final = dockerfile.final
@@ -341,7 +341,7 @@ def test_the_build_arguments_reach_labels_and_environment(dockerfile):
 
 
 def test_port_volume_and_state_folders(dockerfile):
-    from agent.config import DEFAULT_PORT, OPTIONS
+    from sixdim.config import DEFAULT_PORT, OPTIONS
 
     final = dockerfile.final
     assert [i.text for i in instructions(final, "EXPOSE")] == [str(DEFAULT_PORT)]
@@ -489,12 +489,19 @@ def test_the_dockerignore_matcher():
     assert not sent("tests/test_cli.py", rules) and not sent("README.md", rules)
 
 
+def source_of(package: str) -> str:
+    """The checkout folder a package of the wheel comes from (``[tool.setuptools.package-dir]``)."""
+    mapping = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    parent = max((name for name in mapping if package == name or package.startswith(name + ".")), key=len)
+    return "/".join((mapping[parent], *package[len(parent) + 1:].split("."))).rstrip("/")
+
+
 def test_the_build_context_has_what_the_install_needs_and_nothing_else():
     rules = dockerignore_rules()
-    packages = [p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
+    packages = list(PYPROJECT["tool"]["setuptools"]["package-dir"].values())  # the folders
     needed = ["pyproject.toml", PYPROJECT["project"]["readme"], "deploy/docker/healthcheck.py"]
-    needed += [f"{package}/__init__.py" for package in packages]
-    needed += [f"{package}/{name}" for package, names in PYPROJECT["tool"]["setuptools"]["package-data"].items()
+    needed += [f"{source_of(package)}/__init__.py" for package in PYPROJECT["tool"]["setuptools"]["packages"]]
+    needed += [f"{source_of(package)}/{name}" for package, names in PYPROJECT["tool"]["setuptools"]["package-data"].items()
                for name in names]
     for path in needed:
         assert (ROOT / path).exists() and sent(path, rules), f"{path} is not in the build context"
@@ -514,7 +521,9 @@ def test_the_build_context_has_what_the_install_needs_and_nothing_else():
 
 def test_the_build_context_installs_the_whole_package(tmp_path):
     """What ``pip install /tmp/sixdim-src`` does in the build stage, on exactly the files the
-    context sends: the wheel holds every module of the checkout and the package data."""
+    context sends: the wheel holds every module of the checkout and the package data, all under
+    one name, ``sixdim`` (nothing generic such as ``agent`` at the top of site-packages), and
+    ``python -m sixdim`` runs from it alone, without the checkout."""
     context = tmp_path / "context"
     for relative in context_files():
         (context / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -526,12 +535,22 @@ def test_the_build_context_installs_the_whole_package(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    packages = [p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
-    modules = {str(p.relative_to(ROOT)) for package in packages for p in (ROOT / package).rglob("*.py")
-               if "__pycache__" not in p.parts}
-    assert modules and modules <= names, sorted(modules - names)
-    assert {"agent/default.toml", "agent/peaks.toml"} <= names
-    assert "sixdim = agent.cli:main" in entry_points
+    assert {n.split("/")[0] for n in names} == {"sixdim", wheel.name.split("-py")[0] + ".dist-info"}
+    modules = {f"{package.replace('.', '/')}/{p.name}" for package in PYPROJECT["tool"]["setuptools"]["packages"]
+               for p in (ROOT / source_of(package)).glob("*.py")}
+    assert len(modules) > 90 and modules <= names, sorted(modules - names)
+    assert {"sixdim/default.toml", "sixdim/core/peaks.toml"} <= names
+    assert "sixdim = sixdim.cli:main" in entry_points
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site"), "HOME": str(tmp_path)}
+    probe = "import sixdim.core.peaks as p, sixdim.cli; print(p.__file__, len(p.table()))"
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith(str(tmp_path / "site")), run.stderr
+    version = subprocess.run([sys.executable, "-m", "sixdim", "--version"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("sixdim "), version.stderr
 
 
 # --------------------------------------------------------------------------- the health check script
@@ -558,7 +577,7 @@ class _Metrics:
 
 
 def _server(healthy: bool, web=None, host: str = "127.0.0.1"):
-    from agent.http import HttpServer, make_app
+    from sixdim.http.server import HttpServer, make_app
 
     message = "ok" if healthy else "scheduler stopped"
     return HttpServer(host, 0, make_app(_Metrics(), lambda: (healthy, message)), web=web, read_timeout=2.0)
@@ -576,7 +595,7 @@ def _check(listen: str, **extra: str) -> subprocess.CompletedProcess:
 
 def test_the_health_check_reads_listen_addresses_as_sixdim_does():
     import deploy_healthcheck as check
-    from agent.config import parse_listen
+    from sixdim.config import parse_listen
 
     for listen in ["0.0.0.0:9480", ":9480", "127.0.0.1:1234", "[::]:9480", "[::1]:80", "10.1.2.3:9480",
                    "node1.example:9480"]:
@@ -617,7 +636,7 @@ def test_the_health_check_passes_on_a_healthy_agent_and_fails_otherwise():
 def test_the_health_check_gets_through_tls(tmp_path):
     import bcrypt
 
-    from agent import webconfig
+    from sixdim.http import webconfig
 
     openssl = required_tool("openssl", "openssl")
     subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",

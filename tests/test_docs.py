@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import catalog
-from agent.config import OPTIONS, load
+from sixdim.core import catalog
+from sixdim.config import OPTIONS, load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,6 +18,24 @@ def test_every_metric_and_option_is_in_the_architecture_doc():
     for option in OPTIONS:
         for name in (option.key, option.flag, option.env):
             assert f"`{name}" in text, name
+
+
+PRODUCT_FOLDERS = ("agent", "workloads", "collectors", "dashboards")
+
+
+def test_the_architecture_doc_is_a_true_map_of_the_code():
+    """Every product module is named in docs/ARCHITECTURE.md, and every file or folder any doc names
+    exists (a moved or renamed module leaves no stale path behind)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    for folder in PRODUCT_FOLDERS:
+        for module in sorted((ROOT / folder).rglob("*.py")):
+            relative = module.relative_to(ROOT).as_posix()
+            if module.name != "__init__.py":
+                assert f"`{relative}`" in text, f"{relative} is not in docs/ARCHITECTURE.md"
+    pattern = re.compile(r"\b((?:%s)/[A-Za-z0-9_./*-]+\.(?:py|toml|json|md))\b" % "|".join(PRODUCT_FOLDERS))
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("*/README.md"))]:
+        for path in set(pattern.findall(doc.read_text())):
+            assert list(ROOT.glob(path)), f"{doc.relative_to(ROOT)} names {path}, which does not exist"
 
 
 def test_ci_runs_the_readme_install_and_test_commands():

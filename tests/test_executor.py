@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.board import Board
-from agent.devices import cpu_device, resolve
-from agent.executor import Executor, GuardSettings
-from agent.exporter import SixdimCollector
-from agent.history import History
-from collectors.host import RaplReader
-from collectors.nvml import NvmlCollector
+from sixdim.http.board import Board
+from sixdim.run.devices import cpu_device, resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.http.exporter import SixdimCollector
+from sixdim.store.history import History
+from sixdim.collectors.host import RaplReader
+from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec as sleeping_spec
-from workloads.context import RunContext, WorkloadOutput
-from workloads.spec import Case, Param, WorkloadSpec
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.spec import Case, Param, WorkloadSpec
 
 
 def by_kind_cases(spec, params, device_type):
@@ -31,7 +31,7 @@ SPEC = WorkloadSpec(name="faults", description="test", entry="tests.fault_worklo
 def test_each_case_is_recorded_and_a_crash_costs_only_its_case(tmp_path):
     history = History(tmp_path / "h.db")
     board = Board()
-    executor = Executor(hostname="h", history=history, board=board, nvml=NvmlCollector("h"), rapl=None)
+    executor = Executor(hostname="h", history=history, on_recorded=board.catch_up, nvml=NvmlCollector("h"), rapl=None)
     records = executor.execute(SPEC, {"kinds": ["ok", "unsupported", "raise", "ok", "crash", "ok"]}, cpu_device())
     assert [r.status for r in records] == ["ok", "unsupported", "failed", "ok", "failed", "ok"]
     assert records[1].reason == "no fp8 on this device (simulated)"
@@ -43,7 +43,7 @@ def test_each_case_is_recorded_and_a_crash_costs_only_its_case(tmp_path):
 
 
 def test_a_suite_shares_one_worker(tmp_path):
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
     records = executor.execute_many([(SPEC, {"kinds": ["ok"]}), (SPEC, {"kinds": ["ok", "ok"]})], cpu_device())
     assert [r.status for r in records] == ["ok", "ok", "ok"]
@@ -57,7 +57,7 @@ def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_
     details.case_wall (the worker's clock around the case), and sixdim_workload_case_mean_seconds is
     the mean of those spans, not of the worker's (which would count every case at the whole run)."""
     board = Board()
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=board, nvml=NvmlCollector("h"),
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up, nvml=NvmlCollector("h"),
                         rapl=None)
     records = executor.execute(sleeping_spec("naps", [{"seconds": 0.2}, {"seconds": 1.2}]), {}, cpu_device())
     assert [r.status for r in records] == ["ok", "ok"]
@@ -76,7 +76,7 @@ def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_
 
 
 def test_a_case_the_worker_died_in_ran_from_the_last_result_and_the_skipped_rest_never_ran(tmp_path):
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
     records = executor.execute(SPEC, {"kinds": ["ok", "crash", "ok"]}, cpu_device())
     assert [r.status for r in records] == ["ok", "failed", "ok"]
@@ -107,13 +107,17 @@ def one_case_spec(name: str, entry: str) -> WorkloadSpec:
 
 
 def cpu_executor(tmp_path: Path, **options) -> Executor:
-    return Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
-                    **{"rapl": None, **options})
+    """An executor whose board (``executor.board``, for :func:`scrape`) catches up as the daemon's does."""
+    board = Board()
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"),
+                        **{"nvml": NvmlCollector("h"), "rapl": None, "on_recorded": board.catch_up, **options})
+    executor.board = board  # type: ignore[attr-defined]
+    return executor
 
 
 def scrape(executor: Executor) -> str:
     registry = CollectorRegistry()
-    registry.register(SixdimCollector(executor.board, [], "h"))
+    registry.register(SixdimCollector(executor.board, [], "h"))  # type: ignore[attr-defined]
     return generate_latest(registry).decode()
 
 
@@ -175,8 +179,7 @@ def test_a_gpu_without_readings_gives_no_figures_but_the_reasons(tmp_path):
     groups are absent with their reasons; the SM clock, which it reports, is kept."""
     gpu = FakeGpu(unsupported={"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetCurrentClocksEventReasons"})
     nvml = NvmlCollector("h", module=FakeNvml([gpu]))
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=nvml, rapl=None,
-                        guard=GuardSettings(enabled=False))
+    executor = cpu_executor(tmp_path, nvml=nvml, guard=GuardSettings(enabled=False))
     [device] = resolve(["cuda:0"], nvml)
     [record] = executor.execute(sleeping_spec("steady", [{"seconds": 1.2}]), {}, device)
     assert record.status == "ok", record.reason
@@ -211,7 +214,7 @@ def fixed_copy(params: dict, ctx: RunContext) -> WorkloadOutput:
 def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_only(tmp_path):
     """On a GPU the peak table knows (NVML's name, faked: an H100 SXM, 3.35 TB/s), a device-to-device
     copy gets achieved / peak; a host-to-device one, limited by PCIe and not by the GPU's memory, none."""
-    from agent.devices import resolve as resolve_devices
+    from sixdim.run.devices import resolve as resolve_devices
 
     def copies(spec, params, device_type):
         return [Case({}, precision="", shape=f"size={2**20}", kernel_pass=direction) for direction in ("d2d", "h2d")]
@@ -219,8 +222,7 @@ def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_
     spec = WorkloadSpec(name="memory_bandwidth", description="test", entry="tests.test_executor:fixed_copy",
                         uses_torch=False, peak_kind="bandwidth", expander=copies)
     fake = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3")])
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(),
-                        nvml=NvmlCollector("h", module=fake), rapl=None, guard=GuardSettings(enabled=False))
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h", module=fake), rapl=None, guard=GuardSettings(enabled=False))
     d2d, h2d = executor.execute(spec, {}, resolve_devices(["cuda:0"], executor.nvml)[0])
     assert (d2d.kernel_pass, h2d.kernel_pass) == ("d2d", "h2d") and d2d.status == h2d.status == "ok"
     assert d2d.figures["peak_ratio"] == pytest.approx(1.675e12 / 3.35e12)

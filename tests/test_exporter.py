@@ -5,14 +5,14 @@ import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import catalog
-from agent.board import Board
-from agent.verdicts import Verdicts
-from agent.exporter import ReloadStatus, SixdimCollector
-from agent.runner import STOPPING_REASON
-from agent.history import History
-from collectors.host import HostCollector, RaplReader
-from collectors.nvml import NvmlCollector
+from sixdim.core import catalog
+from sixdim.http.board import Board
+from sixdim.verdicts.live import Verdicts
+from sixdim.http.exporter import ReloadStatus, SixdimCollector
+from sixdim.run.runner import STOPPING_REASON
+from sixdim.store.history import History
+from sixdim.collectors.host import HostCollector, RaplReader
+from sixdim.collectors.nvml import NvmlCollector
 from tests.conftest import promtool_check
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.helpers import make_record
@@ -223,8 +223,8 @@ def test_interrupted_skips_are_never_counted_as_runs_live_from_the_history_or_af
 
 
 def test_skips_are_counted_by_reason_class_and_case_time_by_status_since_start(tmp_path):
-    from agent.board import skip_class
-    from agent.results import INTERRUPTED
+    from sixdim.http.board import skip_class
+    from sixdim.core.results import INTERRUPTED
 
     assert STOPPING_REASON.startswith(INTERRUPTED)
     history = History(tmp_path / "h.db")

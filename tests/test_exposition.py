@@ -5,9 +5,9 @@ import gzip
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from agent.board import Board
-from agent.exposition import Exposition
-from agent.history import History
+from sixdim.http.board import Board
+from sixdim.http.exposition import Exposition
+from sixdim.store.history import History
 from tests.helpers import make_record
 
 

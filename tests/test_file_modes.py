@@ -9,7 +9,7 @@
 - The history's database, -wal, -shm and spool files are created 0600 and its folder 0700, whatever
   the umask; an existing 0644 history is made 0600.
 
-The owner rule is for a root process: it is tested through :func:`agent.config.check_permissions`'
+The owner rule is for a root process: it is tested through :func:`sixdim.config.check_permissions`'
 ``euid`` parameter with the real ``stat`` of a real file (as root the test gives the file to another
 user with ``chown``; as a user the file is already not root's), and end to end when the tests run as
 root, as they do in the project's containers.
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import (CONFIG_FILE_ROLE, INSECURE_PERMISSIONS_ENV, INSECURE_PERMISSIONS_FLAG, ConfigError,
+from sixdim.config import (CONFIG_FILE_ROLE, INSECURE_PERMISSIONS_ENV, INSECURE_PERMISSIONS_FLAG, ConfigError,
                           check_permissions, load, permission_problem)
-from agent.history import History
+from sixdim.store.history import History
 from tests.conftest import free_port, required_tool
 from tests.helpers import Locker, make_record
 
@@ -57,7 +57,7 @@ def write(path: Path, text: str, file_mode: int) -> Path:
 
 
 def sixdim(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
 
@@ -162,7 +162,7 @@ def test_the_escape_hatch_warns_and_the_run_goes_on(tmp_path, cli_env, hatch):
 def test_the_reports_take_the_escape_hatch_their_refusal_names(tmp_path, cli_env, command):
     """The refusal says "accept the risk with --insecure-config-permissions": every command that reads
     a configuration file takes that flag, and its warning is shaped like its errors."""
-    from agent.history import History
+    from sixdim.store.history import History
     from tests.helpers import make_record
 
     history = tmp_path / "history.db"
@@ -202,7 +202,7 @@ def test_a_web_config_file_others_can_write_is_refused_with_exit_2(tmp_path, cli
 
 
 def test_the_escape_hatch_loads_a_web_config_file_with_a_warning(tmp_path, caplog):
-    from agent import webconfig
+    from sixdim.http import webconfig
 
     web = write(tmp_path / "web.yml", HEADERS, 0o666)
     with pytest.raises(ConfigError, match="0666"):
@@ -215,7 +215,7 @@ def test_the_escape_hatch_loads_a_web_config_file_with_a_warning(tmp_path, caplo
 
 def test_serve_passes_the_escape_hatch_to_the_web_config(tmp_path, cli_env):
     """``serve --insecure-config-permissions`` starts with a web configuration file others can write
-    (agent/serve.py passes ``config.insecure_config_permissions`` to ``webconfig.load``)."""
+    (agent/daemon/serve.py passes ``config.insecure_config_permissions`` to ``webconfig.load``)."""
     from tests.daemon import Daemon, write_config
 
     web = write(tmp_path / "web.yml", HEADERS, 0o666)
@@ -256,7 +256,7 @@ def tls_web_config(folder: Path, pem: Path, extra: str = "") -> Path:
 
 
 def test_a_private_key_others_can_read_is_a_warning(tmp_path, pem, caplog):
-    from agent import webconfig
+    from sixdim.http import webconfig
 
     with caplog.at_level(logging.WARNING, logger="sixdim"):
         assert webconfig.load(str(tls_web_config(tmp_path, pem))).tls
@@ -273,7 +273,7 @@ def test_a_private_key_others_can_read_is_a_warning(tmp_path, pem, caplog):
 
 
 def test_an_inline_key_in_a_readable_web_config_is_a_warning(tmp_path, pem, caplog):
-    from agent import webconfig
+    from sixdim.http import webconfig
 
     indent = "".join("    " + line + "\n" for line in (pem / "key.pem").read_text().splitlines())
     text = f"tls_server_config:\n  cert_file: {pem}/cert.pem\n  key: |\n{indent}"
@@ -284,7 +284,7 @@ def test_an_inline_key_in_a_readable_web_config_is_a_warning(tmp_path, pem, capl
 
 
 def test_a_client_ca_file_others_can_write_is_refused(tmp_path, pem, caplog):
-    from agent import webconfig
+    from sixdim.http import webconfig
 
     ca = tmp_path / "ca.pem"
     ca.write_bytes((pem / "cert.pem").read_bytes())
@@ -348,7 +348,7 @@ def test_an_existing_history_others_can_read_is_made_private(tmp_path, caplog):
 
 
 def test_tightening_takes_bits_away_and_never_adds_one(tmp_path):
-    from agent.history import tighten
+    from sixdim.store.history import tighten
 
     for before, after in ((0o644, 0o600), (0o444, 0o400), (0o666, 0o600), (0o640, 0o600), (0o600, 0o600)):
         path = write(tmp_path / f"h-{before:o}.db", "", before)

@@ -4,7 +4,7 @@ Three entry points get random input built from what they really read:
 
 - configuration: TOML documents over the real schema (every option, suite key, workload and
   parameter), with values that are NaN, infinite, huge, negative, of the wrong type or nested
-  deeply, and random ``SIXDIM_*`` variables: ``agent.config.load`` returns a Config whose numbers
+  deeply, and random ``SIXDIM_*`` variables: ``sixdim.config.load`` returns a Config whose numbers
   are finite and in their documented ranges, or raises ConfigError; nothing else;
 - ``sixdim dimensions``: random JSON-ish documents (the real keys, numbers of 5,000 digits, 1e400,
   NaN, deep nesting) and random bytes: exit 0 with finite standard JSON, or exit 2 with one line;
@@ -14,7 +14,7 @@ Three entry points get random input built from what they really read:
   real certificates, keys and CAs made for the session, headers, bcrypt hashes), with values that are
   YAML's implicit types, tags, anchors, billion-laughs aliases, merge keys, deep nesting, control
   characters and lone surrogates, mutated text, random and non-UTF-8 bytes, and huge documents:
-  ``agent.webconfig.load`` returns a WebConfig the HTTP server can use, or raises ConfigError with
+  ``sixdim.http.webconfig.load`` returns a WebConfig the HTTP server can use, or raises ConfigError with
   one printable line that shows no bcrypt hash; nothing else, and never a hang (a watchdog alarm
   fails a load that runs on).  What it loads, ``promtool check web-config`` accepts too.
 
@@ -44,15 +44,16 @@ hypothesis = pytest.importorskip("hypothesis")  # the 'test' extra installs it; 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from agent import webconfig  # noqa: E402
-from agent.cli import main  # noqa: E402
+from sixdim.http import webconfig  # noqa: E402
+from sixdim.cli import main  # noqa: E402
 from tests.certs import encrypt_key, issue, make_ca  # noqa: E402
 from tests.conftest import required_tool  # noqa: E402
-from agent.config import MAX_SECONDS, MIN_SECONDS, OPTIONS, ConfigError, load  # noqa: E402
-from workloads import command, registry  # noqa: E402
-from workloads.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
-from workloads.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
-from workloads.spec import ParamError  # noqa: E402
+from sixdim.config import MAX_SECONDS, MIN_SECONDS, OPTIONS, ConfigError, load  # noqa: E402
+from sixdim.workloads import command  # noqa: E402
+from sixdim.workloads import registry
+from sixdim.workloads.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
+from sixdim.workloads.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
+from sixdim.workloads.spec import ParamError  # noqa: E402
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -278,7 +279,7 @@ def test_configuration_of_random_bytes_loads_or_raises_config_error(fuzz_dir, da
 def test_run_param_flag_values_resolve_in_range_or_raise_param_error(name, data, value):
     """``sixdim run -p KEY=VALUE``: the text goes through the CLI's finiteness check and the workload's
     own parsing; the result is in the documented range, or a ParamError of one line."""
-    from agent.cli import _check_finite
+    from sixdim.cli import _check_finite
 
     spec = registry.get(name)
     param = data.draw(st.sampled_from(spec.params))

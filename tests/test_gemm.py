@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from workloads import gemm, registry
-from workloads.context import RunContext
-from workloads.stats import deepspark_mean
+from sixdim.workloads import gemm
+
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext
+from sixdim.workloads.stats import deepspark_mean
 
 
 def test_gemm_figures_follow_from_its_rounds():
@@ -99,7 +101,7 @@ def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
     change: how its figures follow from each other and from the measured window.  How its
     seconds compare with an independent timing is the test above (load-robust) and
     ``python -m tests.compare_kernels`` (the full path, best of alternated runs)."""
-    result = subprocess.run([sys.executable, "-m", "agent", "run", "--workload", "gemm", "--device", "cpu", "--json",
+    result = subprocess.run([sys.executable, "-m", "sixdim", "run", "--workload", "gemm", "--device", "cpu", "--json",
                              "-p", "set=square", "-p", "precisions=fp32", "-p", "min_round_seconds=0.2"],
                             capture_output=True, text=True, env=cli_env, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -124,7 +126,7 @@ def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
 
 
 def test_sixdim_run_table_and_history(cli_env, tmp_path):
-    args = [sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
+    args = [sys.executable, "-m", "sixdim", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
             "-p", "precisions=fp32,tf32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"]
     result = subprocess.run(args, capture_output=True, text=True, env=cli_env, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -133,7 +135,7 @@ def test_sixdim_run_table_and_history(cli_env, tmp_path):
     assert row.split()[:7] == ["gemm", "cpu", "fp32", "m=64,n=64,k=64,op=NN", "-", "forward", "ok"]
     assert unsupported.split()[2] == "tf32" and unsupported.split()[6] == "unsupported"
     assert "tf32 is a tensor-core precision of GPUs" in result.stdout
-    from agent.history import History
+    from sixdim.store.history import History
 
     stored = list(History(tmp_path / "history.db"))
     assert [(r.precision, r.status) for r in stored] == [("fp32", "ok"), ("tf32", "unsupported")]
@@ -143,7 +145,7 @@ def test_calibration_is_not_fooled_by_one_stall(monkeypatch):
     """Calibration against a kernel of exactly 1 ms whose first timed call stalls for 50 ms, on a
     clock that only the kernel moves: the answer cannot depend on how busy the machine is (a
     real ``sleep(0.001)`` lasts 2 ms or more on a loaded one)."""
-    from workloads import timing
+    from sixdim.workloads import timing
 
     clock = {"now": 0.0, "calls": 0}
 

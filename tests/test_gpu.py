@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.board import Board
-from agent.devices import resolve
-from agent.executor import Executor, GuardSettings
-from agent.guard import busy_reason
-from agent.history import History
-from collectors.nvml import NvmlCollector
-from workloads import registry
+from sixdim.http.board import Board
+from sixdim.run.devices import resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.run.guard import busy_reason
+from sixdim.store.history import History
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.workloads import registry
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +64,7 @@ def _fast(name: str, params: dict, **timing) -> dict:
 
 
 def _executor(nvml, tmp_path: Path, guard: bool = False) -> Executor:
-    return Executor(hostname="gpu-test", history=History(tmp_path / "h.db"), board=Board(), nvml=nvml, rapl=None,
+    return Executor(hostname="gpu-test", history=History(tmp_path / "h.db"), nvml=nvml, rapl=None,
                     guard=GuardSettings(enabled=guard, max_utilization=0.05))
 
 
@@ -138,7 +138,7 @@ def test_guard_never_skips_a_case_because_of_sixdims_own_worker(nvml, tmp_path):
 # ---------------------------------------------------------------------------- (b) the quick suite
 
 def test_quick_suite_reports_every_kernel_with_its_timing_method_and_cache_regime(nvml, tmp_path):
-    from agent.config import preset_entries
+    from sixdim.config import preset_entries
 
     default_timing = os.environ.get("SIXDIM_GPU_TEST_DEFAULT_TIMING") == "1"
     device = resolve(["cuda:0"], nvml)[0]
@@ -215,7 +215,7 @@ def test_big_gemm_fraction_of_peak_on_a_known_gpu(mixed):
     r = _one(records, "gemm", "bf16", f"m={BIG},")
     if not H100_CLASS.search(r.model_name or ""):
         pytest.skip(f"the peak-ratio bound is set for H100/H200; this GPU is {r.model_name!r}")
-    assert "peak_ratio" in r.figures, f"{r.model_name!r} has no entry in agent/peaks.toml"
+    assert "peak_ratio" in r.figures, f"{r.model_name!r} has no entry in agent/core/peaks.toml"
     assert 0.4 < r.figures["peak_ratio"] < 1.0, r.figures["peak_ratio"]
 
 
@@ -352,7 +352,7 @@ def test_deterministic_mode_does_not_leak_into_the_next_case(mixed):
 
 FAILED_CAPTURE = """
 import torch
-from workloads import timing
+from sixdim.workloads import timing
 
 x = torch.ones(4, device="cuda")
 before = torch.cuda.current_stream().cuda_stream

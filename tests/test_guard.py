@@ -14,12 +14,12 @@ import psutil
 import pynvml
 import pytest
 
-from agent.board import Board
-from agent.devices import resolve
-from agent.executor import Executor, GuardSettings
-from agent.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
-from agent.history import History
-from collectors.nvml import NvmlCollector
+from sixdim.http.board import Board
+from sixdim.run.devices import resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.run.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
+from sixdim.store.history import History
+from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec
 
@@ -29,8 +29,7 @@ GONE_TOO = GONE + 1
 
 
 def make_executor(tmp_path, fake: FakeNvml, guard: bool = True) -> Executor:
-    return Executor(hostname="node1", history=History(tmp_path / "h.db"), board=Board(),
-                    nvml=NvmlCollector("node1", module=fake),
+    return Executor(hostname="node1", history=History(tmp_path / "h.db"), nvml=NvmlCollector("node1", module=fake),
                     rapl=None, guard=GuardSettings(enabled=guard, max_utilization=0.05))
 
 

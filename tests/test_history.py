@@ -2,8 +2,8 @@
 
 import sqlite3
 
-from agent.board import Board
-from agent.history import History
+from sixdim.http.board import Board
+from sixdim.store.history import History
 from tests.helpers import make_record
 
 

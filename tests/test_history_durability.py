@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.board import Board
-from agent.history import History, HistoryError, error_reason
+from sixdim.http.board import Board
+from sixdim.store.history import History, HistoryError, error_reason
 from tests.helpers import Locker, make_record
 
 def rows(path: Path) -> list[tuple[str, str]]:

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.config import MAX_SECONDS, ConfigError, is_device_selector, load
-from workloads import command, registry
-from workloads.dimensions import DimensionsError, compute
-from workloads.logparse import (MAX_READING, RegexParser, TrainingLog, make_parsers, parse_ai_rank, parse_lines,
+from sixdim.cli import main
+from sixdim.config import MAX_SECONDS, ConfigError, is_device_selector, load
+from sixdim.workloads import command
+from sixdim.workloads import registry
+from sixdim.workloads.dimensions import DimensionsError, compute
+from sixdim.workloads.logparse import (MAX_READING, RegexParser, TrainingLog, make_parsers, parse_ai_rank, parse_lines,
                                 parse_mlperf, read_line)
-from workloads.spec import MAX_MAGNITUDE, ParamError
+from sixdim.workloads.spec import MAX_MAGNITUDE, ParamError
 
 DEEP = 100_000
 
@@ -54,7 +55,7 @@ def refused(tmp_path: Path, text: str | bytes) -> ConfigError:
 def cli(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``sixdim`` in a child: exit code and output as a user sees them."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    return subprocess.run([sys.executable, "-m", "agent", *args], input=data, capture_output=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "sixdim", *args], input=data, capture_output=True, timeout=120,
                           env=env)
 
 
@@ -436,11 +437,11 @@ def test_ignored_lines_are_surfaced_in_the_run_details_and_figures_stay_finite()
 
 def test_a_hostile_log_does_not_crash_the_case(tmp_path):
     """The whole path: a command printing every fault above, read by the real worker."""
-    from agent.board import Board
-    from agent.devices import cpu_device
-    from agent.executor import Executor
-    from agent.history import History
-    from collectors.nvml import NvmlCollector
+    from sixdim.http.board import Board
+    from sixdim.run.devices import cpu_device
+    from sixdim.run.executor import Executor
+    from sixdim.store.history import History
+    from sixdim.collectors.nvml import NvmlCollector
 
     log = tmp_path / "hostile.txt"
     log.write_text("\n".join([
@@ -450,7 +451,7 @@ def test_a_hostile_log_does_not_crash_the_case(tmp_path):
         ':::MLLOG {"key": "eval_accuracy", "value": 0.5, "metadata": [1]}',
         "AI-Rank-log 1 ips:nan, target_quality_time:1e308hours",
         "speed img/s", "speed 250 img/s", "AI-Rank-log 1 " + " " * 60000 + "x"]) + "\n")
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
     [record] = executor.execute(registry.get("command"), {"argv": ["cat", str(log)],
                                                           "throughput_regex": r"speed(?: (\d+))? img/s"},

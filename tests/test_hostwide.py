@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.board import Board
-from agent.config import Suite, WorkloadEntry
-from agent.devices import DeviceLocks, cpu_device, resolve
-from agent.executor import Executor, GuardSettings
-from agent.history import History
-from agent.hostprobe import MultiGpuProbe
-from agent.scheduler import SuiteScheduler
-from collectors.nvml import NvmlCollector
+from sixdim.http.board import Board
+from sixdim.config import Suite, WorkloadEntry
+from sixdim.run.devices import DeviceLocks, cpu_device, resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.store.history import History
+from sixdim.run.hostprobe import MultiGpuProbe
+from sixdim.run.scheduler import SuiteScheduler
+from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec
-from workloads import registry
+from sixdim.workloads import registry
 
 GIB = 1024**3
 
@@ -32,8 +32,7 @@ def two_gpus(**second) -> FakeNvml:
 
 
 def make_executor(tmp_path: Path, fake: FakeNvml, guard: bool = True) -> Executor:
-    return Executor(hostname="node1", history=History(tmp_path / "h.db"), board=Board(),
-                    nvml=NvmlCollector("node1", module=fake), rapl=None,
+    return Executor(hostname="node1", history=History(tmp_path / "h.db"), nvml=NvmlCollector("node1", module=fake), rapl=None,
                     guard=GuardSettings(enabled=guard, max_utilization=0.05))
 
 
@@ -56,7 +55,7 @@ def test_a_host_wide_run_waits_for_every_gpus_lock_and_holds_them_all(tmp_path, 
     monkeypatch.setattr(registry, "get", specs.__getitem__)
     suites = {name: Suite(name=name, workloads=(WorkloadEntry(name),), interval_seconds=3600) for name in specs}
     scheduler = SuiteScheduler(executor, [(suites["a"], [gpu1]), (suites["host"], [gpu0]), (suites["c"], [gpu1])])
-    caplog.set_level("INFO", logger="agent.executor")
+    caplog.set_level("INFO", logger="sixdim.run.executor")
 
     a = threading.Thread(target=scheduler.run_suite, args=(suites["a"], gpu1))
     a.start()

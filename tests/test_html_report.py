@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.history import History
+from sixdim.cli import main
+from sixdim.store.history import History
 from tests.conftest import required_tool
 from tests.helpers import make_record
 
@@ -237,7 +237,8 @@ def test_a_workloads_own_minimum_effect_decides_its_colour(history, tmp_path):
 
 
 def test_a_long_series_is_bucketed_and_the_charts_are_limited(history, tmp_path, monkeypatch):
-    from agent import report_model, report_page
+    from sixdim.report import model as report_model
+    from sixdim.report import page as report_page
 
     monkeypatch.setattr(report_model, "MAX_POINTS", 40)  # where each limit is used
     monkeypatch.setattr(report_page, "MAX_CHARTS", 1)
@@ -284,14 +285,30 @@ def test_without_plotly_it_says_which_extra_to_install(history, tmp_path, capsys
 def test_report_needs_html_or_a_kind_and_not_both(capsys, history, tmp_path):
     assert main(["report"]) == 2
     captured = capsys.readouterr()
-    assert "--html" in captured.out and "regressions" in captured.out
-    assert "give --html FILE or a report kind" in captured.err
-    assert main(["report", "--html", str(tmp_path / "r.html"), "regressions", "--history", history]) == 2
-    assert "two reports" in capsys.readouterr().err
+    assert "html" in captured.out and "regressions" in captured.out
+    assert "give a report: 'html FILE' or 'regressions'" in captured.err
+    with pytest.raises(SystemExit) as exit:  # the older spelling and a report kind: two reports
+        main(["report", "--html", str(tmp_path / "r.html"), "regressions", "--history", history])
+    assert exit.value.code == 2
+    assert "unrecognized arguments: regressions" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
-    # --history before 'regressions' is --html's: an error, not the default history read without a word
-    assert main(["report", "--history", history, "regressions"]) == 2
-    assert "--history before 'regressions' belong to --html" in capsys.readouterr().err
+    # an option before the report kind is nobody's: an error, not the default history read without a word
+    with pytest.raises(SystemExit) as exit:
+        main(["report", "--history", history, "regressions"])
+    assert exit.value.code == 2
+    assert "choose from 'html', 'regressions'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", "--html", "{out}", "--history", "{history}"],
+    ["report", "--history", "{history}", "--html", "{out}"],
+    ["report", "--html={out}", "--history={history}"],
+    ["report", "html", "{out}", "--history", "{history}"],
+])
+def test_report_html_and_its_older_spelling_write_the_same_page(argv, history, tmp_path):
+    out = tmp_path / "page.html"
+    assert main([a.format(out=out, history=history) for a in argv]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
 
 
 def test_an_empty_history_still_makes_a_page(tmp_path):
@@ -303,7 +320,7 @@ def test_an_empty_history_still_makes_a_page(tmp_path):
 
 
 def test_the_command_line_loads_neither_plotly_nor_numpy(cli_env):
-    probe = ("import sys, agent.cli; agent.cli.build_parser(); "
+    probe = ("import sys, sixdim.cli; sixdim.cli.build_parser(); "
              "print(sorted(m for m in ('numpy', 'scipy', 'plotly') if m in sys.modules))")
     light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env, timeout=60)
     assert light.stdout.strip() == "[]", light.stderr

@@ -6,8 +6,8 @@ import threading
 import time
 import urllib.request
 
-from agent import http
-from agent.http import HttpServer, make_app
+from sixdim.http import server as http
+from sixdim.http.server import HttpServer, make_app
 
 
 TEXT = b"# HELP x test\n# TYPE x gauge\nx 1.0\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.history import History
+from sixdim.store.history import History
 
 SUITE = """
 [[suites]]
@@ -86,7 +86,7 @@ def test_a_signal_stops_the_worker_and_its_children_and_leaves_nothing_behind(tm
     history = Path(cli_env["SIXDIM_HISTORY"])
     temporary = Path(cli_env["TMPDIR"])
     workers = Path(cli_env["SIXDIM_STATE_DIR"]) / "workers"
-    process = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(config), "--suite", "two",
+    process = subprocess.Popen([sys.executable, "-m", "sixdim", "run", "--config", str(config), "--suite", "two",
                                 "--device", "cpu"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     descendants: list[psutil.Process] = []

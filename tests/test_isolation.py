@@ -1,6 +1,6 @@
 """Cases sharing a worker do not see each other, and a number's meaning is set per case.
 
-Real worker processes (agent.runner), real torch on the CPU.  What only a GPU can show
+Real worker processes (sixdim.run.runner), real torch on the CPU.  What only a GPU can show
 (allocator peaks per case, TF32 on cuDNN) is in tests/test_gpu.py.
 """
 
@@ -11,11 +11,13 @@ import time
 import pytest
 import torch
 
-from agent.runner import run_worker
-from workloads import flags, gemm, registry
-from workloads.context import RunContext
-from workloads.report import Measurement
-from workloads.timing import Timing, cache_regime, power_phase
+from sixdim.run.runner import run_worker
+from sixdim.workloads import flags
+from sixdim.workloads import gemm
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext
+from sixdim.workloads.report import Measurement
+from sixdim.workloads.timing import Timing, cache_regime, power_phase
 
 
 def test_flags_a_case_sets_are_restored_before_the_next_case():
@@ -41,7 +43,7 @@ def test_worker_sets_the_cublas_workspace_that_deterministic_mode_needs():
 def test_convergence_deterministic_mode_does_not_leak_into_the_next_case():
     convergence = registry.get("convergence").cases({"runs": 1, "epochs": 2, "target_accuracy": 0.0}, "cpu")[0]
     fp32 = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": ["fp32"], "power_seconds": 0}, "cpu")[0]
-    outcome = run_worker(["workloads.convergence:run", "workloads.gemm:run", "tests.flag_workloads:reports_environment"],
+    outcome = run_worker(["sixdim.workloads.convergence:run", "sixdim.workloads.gemm:run", "tests.flag_workloads:reports_environment"],
                          [convergence.params, fp32.params, {}], "cpu", 120)
     assert outcome.cases[0].status == "ok", outcome.cases[0].reason
     assert outcome.cases[0].details["torch_flags"]["deterministic"] is True
@@ -174,9 +176,9 @@ def test_a_workload_error_in_the_power_phase_still_fails_the_case():
 def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypatch):
     """all-reduce and linearity (runs_in_ranks): the worker runs them without touching its own
     allocator's statistics, which would report their memory as 0."""
-    from agent.executor import _worker_groups
-    from agent.worker import run_case
-    from workloads import timing
+    from sixdim.run.executor import _worker_groups
+    from sixdim.run.worker import run_case
+    from sixdim.workloads import timing
 
     assert registry.get("allreduce").runs_in_ranks and registry.get("linearity").runs_in_ranks
     assert not registry.get("gemm").runs_in_ranks
@@ -184,7 +186,7 @@ def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypa
     monkeypatch.setattr(timing, "begin_case_memory", lambda ctx, device: calls.append("begin"))
     monkeypatch.setattr(timing, "note_memory", lambda ctx: calls.append("note"))
 
-    from workloads.context import WorkloadOutput
+    from sixdim.workloads.context import WorkloadOutput
 
     result = run_case(lambda params, ctx: WorkloadOutput({"seconds": 1.0}), {}, RunContext(device="cpu"),
                       uses_torch=True, worker_memory=False)

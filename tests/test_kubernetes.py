@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
-import agent
-from agent import cli, config, rules
-from dashboards import command as dashboards_command
-from workloads import registry
+import sixdim
+from sixdim import cli
+from sixdim import config
+from sixdim.monitoring import rules
+from sixdim.dashboards import command as dashboards_command
+from sixdim.workloads import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -392,7 +394,7 @@ def test_rules_prometheus_rule_on_an_unwritable_path_exits_2(tmp_path, capsys):
 
 def test_the_sixdim_command_writes_the_committed_prometheus_rule(tmp_path, cli_env):
     out = tmp_path / "rule.yaml"
-    result = subprocess.run([sys.executable, "-m", "agent", "rules", "--prometheus-rule", str(out)],
+    result = subprocess.run([sys.executable, "-m", "sixdim", "rules", "--prometheus-rule", str(out)],
                             capture_output=True, text=True, env=cli_env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == (ROOT / rules.COMMITTED_PROMETHEUS_RULE).read_bytes()
@@ -512,10 +514,10 @@ def test_the_daemonset_essentials(overlay):
     image = c["image"]
     repository, tag = image.rsplit(":", 1)
     variant = "cpu" if overlay == "cpu-demo" else r"cuda[\d.]+-torch[\d.]+"
-    version = re.escape(agent.__version__)
+    version = re.escape(sixdim.__version__)
     assert repository.rsplit("/", 1)[-1] == "sixdim" and re.fullmatch(rf"{version}-{variant}", tag), (
         f"{image}: set the images: entry of deploy/k8s/overlays/{overlay}/kustomization.yaml to the image of "
-        f"sixdim {agent.__version__}")
+        f"sixdim {sixdim.__version__}")
     # Selected by the headless Service and the ServiceMonitor; the scrape job is what the rules expect.
     labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert daemonset["spec"]["selector"]["matchLabels"].items() <= labels.items()

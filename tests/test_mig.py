@@ -6,11 +6,11 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from agent.board import Board
-from agent.devices import resolve
-from agent.executor import Executor, GuardSettings
-from agent.history import History
-from collectors.nvml import NvmlCollector
+from sixdim.http.board import Board
+from sixdim.run.devices import resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.store.history import History
+from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import MAX_MIG_DEVICES, FakeGpu, FakeNvml
 from tests.guard_workloads import spec
 
@@ -68,7 +68,7 @@ def test_a_failure_listing_mig_instances_keeps_nvml_available_and_the_gpu_marked
 def test_runs_on_a_mig_gpu_are_skipped_naming_its_instances(tmp_path):
     fake = FakeNvml([mig_gpu([MIG_A, None, MIG_B]), FakeGpu(uuid="GPU-whole", bus_id="00000000:2A:00.0")])
     nvml = NvmlCollector("node1", module=fake)
-    executor = Executor(hostname="node1", history=History(tmp_path / "h.db"), board=Board(), nvml=nvml, rapl=None,
+    executor = Executor(hostname="node1", history=History(tmp_path / "h.db"), nvml=nvml, rapl=None,
                         guard=GuardSettings(enabled=True))
     mig, whole = resolve(["auto"], nvml)
     assert (mig.name, mig.mig_uuids, whole.mig_reason) == ("cuda:0", (MIG_A, MIG_B), None)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from workloads import registry
-from workloads.context import RunContext
-from workloads.models import ResNet50, run
-from workloads.stats import deepspark_mean
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext
+from sixdim.workloads.models import ResNet50, run
+from sixdim.workloads.stats import deepspark_mean
 
 
 @pytest.mark.parametrize("model", ["resnet50", "bert_large", "dlrm", "gpt", "lstm"])
@@ -29,7 +29,8 @@ def test_model_training_samples_per_second_matches_its_step_timing(model):
 
 
 def test_inference_reports_latency_percentiles(monkeypatch):
-    from workloads import models, report
+    from sixdim.workloads import models
+    from sixdim.workloads import report
 
     asked = []
 
@@ -55,7 +56,7 @@ def test_resnet50_has_resnet50s_parameter_count():
 
 
 def test_training_steps_learn():
-    from workloads.models import build
+    from sixdim.workloads.models import build
 
     model, batch, loss_of = build("lstm", "small", torch.device("cpu"), 8, torch.Generator().manual_seed(0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -3,15 +3,15 @@
 import pynvml
 import pytest
 
-from agent import catalog
-from agent.board import Board
-from agent.devices import resolve
-from agent.executor import Executor, GuardSettings
-from agent.guard import busy_reason
-from agent.history import History
-from collectors.nvml import NvmlCollector
+from sixdim.core import catalog
+from sixdim.http.board import Board
+from sixdim.run.devices import resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.run.guard import busy_reason
+from sixdim.store.history import History
+from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
-from workloads import registry
+from sixdim.workloads import registry
 
 
 def values(samples, metric, **labels):
@@ -72,7 +72,7 @@ def test_unsupported_fields_are_absent_not_zero():
 
 
 def test_missing_driver_makes_collector_unavailable_not_a_crash(caplog, monkeypatch):
-    from collectors.base import LogOnce
+    from sixdim.collectors.base import LogOnce
 
     monkeypatch.setattr(LogOnce, "_seen", set())  # as in a fresh process
     nvml = NvmlCollector("node1", module=FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
@@ -123,7 +123,7 @@ def test_busy_gpu_run_is_skipped_and_recorded(tmp_path):
     nvml = NvmlCollector("node1", module=fake)
     history = History(tmp_path / "h.db")
     board = Board()
-    executor = Executor(hostname="node1", history=history, board=board, nvml=nvml, rapl=None,
+    executor = Executor(hostname="node1", history=history, on_recorded=board.catch_up, nvml=nvml, rapl=None,
                         guard=GuardSettings(enabled=True, max_utilization=0.05))
     device = resolve(["cuda:0"], nvml)[0]
     records = executor.execute(registry.get("gemm"), {"set": "square", "precisions": ["bf16", "fp8"]}, device,
@@ -151,8 +151,7 @@ def test_a_samples_time_is_taken_before_its_queries(monkeypatch):
     was made, not after the last one, or every counter value would be placed late."""
     import types
 
-    import collectors.nvml
-
+    import sixdim.collectors.nvml
     now = [100.0]
     calls: list[tuple[str, float]] = []
 
@@ -160,7 +159,7 @@ def test_a_samples_time_is_taken_before_its_queries(monkeypatch):
         calls.append((function, now[0]))
         now[0] += 0.010  # each NVML query takes 10 ms
 
-    monkeypatch.setattr(collectors.nvml, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(sixdim.collectors.nvml, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu()], on_call=on_call))
     calls.clear()
     now[0] = 100.0

@@ -20,18 +20,21 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed: pip 
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from agent.board import Board  # noqa: E402
-from agent.config import ConfigError, load  # noqa: E402
-from agent.devices import cpu_device  # noqa: E402
-from agent.executor import Executor  # noqa: E402
-from agent.history import History  # noqa: E402
-from agent.worker import run_case  # noqa: E402
-from collectors.nvml import NvmlCollector  # noqa: E402
-from workloads import onnx_export, onnx_info, onnx_inputs, registry  # noqa: E402
-from workloads import onnx as onnx_workload  # noqa: E402
-from workloads.context import RunContext  # noqa: E402
-from workloads.spec import ParamError  # noqa: E402
-from workloads.stats import deepspark_mean  # noqa: E402
+from sixdim.http.board import Board  # noqa: E402
+from sixdim.config import ConfigError, load  # noqa: E402
+from sixdim.run.devices import cpu_device  # noqa: E402
+from sixdim.run.executor import Executor  # noqa: E402
+from sixdim.store.history import History  # noqa: E402
+from sixdim.run.worker import run_case  # noqa: E402
+from sixdim.collectors.nvml import NvmlCollector  # noqa: E402
+from sixdim.workloads import onnx_export  # noqa: E402
+from sixdim.workloads import onnx_info
+from sixdim.workloads import onnx_inputs
+from sixdim.workloads import registry
+from sixdim.workloads import onnx as onnx_workload  # noqa: E402
+from sixdim.workloads.context import RunContext  # noqa: E402
+from sixdim.workloads.spec import ParamError  # noqa: E402
+from sixdim.workloads.stats import deepspark_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"rounds": 5, "min_round_seconds": 0.02, "warmup_seconds": 0.05, "latency_samples": 40, "power_seconds": 0.0}
@@ -48,7 +51,7 @@ def cache(tmp_path_factory):
 
 
 def execute(tmp_path, **params):
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), board=Board(), nvml=NvmlCollector("h"),
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
     return executor.execute(registry.get("onnx"), params, cpu_device(), timeout=120.0)
 
@@ -182,7 +185,7 @@ def test_a_users_file_runs_from_a_toml_configuration_alone(tmp_path, cli_env):
     """))
     [suite] = load(str(config)).suites
     assert [w.name for w in suite.workloads] == ["onnx"]
-    result = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config), "--suite", "my-model",
+    result = subprocess.run([sys.executable, "-m", "sixdim", "run", "--config", str(config), "--suite", "my-model",
                              "-d", "cpu", "--json"],
                             capture_output=True, text=True, env=cli_env, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -276,8 +279,8 @@ def test_the_daemons_side_never_imports_onnxruntime_or_onnx(tmp_path):
     model = tiny_model(tmp_path / "tiny.onnx")
     code = textwrap.dedent(f"""
         import sys
-        import agent.cli, agent.serve, agent.config
-        from workloads import registry
+        import sixdim.cli, sixdim.daemon.serve, sixdim.config
+        from sixdim.workloads import registry
         registry.get("onnx").cases({{"model": {str(model)!r}}}, "cpu")
         registry.get("onnx").cases({{"model": "gpt"}}, "cuda")
         loaded = sorted(m for m in ("onnxruntime", "onnx", "onnxscript", "torch", "numpy") if m in sys.modules)
@@ -295,9 +298,10 @@ def test_onnxruntime_missing_is_unsupported_naming_the_extra(tmp_path):
     (shadow / "__init__.py").write_text("raise ImportError('No module named onnxruntime (shadowed by the test)')\n")
     code = textwrap.dedent("""
         import json
-        from agent.worker import run_case, software_environment
-        from workloads import onnx, registry
-        from workloads.context import RunContext
+        from sixdim.run.worker import run_case, software_environment
+        from sixdim.workloads import onnx
+        from sixdim.workloads import registry
+        from sixdim.workloads.context import RunContext
         [case] = registry.get("onnx").cases({"latency_batches": [1], "throughput_batches": []}, "cpu")
         print(json.dumps([run_case(onnx.run, case.params, RunContext("cpu")), software_environment("cpu")]))
     """)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent import peaks
+from sixdim.core import peaks
 
 NVML_NAMES = {  # as NVML reports them
     "Tesla V100-SXM2-32GB": "NVIDIA V100 SXM2",

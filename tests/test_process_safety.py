@@ -22,12 +22,12 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from agent import proctree
-from agent.devices import cpu_device
-from agent.history import History
-from agent.instance import DeviceFileLocks, InstanceError
-from agent.devices import DeviceLocks
-from agent.runner import run_worker
+from sixdim.run import proctree
+from sixdim.run.devices import cpu_device
+from sixdim.store.history import History
+from sixdim.run.instance import DeviceFileLocks, InstanceError
+from sixdim.run.devices import DeviceLocks
+from sixdim.run.runner import run_worker
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.fault_workloads import ESCAPE_SCRIPT, run_pids
@@ -123,7 +123,7 @@ def test_a_killed_caller_takes_its_worker_and_everything_below_it_along(tmp_path
     """The agent's part is played by a plain Python process running run_worker, SIGKILLed (with
     cli_env's TMPDIR: its sixdim-run-* folder, which a killed caller cannot remove, stays under tmp_path)."""
     pid_file = tmp_path / "pids"
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.runner import run_worker; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from sixdim.run.runner import run_worker; "
             f"run_worker('tests.fault_workloads:escapes', [{{'pid_file': {str(pid_file)!r}}}], 'cpu', 600.0, "
             "uses_torch=False)")
     caller = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent.parent)], env=cli_env)
@@ -287,7 +287,7 @@ def test_a_second_daemon_is_refused_naming_the_first(tmp_path, cli_env):
     first = Daemon(config, free_port(), cli_env, tmp_path / "serve.log")
     try:
         first.wait_ready()
-        second = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+        second = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--config", str(config),
                                  "--listen", f"127.0.0.1:{free_port()}"], env=cli_env, capture_output=True, text=True,
                                 timeout=60)
         assert second.returncode == 2
@@ -295,7 +295,7 @@ def test_a_second_daemon_is_refused_naming_the_first(tmp_path, cli_env):
         assert "state directory" in second.stderr and second.stderr.count("\n") == 1
         # its own state directory, the same history: refused for the history
         other = dict(cli_env, SIXDIM_STATE_DIR=str(tmp_path / "other-state"))
-        third = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config),
+        third = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--config", str(config),
                                 "--listen", f"127.0.0.1:{free_port()}"], env=other, capture_output=True, text=True,
                                timeout=60)
         assert third.returncode == 2 and f"the history {history}" in third.stderr
@@ -312,7 +312,7 @@ def test_sixdim_run_refuses_or_waits_for_a_device_the_daemon_holds(tmp_path, cli
     try:
         daemon.wait_ready()
         _command_pids(pid_file, daemon)  # the daemon's suite is running on the CPU
-        args = [sys.executable, "-m", "agent", "run", "--device", "cpu", "-w", "gemm", "-p", "m=64", "-p", "n=64",
+        args = [sys.executable, "-m", "sixdim", "run", "--device", "cpu", "-w", "gemm", "-p", "m=64", "-p", "n=64",
                 "-p", "k=64", "-p", "precisions=fp32"]
         refused = subprocess.run(args + ["--no-wait"], env=cli_env, capture_output=True, text=True, timeout=120)
         assert refused.returncode == 3, refused.stderr
@@ -394,13 +394,13 @@ def test_a_stop_while_waiting_for_another_process_holds_nothing(tmp_path):
 def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_history(tmp_path):
     """A record left by a dead `sixdim run` on history A: a sixdim on history B stops its processes
     and leaves it; the next sixdim on history A records it."""
-    from agent.board import Board
-    from agent.executor import Executor
-    from collectors.nvml import NvmlCollector
-    from workloads import registry
+    from sixdim.http.board import Board
+    from sixdim.run.executor import Executor
+    from sixdim.collectors.nvml import NvmlCollector
+    from sixdim.workloads import registry
 
     def executor(history: Path) -> Executor:
-        return Executor(hostname="h", history=History(history), board=Board(), nvml=NvmlCollector("h"), rapl=None,
+        return Executor(hostname="h", history=History(history), nvml=NvmlCollector("h"), rapl=None,
                         state_dir=str(tmp_path / "state"), command="sixdim run")
 
     dead = executor(tmp_path / "a.db")
@@ -433,7 +433,7 @@ def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp
     blocker.write_text("")
     for flags, named in ((["--state-dir", str(blocker / "state")], f"cannot use the state directory {blocker}/state"),
                          (["--history", str(blocker / "h.db")], f"cannot create the lock file {blocker}/h.db.lock")):
-        done = subprocess.run([sys.executable, "-m", "agent", "serve", "--listen", f"127.0.0.1:{free_port()}", *flags],
+        done = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--listen", f"127.0.0.1:{free_port()}", *flags],
                               env=cli_env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith(f"sixdim: error: {named}") and done.stderr.count("\n") == 1, done.stderr

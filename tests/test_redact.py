@@ -17,17 +17,18 @@ import textwrap
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.board import Board
-from agent.devices import cpu_device
-from agent.executor import Executor
-from agent.exporter import SixdimCollector
-from agent.history import History
-from agent.redact import (REDACTED, is_secret_name, redact_argv, redact_env, redact_params, redact_shell, scrub,
+from sixdim.http.board import Board
+from sixdim.run.devices import cpu_device
+from sixdim.run.executor import Executor
+from sixdim.http.exporter import SixdimCollector
+from sixdim.store.history import History
+from sixdim.core.redact import (REDACTED, is_secret_name, redact_argv, redact_env, redact_params, redact_shell, scrub,
                           secret_values)
-from collectors.nvml import NvmlCollector
-from workloads import command, registry
-from workloads.context import RunContext, WorkloadOutput
-from workloads.spec import Case, Param, WorkloadSpec
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.workloads import command
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.spec import Case, Param, WorkloadSpec
 
 R = REDACTED
 
@@ -159,10 +160,10 @@ def test_the_default_label_of_a_command_is_its_program_never_an_assignment(argv,
 
 def test_the_module_imports_nothing_of_sixdim():
     """workloads/command.py (the worker side) imports it: it must never import the daemon or workloads back."""
-    probe = ("import sys, agent.redact; print(sorted(m for m in sys.modules if m.split('.')[0] in "
-             "('agent', 'workloads', 'collectors', 'torch')))")
+    probe = ("import sys, sixdim.core.redact; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('sixdim', 'torch')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['agent', 'agent.redact']"
+    assert out.strip() == "['sixdim', 'sixdim.core', 'sixdim.core.redact']"
 
 
 # ---------------------------------------------------------------------------- property
@@ -201,7 +202,7 @@ def test_no_value_of_a_secret_name_survives_in_any_form(name, value):
 
 # ---------------------------------------------------------------------------- end to end
 
-def assert_nowhere(secrets, database, executor, caplog, progress=()) -> str:
+def assert_nowhere(secrets, database, board, caplog, progress=()) -> str:
     """No secret in any row of the SQLite file, in the bytes of the file and its WAL, in the rendered
     /metrics, in the log records or in the progress lines; returns the rows, as text, for the
     checks of what must still be there."""
@@ -211,7 +212,7 @@ def assert_nowhere(secrets, database, executor, caplog, progress=()) -> str:
             rows += db.execute(f"SELECT * FROM {table}").fetchall()
     stored = repr(rows)
     collectors = CollectorRegistry()
-    collectors.register(SixdimCollector(executor.board, [], "h"))
+    collectors.register(SixdimCollector(board, [], "h"))
     metrics = generate_latest(collectors).decode()
     logged = caplog.text + "".join(repr(record.args) for record in caplog.records)
     for secret in secrets:
@@ -249,7 +250,9 @@ def test_a_commands_secrets_reach_neither_the_history_nor_metrics_nor_logs_nor_p
                       f"{shlex.quote(str(leaky))} --api-key {API_KEY} --keep-days 3"],
              "shell": True, "formats": [], "throughput_regex": r"speed (\d+)"}
     database = tmp_path / "h.db"
-    executor = Executor(hostname="h", history=History(database), board=Board(), nvml=NvmlCollector("h"), rapl=None)
+    board = Board()
+    executor = Executor(hostname="h", history=History(database), nvml=NvmlCollector("h"), rapl=None,
+                        on_recorded=board.catch_up)
     progress: list[str] = []
     spec = registry.get("command")
     failed, ok = executor.execute_many([(spec, failing), (spec, shell)], cpu_device(), timeout=60.0,
@@ -261,7 +264,7 @@ def test_a_commands_secrets_reach_neither_the_history_nor_metrics_nor_logs_nor_p
     assert failed.params["env"] == [f"HF_TOKEN={R}", "RUN_NAME=visible-run", "EXIT_CODE=3"]
     assert ok.shape == python and ok.figures["samples_per_second"] == 100.0  # labelled by its program
 
-    seen = assert_nowhere((TOKEN, API_KEY), database, executor, caplog, progress)
+    seen = assert_nowhere((TOKEN, API_KEY), database, board, caplog, progress)
     for visible in ("visible-run", "visible-shell", str(leaky), "--epochs", "--keep-days", f"HF_TOKEN={R}",
                     "auth failed for token", f'shape="{python}"', 'workload="command"', "exited with code 3"):
         assert visible in seen, visible
@@ -312,7 +315,9 @@ def test_the_executor_scrubs_any_workloads_reason_details_output_and_shape(tmp_p
     before it died (the runner's reason and output tail) and a shape built from the secret."""
     caplog.set_level(logging.DEBUG)
     database = tmp_path / "h.db"
-    executor = Executor(hostname="h", history=History(database), board=Board(), nvml=NvmlCollector("h"), rapl=None)
+    board = Board()
+    executor = Executor(hostname="h", history=History(database), nvml=NvmlCollector("h"), rapl=None,
+                        on_recorded=board.catch_up)
     failed, crashed, ok = executor.execute(QUOTING, {"api_key": API_KEY}, cpu_device(), timeout=60.0)
 
     assert (failed.status, crashed.status, ok.status) == ("failed", "failed", "ok")
@@ -323,6 +328,6 @@ def test_the_executor_scrubs_any_workloads_reason_details_output_and_shape(tmp_p
     assert [r.shape for r in (failed, crashed, ok)] == [f"fail-{R}", f"crash-{R}", f"ok-{R}"]
     assert ok.params == {"api_key": R, "user": "visible-user", "end": "ok"}
 
-    seen = assert_nowhere((API_KEY,), database, executor, caplog)
+    seen = assert_nowhere((API_KEY,), database, board, caplog)
     for visible in ("visible-user", "login refused for key", f'shape="ok-{R}"', 'workload="quoting"'):
         assert visible in seen, visible

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from agent.cli import main
-from agent.history import History
+from sixdim.cli import main
+from sixdim.store.history import History
 from tests.helpers import make_record
 
 RUNS = 100
@@ -229,12 +229,12 @@ def test_report_without_a_kind_prints_help_and_exits_2(capsys):
 
 
 def test_the_command_line_loads_no_numpy_until_a_report_runs(cli_env, history):
-    """``import agent.cli`` stays light; the command itself works end to end in a child."""
-    probe = "import sys, agent.cli; agent.cli.build_parser(); print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))"
+    """``import sixdim.cli`` stays light; the command itself works end to end in a child."""
+    probe = "import sys, sixdim.cli; sixdim.cli.build_parser(); print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))"
     light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env, timeout=60)
     assert light.stdout.strip() == "[]", light.stderr
     cli_env = {**cli_env, "SIXDIM_HISTORY": history["path"]}
-    result = subprocess.run([sys.executable, "-m", "agent", "report", "regressions", "--json", "--figure", "flops"],
+    result = subprocess.run([sys.executable, "-m", "sixdim", "report", "regressions", "--json", "--figure", "flops"],
                             capture_output=True, text=True, env=cli_env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert sorted(s["state"] for s in json.loads(result.stdout)) == ["improvement", "regression"]

@@ -13,9 +13,11 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from workloads import flags, registry
-from workloads.context import RunContext, WorkloadOutput
-from workloads.rnn import GATES, Recurrence, recurrence, run
+from sixdim.workloads import flags
+
+from sixdim.workloads import registry
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.rnn import GATES, Recurrence, recurrence, run
 
 FAST = {"rounds": 3, "min_round_seconds": 0.002, "warmup_seconds": 0.0, "power_seconds": 0.0}
 

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent import catalog, cli, rules
+from sixdim.core import catalog, durations
+
+from sixdim import cli
+
+from sixdim.monitoring import rules
 from tests.conftest import required_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +71,7 @@ def test_the_committed_rules_are_what_the_generator_writes():
     expected = rules.render()
     assert COMMITTED.exists(), f"{rules.COMMITTED} is missing: run `{rules.REGENERATE}`"
     assert COMMITTED.read_text() == expected, (
-        f"{rules.COMMITTED} is stale (the catalog or agent/rules.py changed): regenerate it with "
+        f"{rules.COMMITTED} is stale (the catalog or agent/monitoring/rules.py changed): regenerate it with "
         f"`{rules.REGENERATE}` and commit it")
 
 
@@ -192,16 +196,28 @@ def test_options_reach_the_expressions(tmp_path, promtool):
 
 
 @pytest.mark.parametrize("text, seconds", [("2h", 7200), ("90m", 5400), ("1d12h", 129600), ("1w", 604800),
-                                           ("45s", 45)])
+                                           ("45s", 45), ("1.5h", 5400), ("7200", 7200), ("1h30m", 5400)])
 def test_durations_round_trip(text, seconds):
-    assert rules.parse_duration(text) == seconds
-    assert rules.parse_duration(rules.format_duration(seconds)) == seconds
+    assert durations.whole_seconds(text) == seconds
+    assert durations.whole_seconds(durations.format_duration(seconds)) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "0", "0h", "2", "2x", "-1h", "1.5h", "h"])
+@pytest.mark.parametrize("text", ["", "0", "0h", "2x", "-1h", "h", "30m1h", "1h1h", "1.5", "0.5s"])
 def test_bad_durations_are_refused(text):
     with pytest.raises(ValueError):
-        rules.parse_duration(text)
+        durations.whole_seconds(text)
+
+
+def test_one_duration_grammar_for_the_rules_and_the_reports(capsys):
+    """What ``sixdim rules`` accepts, ``report regressions --since`` accepts too (and the reverse)."""
+    for text in ("1d12h", "1.5d", "36h", "129600"):
+        assert cli.main(["rules", "--stale-after", text]) == 0
+        assert "(threshold 1d12h)" in capsys.readouterr().out
+        assert durations.parse_duration(text) == 129600
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["rules", "--stale-after", "0.5s"])
+    assert exit.value.code == 2
+    assert "whole number of seconds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("options", [
@@ -227,11 +243,11 @@ def test_rules_out_writes_the_same_bytes_as_render(tmp_path, capsys):
 
 def test_the_sixdim_command_writes_the_committed_file(tmp_path, cli_env):
     out = tmp_path / "rules.yml"
-    result = subprocess.run([sys.executable, "-m", "agent", "rules", "--out", str(out)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "sixdim", "rules", "--out", str(out)], capture_output=True, text=True,
                             env=cli_env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == COMMITTED.read_bytes()
-    usage = subprocess.run([sys.executable, "-m", "agent", "rules", "--help"], capture_output=True, text=True,
+    usage = subprocess.run([sys.executable, "-m", "sixdim", "rules", "--help"], capture_output=True, text=True,
                            env=cli_env, timeout=60)
     assert "(default: 2h)" in usage.stdout and "--peer-ratio" in usage.stdout
 

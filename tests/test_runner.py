@@ -7,8 +7,8 @@ import time
 
 import psutil
 
-from agent.runner import TERMINATE_GRACE_SECONDS, run_worker
-from workloads.lines import bounded_lines
+from sixdim.run.runner import TERMINATE_GRACE_SECONDS, run_worker
+from sixdim.workloads.lines import bounded_lines
 
 
 def test_successful_worker_returns_figures_window_and_environment():

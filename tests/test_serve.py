@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.history import History
+from sixdim.store.history import History
 from tests.conftest import free_port, promtool_check
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 
@@ -85,7 +85,7 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         assert ended.value == pytest.approx(latest.ended_at)
         ok_runs = [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["status"] == "ok"]
         assert ok_runs[0].value == sum(1 for r in History(history) if r.status == "ok")
-        # no run started; a run the crash cut short is recorded from its worker record (agent/orphans.py)
+        # no run started; a run the crash cut short is recorded from its worker record (agent/run/orphans.py)
         recovered = list(History(history))[runs_before:]
         assert all(r.started_at < restarted_at for r in recovered)
         assert all(r.reason.startswith("interrupted: the sixdim process") for r in recovered if r.status != "ok")
@@ -108,7 +108,7 @@ def test_sigterm_stops_a_running_worker_and_exits_within_seconds(tmp_path, cli_e
         workers = []
         while not workers and time.monotonic() < deadline:
             workers = [p for p in psutil.Process(daemon.process.pid).children(recursive=True)
-                       if "agent.worker" in " ".join(p.cmdline())]
+                       if "sixdim.run.worker" in " ".join(p.cmdline())]
             time.sleep(0.2)
         assert workers, "no worker started"
         time.sleep(2.0)  # the worker is importing torch or timing by now
@@ -135,7 +135,7 @@ def test_runs_recorded_by_another_process_appear_without_a_restart(tmp_path, cli
     try:
         daemon.wait_ready()
         assert daemon.samples("sixdim_workload_flops") == []
-        result = subprocess.run([sys.executable, "-m", "agent", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32",
+        result = subprocess.run([sys.executable, "-m", "sixdim", "run", "-w", "gemm", "-d", "cpu", "-p", "m=32",
                                  "-p", "n=32", "-p", "k=32", "-p", "precisions=fp32", "--history", str(history)],
                                 capture_output=True, text=True, env=cli_env, timeout=120)
         assert result.returncode == 0, result.stderr
@@ -159,7 +159,7 @@ def test_an_address_in_use_is_named_with_its_option_and_exits_2(tmp_path, cli_en
         config.write_text(f'[agent]\nlisten = "{address}"\n' if how == "file" else "")
         args = ["--listen", address] if how == "flag" else []
         env = {**cli_env, "SIXDIM_LISTEN": address} if how == "environment" else cli_env
-        result = subprocess.run([sys.executable, "-m", "agent", "serve", "--config", str(config), *args],
+        result = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--config", str(config), *args],
                                 capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -190,7 +190,7 @@ def test_the_log_says_when_each_suite_runs_and_each_run_with_its_counts(tmp_path
     assert "scheduled suite nightly on cpu: cron '0 3 * * *' (UTC); first run " in log
     assert re.search(r"nightly on cpu: cron '0 3 \* \* \*' \(UTC\); first run \d{4}-\d\d-\d\d 03:00:00 UTC ", log), log
     assert "(run_at_start = false: waits for its time)" in log
-    assert "INFO agent.scheduler: suite fast on cpu: started (1 workload, timeout 60 s per case)" in log
+    assert "INFO sixdim.run.scheduler: suite fast on cpu: started (1 workload, timeout 60 s per case)" in log
     assert "suite fast on cpu: ended in " in log and " s: 1 case: 1 ok" in log
     assert "suite nightly on cpu: started" not in log
     assert {r.suite for r in History(history)} == {"fast"}

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agent.summary import geometric_mean, summarize
+from sixdim.verdicts.summary import geometric_mean, summarize
 from tests.helpers import make_record
 
 

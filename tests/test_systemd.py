@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import INSECURE_PERMISSIONS_ENV, OPTIONS
+from sixdim.config import INSECURE_PERMISSIONS_ENV, OPTIONS
 from tests.conftest import free_port, required_tool
 from tests.daemon import FAST_GEMM_SUITE
 
@@ -54,7 +54,7 @@ AGENT_STOP_SECONDS = 10  # docs/SECURITY.md, "Signals": SIGTERM stops the agent 
 REAL_VARIABLES = {opt.env for opt in OPTIONS} | {"SIXDIM_CONFIG", INSECURE_PERMISSIONS_ENV}
 # Where the unit's ProtectHome= and PrivateTmp= make a path invisible to the service.
 HIDDEN_FROM_SERVICE = ("/home", "/root", "/run/user", "/tmp", "/var/tmp")
-PROBE = "import sys, agent.cli, torch; print(sys.version)"
+PROBE = "import sys, sixdim.cli, torch; print(sys.version)"
 
 
 # --------------------------------------------------------------------------- reading the unit
@@ -301,7 +301,7 @@ def _make_bridge(folder: Path, python: str, site_dirs: tuple[str, ...]) -> Path:
     (purelib / "sixdim-checkout.pth").write_text(
         "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site_dirs) + "\n")
     sixdim = folder / "bin" / "sixdim"
-    sixdim.write_text(f"#!{folder}/bin/python\nimport sys\nfrom agent.cli import main\nsys.exit(main())\n")
+    sixdim.write_text(f"#!{folder}/bin/python\nimport sys\nfrom sixdim.cli import main\nsys.exit(main())\n")
     sixdim.chmod(0o755)
     for path in [folder, *folder.rglob("*")]:
         if not path.is_symlink():  # chmod would follow it to the interpreter itself
@@ -515,7 +515,7 @@ if [ -n "${BRIDGE_PYTHON:-}" ]; then
     "$BRIDGE_PYTHON" -m venv --without-pip "$R/opt/sixdim"
     SITE=$("$R/opt/sixdim/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     printf '%s\n' "$PTH" > "$SITE/sixdim-checkout.pth"
-    printf '#!/opt/sixdim/bin/python\nimport sys\nfrom agent.cli import main\nsys.exit(main())\n' \
+    printf '#!/opt/sixdim/bin/python\nimport sys\nfrom sixdim.cli import main\nsys.exit(main())\n' \
         > "$R/usr/local/bin/sixdim"
     chmod 0755 "$R/usr/local/bin/sixdim"
 else

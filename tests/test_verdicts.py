@@ -6,13 +6,16 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import catalog, regression
-from agent.board import Board
-from agent.config import ConfigError, load, regression_settings
-from agent.exporter import SixdimCollector
-from agent.history import History
-from agent.regression import Settings
-from agent.verdicts import Verdicts, feed
+from sixdim.core import catalog
+
+from sixdim.verdicts import detector as regression
+from sixdim.http.board import Board
+from sixdim.config import ConfigError, load
+from sixdim.verdicts.detector import settings_from
+from sixdim.http.exporter import SixdimCollector
+from sixdim.store.history import History
+from sixdim.verdicts.detector import Settings
+from sixdim.verdicts.live import Verdicts, feed
 from tests.helpers import make_record
 
 GEMM = "m=8,n=8,k=8"
@@ -107,7 +110,7 @@ def test_a_driver_change_names_the_versions_and_the_change_ratio():
 
 
 def test_the_same_change_judged_live_and_over_the_whole_history_agrees():
-    """The live watch and agent/regression.py's offline functions are one method."""
+    """The live watch and agent/verdicts/detector.py's offline functions are one method."""
     before, after = noisy(15), noisy(12, level=1 / 0.93, seed=2)
     records = series(before + after, drivers=["550.54.15"] * 15 + ["560.28.03"] * 12)
     live = feed(Verdicts(), records).snapshot()[0]
@@ -207,7 +210,7 @@ def test_regression_settings_come_from_the_one_config_loader(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[regression]\nwindow = 30\nmin_effect = 0.03\n[regression.effects]\n"gemm/power_watts" = 0.05\n')
     config = load(str(path), env={"SIXDIM_REGRESSION_MIN_BASELINE": "12"})
-    settings = regression_settings(config)
+    settings = settings_from(config)
     assert (settings.window, settings.min_baseline, settings.min_effect) == (30, 12, 0.03)
     assert settings.fast_effect == pytest.approx(0.03 * Settings.fast_effect / Settings.min_effect)
     assert settings.effects_for("power_watts", "gemm") == pytest.approx((0.05 * 0.025 / 0.018, 0.05))

@@ -1,4 +1,4 @@
-"""TLS and basic auth of the endpoint (agent/webconfig.py), with real TLS clients and certificates
+"""TLS and basic auth of the endpoint (agent/http/webconfig.py), with real TLS clients and certificates
 made in the test: a CA, a server certificate for 127.0.0.1 and localhost, a client certificate the
 CA signed and a self-signed one."""
 
@@ -20,9 +20,9 @@ import pytest
 bcrypt = pytest.importorskip("bcrypt")
 pytest.importorskip("yaml")
 
-from agent.config import ConfigError  # noqa: E402
-from agent.http import HttpServer, make_app  # noqa: E402
-from agent import webconfig  # noqa: E402
+from sixdim.config import ConfigError  # noqa: E402
+from sixdim.http.server import HttpServer, make_app  # noqa: E402
+from sixdim.http import webconfig  # noqa: E402
 from tests.certs import encrypt_key, issue, make_ca, self_signed  # noqa: E402
 from tests.conftest import free_port, required_tool  # noqa: E402
 
@@ -391,12 +391,12 @@ def test_the_daemon_serves_tls_and_basic_auth(tmp_path, certs, cli_env):
 
 def test_serve_exits_2_on_a_bad_web_config_file(tmp_path, cli_env):
     web = write(tmp_path, "tls_server_config:\n  client_auth_type: Sometimes\n")
-    result = subprocess.run([sys.executable, "-m", "agent", "serve", "--listen", f"127.0.0.1:{free_port()}",
+    result = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--listen", f"127.0.0.1:{free_port()}",
                              "--web.config.file", str(web)], capture_output=True, text=True, env=cli_env,
                             timeout=60)
     assert result.returncode == 2, result.stderr
     assert "tls_server_config.cert_file" in result.stderr and str(web) in result.stderr
-    result = subprocess.run([sys.executable, "-m", "agent", "serve", "--listen", f"127.0.0.1:{free_port()}",
+    result = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--listen", f"127.0.0.1:{free_port()}",
                              "--web.config.file", str(tmp_path / "none.yml")], capture_output=True, text=True,
                             env=cli_env, timeout=60)
     assert result.returncode == 2 and "command-line flag --web.config.file" in result.stderr, result.stderr

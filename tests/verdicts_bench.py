@@ -5,7 +5,7 @@ Usage: python tests/verdicts_bench.py [--series 400] [--runs 1000] [--figures 3]
 Builds a history of ``series`` GEMM series with ``runs`` runs each (1% Gaussian noise; ``figures``
 watched figures per run: flops, power_watts, memory_bytes), then measures
 
-- the restore the daemon does at start (:meth:`agent.verdicts.Verdicts.restore`: each series'
+- the restore the daemon does at start (:meth:`sixdim.verdicts.live.Verdicts.restore`: each series'
   last runs only), wall seconds and runs per second;
 - the update after one new run (all of its figures), microseconds, from the restored state;
 - rendering the results part of /metrics with every series' verdicts.
@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from agent.board import Board  # noqa: E402
-from agent.exporter import SixdimCollector  # noqa: E402
-from agent.history import History  # noqa: E402
-from agent.verdicts import Verdicts  # noqa: E402
+from sixdim.http.board import Board  # noqa: E402
+from sixdim.http.exporter import SixdimCollector  # noqa: E402
+from sixdim.store.history import History  # noqa: E402
+from sixdim.verdicts.live import Verdicts  # noqa: E402
 from tests.helpers import make_record  # noqa: E402
 
 FIGURES = ("power_watts", "memory_bytes")

@@ -1,1 +1,1 @@
-"""Benchmark workloads.  Importing this package never imports torch: see ``workloads.registry``."""
+"""Benchmark workloads.  Importing this package never imports torch: see ``sixdim.workloads.registry``."""

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from workloads.context import RunContext, Unsupported, WorkloadOutput
-from workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.stats import deepspark_mean, summarize
 
 
 def bus_bandwidth(algbw: float, ranks: int) -> float:

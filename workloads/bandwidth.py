@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from workloads.context import RunContext, Unsupported, WorkloadOutput
-from workloads.stats import deepspark_mean, summarize
-from workloads.timing import time_rounds
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.timing import time_rounds
 
 
 def bytes_moved(direction: str, size: int) -> int:

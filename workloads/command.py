@@ -5,7 +5,7 @@ working directory and environment.  It runs inside the worker's process group, s
 per-case timeout stops it, and everything it started, like any other workload.  The daemon
 samples power and memory over the command's whole run.  Its output is read as AI-Rank log
 lines, MLPerf logs (training v0.5 to today, inference detail logs) and/or the user's regular
-expressions (:mod:`workloads.logparse`), giving:
+expressions (:mod:`sixdim.workloads.logparse`), giving:
 
 - speed: the DeepSpark rule over the reported throughputs (after ``warmup_throughputs`` leading
   ones) when there are 5 or more, else their mean, else MLPerf Inference's or AI-Rank's run-level
@@ -22,7 +22,7 @@ MLPerf run that never logged ``run_stop`` or stopped with a failure, and an INVA
 Inference result are ``failed``, with the reason.  docs/TRAINING_LOGS.md has every rule.
 
 What it shows while it runs (the command, its output lines) and its failure reason have the secrets
-of its parameters redacted (:mod:`agent.redact`, also used by the executor for the record): the
+of its parameters redacted (:mod:`sixdim.core.redact`, also used by the executor for the record): the
 command itself runs with them.
 
 Torch-free: the command may use any framework, or none.
@@ -39,12 +39,12 @@ import subprocess
 import time
 from typing import Any
 
-from agent.redact import redact_argv, redact_shell, scrub, secret_values
-from workloads.lines import bounded_lines, stream_chunks
-from workloads.context import RunContext, WorkloadOutput
-from workloads.logparse import (INFERENCE_CHECKS, INFERENCE_RATES, Metric, Quality, TrainingLog, describe_formats,
+from sixdim.core.redact import redact_argv, redact_shell, scrub, secret_values
+from sixdim.workloads.lines import bounded_lines, stream_chunks
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.logparse import (INFERENCE_CHECKS, INFERENCE_RATES, Metric, Quality, TrainingLog, describe_formats,
                                 make_parsers, read_line)
-from workloads.stats import deepspark_mean
+from sixdim.workloads.stats import deepspark_mean
 
 DEEPSPARK_MINIMUM = 5
 """DeepSpark's speed rule (drop the highest and lowest, average the rest) needs at least 5 readings."""
@@ -129,7 +129,7 @@ def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, A
 
 
 def _drop_non_finite(log: TrainingLog, figures: dict[str, float]) -> None:
-    """The parsers read only finite figures below :data:`workloads.logparse.MAX_READING`, so every
+    """The parsers read only finite figures below :data:`sixdim.workloads.logparse.MAX_READING`, so every
     figure is finite; should one ever not be, it is dropped with a warning, never exported."""
     for key in [k for k, v in figures.items() if not math.isfinite(v)]:
         log.warn(f"figure {key!r} is not finite ({figures.pop(key)}): not reported")

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workloads import flags
-from workloads.context import RunContext, Unsupported, WorkloadOutput
-from workloads.correctness import check, corrupt_
-from workloads.report import kernel_output, measure_kernel
+from sixdim.workloads import flags
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.correctness import check, corrupt_
+from sixdim.workloads.report import kernel_output, measure_kernel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SAMPLE_FILTERS = 4

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from workloads.context import RunContext, WorkloadOutput
-from workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.stats import deepspark_mean, summarize
 
 
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:

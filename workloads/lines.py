@@ -1,6 +1,6 @@
 """Reading a child's output line by line with bounded memory, whatever the child prints.
 
-Torch-free: used by the daemon (the worker's output, agent/runner.py) and by the command workload
+Torch-free: used by the daemon (the worker's output, agent/run/runner.py) and by the command workload
 (the user's training output).  A process may print one line of hundreds of megabytes with no
 newline, or redraw a progress bar with carriage returns forever; neither may grow the reader.
 """

@@ -28,11 +28,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workloads import flags
-from workloads.context import RunContext, WorkloadOutput
-from workloads.report import percentile
-from workloads.stats import deepspark_mean, summarize
-from workloads.timing import note_memory, power_phase
+from sixdim.workloads import flags
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.report import percentile
+from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.timing import note_memory, power_phase
 
 # ----------------------------------------------------------------------------- ResNet-50
 

@@ -5,7 +5,7 @@ with a warning, and one that fails to initialise (CUDA libraries missing, no GPU
 back to the CPU, so a "CUDA" run would quietly time the CPU. Here every requested provider must
 be in ``onnxruntime.get_available_providers()``, and after the session is made the first one
 must be the first in ``session.get_providers()``; otherwise the case is
-:class:`~workloads.context.Unsupported`, naming what is available. onnxruntime itself missing is
+:class:`~sixdim.workloads.context.Unsupported`, naming what is available. onnxruntime itself missing is
 ``unsupported`` too, naming the extra that installs it.
 
 What a precision means for the providers: ``fp32`` is IEEE float32, so the CUDA provider's TF32
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from workloads.context import Unsupported
+from sixdim.workloads.context import Unsupported
 
 INSTALL_HINT = ('install the onnx extra: pip install "sixdim[onnx]" (CPU), or "sixdim[onnx-gpu]" on a CUDA host '
                 '(onnxruntime-gpu: CUDA and TensorRT providers)')

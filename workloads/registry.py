@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from workloads import shapes
-from workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
+from sixdim.workloads import shapes
+from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 FLOAT_PRECISIONS = ("fp32", "fp16", "bf16")
@@ -87,7 +87,7 @@ GEMM = WorkloadSpec(
     name="gemm",
     description="Dense GEMM D = A·B over DeepBench's shapes, transposes and precisions (int8 and fp8 in their "
                 "one layout, NT); seconds per GEMM, FLOP/s = 2·M·N·K / t, checked against a float64 reference.",
-    entry="workloads.gemm:run",
+    entry="sixdim.workloads.gemm:run",
     params=(
         Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or square "
               "(8192³)", "quick", "quick", choices=GEMM_SETS),
@@ -127,7 +127,7 @@ CONV = WorkloadSpec(
     name="conv",
     description="2-D convolution over DeepBench's NCHW shapes (and channels-last): forward, backward-data and "
                 "backward-weight timed apart; FLOP/s = 2·N·K·P·Q·C·R·S / t.",
-    entry="workloads.conv:run",
+    entry="sixdim.workloads.conv:run",
     params=(
         set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
         Param("precisions", str, "precisions to run", list(FLOAT_PRECISIONS), list(FLOAT_PRECISIONS),
@@ -155,7 +155,7 @@ RNN = WorkloadSpec(
     name="rnn",
     description="Recurrent layers by DeepBench's rules (vanilla ReLU, LSTM, GRU): input projection outside the "
                 "timed region, backward computes weight gradients only.",
-    entry="workloads.rnn:run",
+    entry="sixdim.workloads.rnn:run",
     params=(
         set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
         Param("precisions", str, "precisions to run", ["fp32", "bf16"], list(FLOAT_PRECISIONS),
@@ -181,7 +181,7 @@ SPARSE_GEMM = WorkloadSpec(
     name="sparse_gemm",
     description="Sparse GEMM (CSR weights at 90% and 95% sparsity) over DeepBench's sparse inference shapes; "
                 "time, FLOP/s of the nonzeros, and speedup over the same GEMM dense.",
-    entry="workloads.sparse_gemm:run",
+    entry="sixdim.workloads.sparse_gemm:run",
     params=(set_param("shape set: quick, or DeepBench's inference set (training and full mean the same)"),
             SCALE, MAX_BATCH, LATENCY_SAMPLES) + TIMING_PARAMS + (SELF_TEST,),
     expander=_sparse_cases,
@@ -197,7 +197,7 @@ MEMORY_BANDWIDTH = WorkloadSpec(
     name="memory_bandwidth",
     description="Copy bandwidth in bytes/s: device-to-device (counts read + write), host-to-device and "
                 "device-to-host (pinned host memory).",
-    entry="workloads.bandwidth:run",
+    entry="sixdim.workloads.bandwidth:run",
     params=(
         Param("directions", str, "copies to time", ["d2d", "h2d", "d2h"], ["d2d", "h2d", "d2h"],
               choices=("d2d", "h2d", "d2h"), many=True),
@@ -216,7 +216,7 @@ LAUNCH_LATENCY = WorkloadSpec(
     name="launch_latency",
     description="Kernel launch latency: host time per launch of a one-element kernel (launch), and per "
                 "launch-and-synchronize (round_trip).",
-    entry="workloads.latency:run",
+    entry="sixdim.workloads.latency:run",
     params=(
         Param("kinds", str, "what to time", ["launch", "round_trip"], ["launch", "round_trip"],
               choices=("launch", "round_trip"), many=True),
@@ -239,7 +239,7 @@ ALLREDUCE = WorkloadSpec(
     name="allreduce",
     description="All-reduce over every local GPU (NCCL) or CPU processes (gloo) at DeepBench's sizes: time, "
                 "algbw and busbw as nccl-tests defines them. Runs once per host, from the first GPU's job.",
-    entry="workloads.allreduce:run",
+    entry="sixdim.workloads.allreduce:run",
     params=(
         set_param("sizes: quick (2), or DeepBench's 7 (training, inference and full mean the same)"),
         SCALE,
@@ -318,7 +318,7 @@ COMMAND = WorkloadSpec(
     description="Any framework: run a training command, sample power and memory while it runs, and read its "
                 "AI-Rank, MLPerf (training or inference) or regex-matched output into speed, quality (each metric's "
                 "final value, named, with its direction), time to train and latency.",
-    entry="workloads.command:run",
+    entry="sixdim.workloads.command:run",
     params=(
         Param("argv", str, "the command, as a list of arguments (required)", [], [], many=True, allow_empty=True),
         Param("shell", bool, "run argv[0] as a shell command line instead", False, False),
@@ -362,7 +362,7 @@ MODEL = WorkloadSpec(
     description="Training steps (or inference) of ResNet-50, BERT-large encoder layers, a DLRM-style model, a "
                 "GPT-style decoder and an LSTM on synthetic data: samples/s by the DeepSpark rule over 5 "
                 "steady-state windows; power (and samples per joule) from a power phase after them; memory.",
-    entry="workloads.models:run",
+    entry="sixdim.workloads.models:run",
     params=(
         Param("models", str, "models to run", list(MODELS), list(MODELS), choices=MODELS, many=True),
         Param("precisions", str, "fp32, and automatic mixed precision (bf16, or fp16 with loss scaling)",
@@ -405,7 +405,7 @@ LINEARITY = WorkloadSpec(
     name="linearity",
     description="Card linearity (DeepSpark): one model's DDP training on 1 and N devices (NCCL on GPUs, gloo "
                 "processes on a CPU); (throughput_N / N) / throughput_1, per card count.",
-    entry="workloads.linearity:run",
+    entry="sixdim.workloads.linearity:run",
     params=(
         Param("model", str, "the model trained", "lstm", "resnet50", choices=MODELS),
         Param("size", str, "full or small (as for the model workload)", "small", "full", choices=("small", "full")),
@@ -440,7 +440,7 @@ CONVERGENCE = WorkloadSpec(
     name="convergence",
     description="Train an MLP on scikit-learn's bundled digits to a target accuracy, several seeded runs: "
                 "accuracy, AI-Rank Time2train, throughput and DeepSpark stability.",
-    entry="workloads.convergence:run",
+    entry="sixdim.workloads.convergence:run",
     params=(
         Param("target_accuracy", float, "test accuracy a run must reach", 0.95, 0.95, minimum=0.0),
         Param("epochs", int, "epochs per run (the converged value is the last epoch's accuracy)", 30, 30, minimum=1),
@@ -456,7 +456,7 @@ CONVERGENCE = WorkloadSpec(
 )
 
 ONNX_MODELS = ("resnet50", "bert_large", "gpt")
-"""sixdim's own models the onnx workload exports (``workloads.onnx_export.MODELS``, which imports torch)."""
+"""sixdim's own models the onnx workload exports (``sixdim.workloads.onnx_export.MODELS``, which imports torch)."""
 ONNX_PRECISIONS = ("auto", "fp32", "tf32", "fp16")
 
 
@@ -471,7 +471,9 @@ def _onnx_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceT
     failed run later (one that cannot be read yet is the worker's to report)."""
     import os
 
-    from workloads import onnx_info, onnx_inputs
+    from sixdim.workloads import onnx_info
+
+    from sixdim.workloads import onnx_inputs
 
     model = params["model"].strip()
     try:
@@ -528,7 +530,7 @@ ONNX = WorkloadSpec(
                 "sixdim's ResNet-50, BERT-large layers or GPT decoder (exported once into a cache), or your own "
                 ".onnx file. Per batch size: latency p50/p90/p99 of single requests, samples/s, power, energy "
                 "per inference and memory, with outputs checked against PyTorch or a CPU run.",
-    entry="workloads.onnx:run",
+    entry="sixdim.workloads.onnx:run",
     params=(
         Param("model", str, f"one of sixdim's models ({', '.join(ONNX_MODELS)}: exported on first use), or the path "
               "of an .onnx file", "resnet50", "resnet50"),

@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 import torch
 
-from workloads.context import RunContext, WorkloadOutput
-from workloads.correctness import Check
-from workloads.stats import deepspark_mean, summarize
-from workloads.timing import Timing, latency_percentiles, power_phase, time_rounds
+from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.correctness import Check
+from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.timing import Timing, latency_percentiles, power_phase, time_rounds
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from workloads import flags
-from workloads.context import RunContext, Unsupported, WorkloadOutput
-from workloads.correctness import check, corrupt_
-from workloads.report import kernel_output, measure_kernel
-from workloads.stats import deepspark_mean
-from workloads.timing import cache_regime, time_rounds
+from sixdim.workloads import flags
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.correctness import check, corrupt_
+from sixdim.workloads.report import kernel_output, measure_kernel
+from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.timing import cache_regime, time_rounds
 
 SAMPLE_ROWS = 16
 

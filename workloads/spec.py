@@ -24,7 +24,7 @@ attack: ``m = 10**4000`` would reach the worker as a 4,000-digit shape."""
 
 MAX_DURATION_SECONDS = 365 * 86400
 """The longest duration parameter (named ``*_seconds`` or ``*_timeout``) unless its spec sets a
-``maximum``: a year, as for a suite's seconds keys (:data:`agent.config.MAX_SECONDS`)."""
+``maximum``: a year, as for a suite's seconds keys (:data:`sixdim.config.MAX_SECONDS`)."""
 
 
 def brief(value: Any, limit: int = 120) -> str:

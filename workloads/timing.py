@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import torch
 
-from workloads import energy
-from workloads.context import RunContext
+from sixdim.workloads import energy
+from sixdim.workloads.context import RunContext
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 GRAPH_BELOW_SECONDS = 50e-6
@@ -279,7 +279,7 @@ def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: Run
 def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
     """Forget what earlier cases left: free cached blocks, reset the peak, note the baseline.
     (Not called for a case whose work runs in rank processes of its own: the worker's
-    ``worker_memory``, :attr:`workloads.spec.WorkloadSpec.runs_in_ranks`.)"""
+    ``worker_memory``, :attr:`sixdim.workloads.spec.WorkloadSpec.runs_in_ranks`.)"""
     if device.type != "cuda":
         return
     torch.cuda.synchronize(device)

@@ -1,0 +1,445 @@
+"""The metric catalog: every metric sixdim exports, defined once.
+
+The exporter renders these definitions; the dashboards and alert rules import
+them, so a name or a label changes in exactly one place.
+
+Label names follow NVIDIA dcgm-exporter where one exists (``gpu``, ``UUID``,
+``pci_bus_id``, ``hostname``) so that PromQL can join sixdim results with DCGM
+telemetry ``on(UUID)`` or ``on(hostname, gpu)``.  dcgm-exporter's ``modelName``
+is camelCase, which ``promtool check metrics`` rejects; sixdim exports it as
+``model_name`` by default and as ``modelName`` when the operator asks for
+dcgm-identical names (``--dcgm-label-names``), accepting that one lint warning.
+
+All values are in base units: seconds, bytes, watts, joules, hertz, FLOP/s, and
+ratios (fractions in [0, 1] where the help says so; speedup, linearity, spread, peer and
+regression ratios can exceed 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["gauge", "counter", "info"]
+"""Counters are named with their ``_total`` suffix, as PromQL sees them; info metrics end in ``_info``."""
+
+# Label names.  The model label is the one name that depends on configuration.
+HOSTNAME = "hostname"
+GPU = "gpu"
+UUID = "UUID"
+MODEL_NAME = "model_name"
+MODEL_NAME_DCGM = "modelName"
+PCI_BUS_ID = "pci_bus_id"
+DEVICE_TYPE = "device_type"
+WORKLOAD = "workload"
+PRECISION = "precision"
+SHAPE = "shape"
+MODE = "mode"
+PASS = "pass"
+STATUS = "status"
+SUITE = "suite"
+DRIVER_VERSION = "driver_version"
+CUDA_VERSION = "cuda_version"
+TORCH_VERSION = "torch_version"
+
+DEVICE_LABELS: tuple[str, ...] = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DEVICE_TYPE)
+"""Which device a series describes (dcgm-exporter's join keys plus the device type)."""
+
+WORKLOAD_LABELS: tuple[str, ...] = DEVICE_LABELS + (WORKLOAD, PRECISION, SHAPE, MODE, PASS)
+"""Which measurement: the device plus the workload, its precision, shape, mode (training or
+inference) and pass (forward, backward_data, backward_weight, ...)."""
+
+VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
+"""The software a result was measured under, so a driver upgrade shows as a new series."""
+
+RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
+
+SUMMARY_LABELS: tuple[str, ...] = DEVICE_LABELS + (SUITE, WORKLOAD, PRECISION, MODE, PASS) + VERSION_LABELS
+"""A summary series: the device, the suite, and the workload's precision, mode and pass, over all the
+suite's shapes (see agent/verdicts/summary.py), under one set of software versions."""
+
+RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped", "unsupported", "incorrect")
+"""``unsupported``: the device lacks what the case needs (a precision, a second GPU).
+``incorrect``: the output failed its check against a float64 reference: the worst regression."""
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exported metric: its full name, type, help text and label names."""
+
+    name: str
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...]
+    figure: str | None = None
+    """For workload results: the key in a run's ``figures`` that holds the value."""
+    extra_labels: tuple[tuple[str, str], ...] = ()
+    """(label, parameter) pairs: labels whose values come from the run's parameters (linearity's ``count``)."""
+    figure_labels: tuple[str, ...] = ()
+    """Labels whose values are part of the figure's key, for a metric a run reports several times:
+    the figure ``quality:FID:lower_is_better`` is ``figure`` ``quality`` with ``metric="FID"`` and
+    ``direction="lower_is_better"`` (see :func:`figure_label_values`)."""
+
+
+# --- Workload results (one series per workload, device and parameter set) ---
+WORKLOAD_SECONDS = MetricDef(
+    "sixdim_workload_seconds", "gauge",
+    "Time of one operation of the workload, seconds: for kernels and models the DeepSpark rule (the mean of "
+    "the rounds less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
+    "run's time; for a command its run (MLPerf run_start to run_stop, or the process's wall time).",
+    RESULT_LABELS, figure="seconds")
+WORKLOAD_FLOPS = MetricDef(
+    "sixdim_workload_flops", "gauge",
+    "Achieved floating-point operations per second of the workload, FLOP/s.",
+    RESULT_LABELS, figure="flops")
+WORKLOAD_POWER = MetricDef(
+    "sixdim_workload_power_watts", "gauge",
+    "Average device power over the workload's power phase (at least 1 s, 3 s by default, of back-to-back work, "
+    "from the energy counter), or for a workload without one (copies, all-reduce, linearity, convergence, a "
+    "command) over its measured window when that lasts at least 1 s, summed over a host-wide run's GPUs; "
+    "watts; absent where the device has no counter.",
+    RESULT_LABELS, figure="power_watts")
+WORKLOAD_ENERGY = MetricDef(
+    "sixdim_workload_energy_joules", "gauge",
+    "Device energy consumed over the same span as the power figure (the power phase, or the measured window), "
+    "joules.",
+    RESULT_LABELS, figure="energy_joules")
+WORKLOAD_FLOP_PER_JOULE = MetricDef(
+    "sixdim_workload_flop_per_joule", "gauge",
+    "Work per energy of a kernel: floating-point operations done in the power phase per joule, FLOP/J.",
+    RESULT_LABELS, figure="flop_per_joule")
+WORKLOAD_SAMPLES_PER_JOULE = MetricDef(
+    "sixdim_workload_samples_per_joule", "gauge",
+    "Work per energy of a model: samples processed in the power phase per joule.",
+    RESULT_LABELS, figure="samples_per_joule")
+WORKLOAD_MEMORY = MetricDef(
+    "sixdim_workload_memory_bytes", "gauge",
+    "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, nothing of "
+    "earlier cases; for onnx, NVML's memory of the worker at the case's end less before its session; absent "
+    "for all-reduce and linearity, whose ranks hold it), the worker's peak resident memory on a CPU.",
+    RESULT_LABELS, figure="memory_bytes")
+WORKLOAD_MEMORY_RESERVED = MetricDef(
+    "sixdim_workload_memory_reserved_bytes", "gauge",
+    "Peak device memory torch's caching allocator reserved for the workload, bytes (GPU).",
+    RESULT_LABELS, figure="memory_reserved_bytes")
+WORKLOAD_DEVICE_MEMORY = MetricDef(
+    "sixdim_workload_device_memory_bytes", "gauge",
+    "Peak device-wide memory in use during the measured window as NVML sees it, bytes: includes the CUDA "
+    "context and any other process (GPU); summed over a host-wide run's GPUs.",
+    RESULT_LABELS, figure="device_memory_bytes")
+WORKLOAD_SM_CLOCK = MetricDef(
+    "sixdim_workload_sm_clock_hertz", "gauge",
+    "Average SM clock over the measured window, hertz (CPU core clock on CPU).",
+    RESULT_LABELS, figure="sm_clock_hertz")
+WORKLOAD_POWER_CAPPED = MetricDef(
+    "sixdim_workload_power_capped", "gauge",
+    "1 if the clocks were held at the software power cap during the measured window (normal for a large "
+    "kernel on an SXM GPU), else 0.",
+    RESULT_LABELS, figure="power_capped")
+WORKLOAD_THERMAL_SLOWDOWN = MetricDef(
+    "sixdim_workload_thermal_slowdown", "gauge",
+    "1 if a software or hardware thermal slowdown held the clocks down during the measured window, else 0.",
+    RESULT_LABELS, figure="thermal_slowdown")
+WORKLOAD_HARDWARE_SLOWDOWN = MetricDef(
+    "sixdim_workload_hardware_slowdown", "gauge",
+    "1 if a hardware slowdown or power-brake slowdown held the clocks down during the measured window, else 0.",
+    RESULT_LABELS, figure="hardware_slowdown")
+WORKLOAD_SPREAD = MetricDef(
+    "sixdim_workload_seconds_iqr_ratio", "gauge",
+    "Spread of the timed rounds: interquartile range divided by the median, ratio.",
+    RESULT_LABELS, figure="seconds_iqr_ratio")
+WORKLOAD_BANDWIDTH = MetricDef(
+    "sixdim_workload_bytes_per_second", "gauge",
+    "Bytes moved per second: copy bandwidth, or all-reduce algorithm bandwidth (bytes / time).",
+    RESULT_LABELS, figure="bytes_per_second")
+WORKLOAD_BUS_BANDWIDTH = MetricDef(
+    "sixdim_workload_bus_bytes_per_second", "gauge",
+    "All-reduce bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n, bytes per second.",
+    RESULT_LABELS, figure="bus_bytes_per_second")
+WORKLOAD_SPEEDUP = MetricDef(
+    "sixdim_workload_speedup_ratio", "gauge",
+    "Sparse GEMM: time of the same GEMM dense divided by the sparse time, ratio.",
+    RESULT_LABELS, figure="speedup")
+WORKLOAD_ERROR = MetricDef(
+    "sixdim_workload_max_relative_error", "gauge",
+    "Largest error of the output against its reference, relative to the reference's magnitude: a sample of a "
+    "kernel's output against float64, every byte of a copy against its source, an all-reduce's sums against "
+    "the exact ones.",
+    RESULT_LABELS, figure="max_relative_error")
+WORKLOAD_LATENCY_P50 = MetricDef(
+    "sixdim_workload_latency_p50_seconds", "gauge",
+    "Median latency of a single synchronized call (inference suite), seconds.",
+    RESULT_LABELS, figure="latency_p50_seconds")
+WORKLOAD_LATENCY_P90 = MetricDef(
+    "sixdim_workload_latency_p90_seconds", "gauge",
+    "90th-percentile latency of a single request (the onnx workload; MLPerf single-stream's figure), seconds.",
+    RESULT_LABELS, figure="latency_p90_seconds")
+WORKLOAD_LATENCY_P99 = MetricDef(
+    "sixdim_workload_latency_p99_seconds", "gauge",
+    "99th-percentile latency of a single synchronized call (inference suite), seconds.",
+    RESULT_LABELS, figure="latency_p99_seconds")
+WORKLOAD_PEAK_RATIO = MetricDef(
+    "sixdim_workload_peak_ratio", "gauge",
+    "Achieved FLOP/s (or bytes/s) divided by the GPU's published dense peak for the precision; "
+    "absent for a GPU not in the peak table.",
+    RESULT_LABELS, figure="peak_ratio")
+WORKLOAD_SAMPLES = MetricDef(
+    "sixdim_workload_samples_per_second", "gauge",
+    "Training or inference throughput, samples/s: for models the DeepSpark speed (the mean of the steady "
+    "windows less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
+    "run's; for a command what its log reports.",
+    RESULT_LABELS, figure="samples_per_second")
+WORKLOAD_ACCURACY = MetricDef(
+    "sixdim_workload_accuracy", "gauge",
+    "Accuracy a training run reached, ratio in [0, 1]: the convergence runs' median; a command's final "
+    "evaluation (its last before the run ended), only when its one higher-is-better quality metric is a ratio "
+    "(a loss, WER or FID is in sixdim_workload_quality).",
+    RESULT_LABELS, figure="accuracy")
+QUALITY_METRIC = "metric"
+QUALITY_DIRECTION = "direction"
+WORKLOAD_QUALITY = MetricDef(
+    "sixdim_workload_quality", "gauge",
+    "Final value of each quality metric of a training run (its last evaluation before the run ended): the metric "
+    "label names it (top1_accuracy, WER, eval_loss, FID, CLIP, BBOX, ...), the direction label says whether "
+    "higher or lower is better; ratios in [0, 1], other metrics on their own scale.",
+    RESULT_LABELS + (QUALITY_METRIC, QUALITY_DIRECTION), figure="quality",
+    figure_labels=(QUALITY_METRIC, QUALITY_DIRECTION))
+WORKLOAD_TIME_TO_TRAIN = MetricDef(
+    "sixdim_workload_time_to_train_seconds", "gauge",
+    "AI-Rank Time2train: time from the start of training until the target accuracy was reached, seconds.",
+    RESULT_LABELS, figure="time_to_train_seconds")
+WORKLOAD_LINEARITY = MetricDef(
+    "sixdim_workload_linearity_ratio", "gauge",
+    "DeepSpark linearity: (throughput on count cards or nodes / count) / throughput on one, ratio.",
+    RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=(("count", "linearity_count"),))
+WORKLOAD_STABILITY = MetricDef(
+    "sixdim_workload_stability_ratio", "gauge",
+    "DeepSpark stability over complete runs: 1 minus 0.2 per run outside 1% of the median, ratio.",
+    RESULT_LABELS, figure="stability_ratio")
+WORKLOAD_LAST_RUN = MetricDef(
+    "sixdim_workload_last_run_timestamp_seconds", "gauge",
+    "Unix time at which the exported result's run ended, seconds.",
+    RESULT_LABELS, figure="ended_at")
+WORKLOAD_RUNS = MetricDef(
+    "sixdim_workload_runs_total", "counter",
+    "Cases of the workload run on the device, by outcome (ok, failed, timeout, skipped, unsupported, incorrect), "
+    "from the history; cases an interruption stopped (a shutdown, or the death of their agent) are not counted.",
+    DEVICE_LABELS + (WORKLOAD, STATUS))
+
+SKIP_REASON = "reason"
+SKIP_REASONS: tuple[str, ...] = ("busy_process", "busy_utilization", "process_list_unavailable", "mig", "other")
+"""Why a case was skipped, in bounded classes (the recorded reason names PIDs and figures, so it
+cannot be a label): another process on the GPU, the GPU's utilization above the guard's threshold,
+NVML unable to list the GPU's processes (the guard fails closed), a GPU in MIG mode, anything else.
+Cases a shutdown interrupted are not skips of the device and are not counted."""
+WORKLOAD_SKIPS = MetricDef(
+    "sixdim_workload_skips_total", "counter",
+    "Cases of the workload skipped on the device since the agent started, by reason class (busy_process, "
+    "busy_utilization, process_list_unavailable, mig, other); the full reason is in the history and the log.",
+    DEVICE_LABELS + (WORKLOAD, SKIP_REASON))
+WORKLOAD_CASE_SECONDS = MetricDef(
+    "sixdim_workload_case_mean_seconds", "gauge",
+    "Mean wall time of one case of the workload (one shape, precision and pass, from its start to its result) "
+    "over the cases recorded since the agent started, by status, seconds.",
+    DEVICE_LABELS + (WORKLOAD, STATUS))
+
+# --- Summary series (every suite): geometric means over a suite's shapes ---
+SUMMARY_FLOPS = MetricDef(
+    "sixdim_suite_flops", "gauge",
+    "Geometric mean over the suite's shapes of the achieved FLOP/s (integer OP/s for int8).",
+    SUMMARY_LABELS, figure="flops")
+SUMMARY_SAMPLES = MetricDef(
+    "sixdim_suite_samples_per_second", "gauge",
+    "Geometric mean over the suite's shapes (models, batch sizes) of the throughput, samples/s.",
+    SUMMARY_LABELS, figure="samples_per_second")
+SUMMARY_BANDWIDTH = MetricDef(
+    "sixdim_suite_bytes_per_second", "gauge",
+    "Geometric mean over the suite's sizes of the bandwidth (copies, all-reduce algbw), bytes/s.",
+    SUMMARY_LABELS, figure="bytes_per_second")
+SUMMARY_PEAK_RATIO = MetricDef(
+    "sixdim_suite_peak_ratio", "gauge",
+    "Geometric mean over the suite's shapes of the fraction of the published dense peak, ratio.",
+    SUMMARY_LABELS, figure="peak_ratio")
+SUMMARY_SECONDS = MetricDef(
+    "sixdim_suite_seconds", "gauge",
+    "Geometric mean over the suite's shapes of the time of one operation, seconds.",
+    SUMMARY_LABELS, figure="seconds")
+SUMMARY_SHAPES = MetricDef(
+    "sixdim_suite_shapes", "gauge",
+    "Number of shapes with an ok result that the summary series of the same labels cover.",
+    SUMMARY_LABELS, figure="shapes")
+SUMMARY_THERMAL_SLOWDOWN = MetricDef(
+    "sixdim_suite_thermal_slowdown", "gauge",
+    "1 if a thermal slowdown held the clocks down during the measured window of any of the suite's shapes "
+    "(the summary's results), else 0.",
+    SUMMARY_LABELS, figure="thermal_slowdown")
+SUMMARY_HARDWARE_SLOWDOWN = MetricDef(
+    "sixdim_suite_hardware_slowdown", "gauge",
+    "1 if a hardware or power-brake slowdown held the clocks down during the measured window of any of the "
+    "suite's shapes, else 0.",
+    SUMMARY_LABELS, figure="hardware_slowdown")
+SUMMARY_METRICS: tuple[MetricDef, ...] = (
+    SUMMARY_FLOPS, SUMMARY_SAMPLES, SUMMARY_BANDWIDTH, SUMMARY_PEAK_RATIO, SUMMARY_SECONDS, SUMMARY_SHAPES,
+    SUMMARY_THERMAL_SLOWDOWN, SUMMARY_HARDWARE_SLOWDOWN)
+
+# --- The history's health ---
+HISTORY_UP = MetricDef(
+    "sixdim_history_up", "gauge",
+    "1 if the last write to the history database succeeded, 0 while results wait in memory for it.", (HOSTNAME,))
+HISTORY_PENDING = MetricDef(
+    "sixdim_history_pending_results", "gauge",
+    "Results recorded but not yet written to the history database (kept in memory and in the spool file).",
+    (HOSTNAME,))
+HISTORY_WRITE_ERRORS = MetricDef(
+    "sixdim_history_write_errors_total", "counter",
+    "Failed writes to the history since the agent started, by reason (locked, disk_full, read_only, corrupt: "
+    "a broken file moved aside at start, io, other, dropped: a waiting result dropped because too many waited).",
+    (HOSTNAME, "reason"))
+
+# --- The configuration (SIGHUP reloads it, as Prometheus's own prometheus_config_* metrics) ---
+CONFIG_RELOAD_SUCCESS = MetricDef(
+    "sixdim_config_reload_success", "gauge",
+    "1 if the last configuration reload (SIGHUP) succeeded or none was asked, 0 if it failed: the previous "
+    "configuration is still running.", (HOSTNAME,))
+CONFIG_LAST_RELOAD = MetricDef(
+    "sixdim_config_last_reload_timestamp_seconds", "gauge",
+    "Unix time of the last successful configuration load: the agent's start, or the last reload that succeeded.",
+    (HOSTNAME,))
+
+# --- Regression verdicts (agent/verdicts/detector.py, agent/verdicts/live.py) ---
+FIGURE = "figure"
+"""The watched figure a verdict is about: a key of a run's ``figures`` (``flops``, ``samples_per_second``,
+``power_watts``, ``memory_bytes``, ...)."""
+VERDICT_LABELS: tuple[str, ...] = RESULT_LABELS + (FIGURE,)
+"""A verdict's series: the result series it judges (with the versions of its newest run) and the figure."""
+REGRESSION_STATE_VALUES: tuple[tuple[str, int], ...] = (
+    ("improvement", -1), ("ok", 0), ("insufficient_data", 1), ("suspicious", 2), ("regression", 3))
+"""``sixdim_regression_state``'s values: worse is larger, so ``== 3`` is a regression and ``>= 2``
+deserves a look.  agent/verdicts/detector.py's STATE_CODES is checked against this by a test."""
+REGRESSION_STATE = MetricDef(
+    "sixdim_regression_state", "gauge",
+    "Regression verdict of a figure of a result series after its latest run: -1 improvement, 0 ok, "
+    "1 insufficient_data, 2 suspicious, 3 regression (an incorrect result is 3 at once). Exported for every "
+    "series exported per shape, and for any other series while it is suspicious, regressed or improved.",
+    VERDICT_LABELS)
+REGRESSION_RATIO = MetricDef(
+    "sixdim_regression_ratio", "gauge",
+    "Current value of the figure (median of the last 3 runs) divided by its baseline, ratio; whether above "
+    "or below 1 is worse depends on the figure (time, power, memory: above; rates, efficiency, accuracy: below).",
+    VERDICT_LABELS)
+BASELINE_VALUE = MetricDef(
+    "sixdim_baseline_value", "gauge",
+    "The figure's baseline: median of the accepted runs of the current stable segment (at most 40, those before "
+    "the last 6), in the figure's own base unit.",
+    VERDICT_LABELS)
+CHANGE_COMPONENT = "component"
+CHANGE_FROM = "from"
+CHANGE_TO = "to"
+CHANGE_VERDICT = "verdict"
+VERSION_CHANGE_RATIO = MetricDef(
+    "sixdim_version_change_ratio", "gauge",
+    "The latest software change of a series among its recent runs: median of the first runs after it divided by "
+    "the median of the last runs before it, ratio.  component names what changed (driver, cuda_runtime, cudnn, "
+    "nccl, torch, vbios, and onnxruntime for the onnx workload; several joined by '+'), from and to the versions, verdict regression, improvement, ok or "
+    "insufficient_data (two-sided rank test and minimum effect).",
+    VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))
+WORKLOAD_LAST_SUCCESS = MetricDef(
+    "sixdim_workload_last_success_timestamp_seconds", "gauge",
+    "Unix time at which the newest ok run of the workload on the device ended, over all its shapes and "
+    "precisions, seconds (the benchmark-stale alert).",
+    DEVICE_LABELS + (WORKLOAD,))
+PEER_RATIO = MetricDef(
+    "sixdim_peer_ratio", "gauge",
+    "A per-shape result's speed (the figure label: FLOP/s, samples/s or bytes/s) divided by the median of the "
+    "same result on every GPU of the same model on this host, ratio; below 1 is slower than its peers. Only "
+    "where at least 2 GPUs of the model have the result under the same versions.",
+    VERDICT_LABELS)
+SUITE_PEER_RATIO = MetricDef(
+    "sixdim_suite_peer_ratio", "gauge",
+    "A summary series' speed (geometric mean over the suite's shapes) divided by the median of the same summary "
+    "on every GPU of the same model on this host, over the same shapes, ratio; only where at least 2 GPUs of the "
+    "model have it.",
+    SUMMARY_LABELS + (FIGURE,))
+VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
+                                          PEER_RATIO, SUITE_PEER_RATIO)
+
+RESULT_METRICS: tuple[MetricDef, ...] = (
+    WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,
+    WORKLOAD_SAMPLES_PER_JOULE, WORKLOAD_MEMORY, WORKLOAD_MEMORY_RESERVED, WORKLOAD_DEVICE_MEMORY,
+    WORKLOAD_SM_CLOCK, WORKLOAD_POWER_CAPPED, WORKLOAD_THERMAL_SLOWDOWN, WORKLOAD_HARDWARE_SLOWDOWN,
+    WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
+    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P90, WORKLOAD_LATENCY_P99,
+    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
+    WORKLOAD_LINEARITY,
+    WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,
+)
+
+# --- Identity ---
+GPU_INFO = MetricDef(
+    "sixdim_gpu_info", "info",
+    "GPU identity and firmware/driver versions; always 1.",
+    (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DRIVER_VERSION, "cuda_driver_version", "vbios_version"))
+BUILD_INFO = MetricDef(
+    "sixdim_build_info", "info",
+    "sixdim build and the software it runs with; always 1.",
+    (HOSTNAME, "version", "python_version", TORCH_VERSION, "prometheus_client_version"))
+COLLECTOR_UP = MetricDef(
+    "sixdim_collector_up", "gauge",
+    "1 if the telemetry collector works on this host, 0 if unavailable (see the reason label).",
+    (HOSTNAME, "collector", "reason"))
+
+# --- Live GPU telemetry (NVML, read at scrape time) ---
+_GPU = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID)
+GPU_POWER = MetricDef("sixdim_gpu_power_watts", "gauge", "GPU power draw, watts.", _GPU)
+GPU_ENERGY = MetricDef(
+    "sixdim_gpu_energy_joules_total", "counter", "GPU energy consumed since the driver loaded, joules.", _GPU)
+GPU_MEMORY_USED = MetricDef("sixdim_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes.", _GPU)
+GPU_MEMORY_TOTAL = MetricDef("sixdim_gpu_memory_total_bytes", "gauge", "GPU memory installed, bytes.", _GPU)
+GPU_UTILIZATION = MetricDef(
+    "sixdim_gpu_utilization_ratio", "gauge", "Fraction of time a kernel ran on the GPU, ratio.", _GPU)
+GPU_SM_CLOCK = MetricDef("sixdim_gpu_sm_clock_hertz", "gauge", "GPU SM clock, hertz.", _GPU)
+GPU_MEMORY_CLOCK = MetricDef("sixdim_gpu_memory_clock_hertz", "gauge", "GPU memory clock, hertz.", _GPU)
+GPU_TEMPERATURE = MetricDef("sixdim_gpu_temperature_celsius", "gauge", "GPU core temperature, degrees Celsius.", _GPU)
+GPU_THROTTLE = MetricDef(
+    "sixdim_gpu_clock_throttle_active", "gauge",
+    "1 while the named clock throttle (clock event) reason is active, else 0.", _GPU + ("reason",))
+GPU_PROCESSES = MetricDef(
+    "sixdim_gpu_processes", "gauge", "Compute and graphics processes using the GPU.", _GPU)
+
+# --- Live host telemetry (psutil, RAPL) ---
+HOST_CPU = MetricDef("sixdim_host_cpu_utilization_ratio", "gauge", "Host CPU utilization, ratio.", (HOSTNAME,))
+HOST_MEMORY_USED = MetricDef("sixdim_host_memory_used_bytes", "gauge", "Host memory in use, bytes.", (HOSTNAME,))
+HOST_MEMORY_TOTAL = MetricDef("sixdim_host_memory_total_bytes", "gauge", "Host memory installed, bytes.", (HOSTNAME,))
+HOST_LOAD = MetricDef(
+    "sixdim_host_load_average", "gauge", "Host load average over the period (1m, 5m, 15m).", (HOSTNAME, "period"))
+HOST_RAPL_ENERGY = MetricDef(
+    "sixdim_host_rapl_energy_joules_total", "counter",
+    "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
+
+ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS,
+    CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+    GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
+    GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
+    HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,
+)
+
+
+def figure_label_values(metric: MetricDef, key: str) -> dict[str, str] | None:
+    """The label values a figure key carries for a metric with ``figure_labels``, or None when the
+    key is not one of its figures: ``<figure>:<value>:...:<value>``, one value per label; the
+    first value may itself hold colons (a metric's name), so the key is split from the right."""
+    prefix = f"{metric.figure}:"
+    if not metric.figure_labels or not key.startswith(prefix):
+        return None
+    values = key[len(prefix):].rsplit(":", len(metric.figure_labels) - 1)
+    if len(values) != len(metric.figure_labels) or not all(values):
+        return None
+    return dict(zip(metric.figure_labels, values))
+
+
+def exported_label(label: str, dcgm_label_names: bool) -> str:
+    """The label name as exported: ``model_name`` becomes ``modelName`` in dcgm mode."""
+    if dcgm_label_names and label == MODEL_NAME:
+        return MODEL_NAME_DCGM
+    return label

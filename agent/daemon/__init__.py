@@ -1,0 +1,1 @@
+"""The daemon's wiring: ``sixdim serve``, its configuration check, and the parts it builds."""

@@ -1,0 +1,174 @@
+"""What the exporter shows: the latest good result of each series, and run counts.
+
+Kept in memory for cheap scrapes and fed from the history only: loaded at start (so a restart
+serves the last results again before any new run), then caught up with the rows written
+since.  Rows written by another process, such as a ``sixdim run`` or a node-linearity run on
+this host, therefore appear without a restart.  SQLite hands out row ids in commit order, so
+"rows after the last id seen" misses none.
+
+Results the history could not write yet (a locked or full database: see
+:mod:`sixdim.store.history`) are shown from its queue at once, and recognised by their ``uid`` when
+they are finally written, so each run is counted once.  A catch-up that cannot read the
+database (another process holds it locked) leaves the board as it was and tries again next time.
+
+:attr:`Board.version` changes whenever what the board shows changes, so the exporter can render
+the exposition once per change rather than once per scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+
+from sixdim.core import catalog
+from sixdim.store.history import History
+from sixdim.core.results import RunRecord, counts_as_run
+from sixdim.verdicts.live import Verdicts
+
+log = logging.getLogger("sixdim")
+
+
+def skip_class(reason: str) -> str:
+    """The bounded class of a skip reason (catalog.SKIP_REASONS), from the guard's and the
+    executor's wording (agent/run/guard.py, agent/run/devices.py)."""
+    if reason.startswith("busy:"):
+        return "busy_utilization" if "utilization" in reason else "busy_process"
+    if reason.startswith("cannot list processes"):
+        return "process_list_unavailable"
+    if "MIG mode" in reason:
+        return "mig"
+    return "other"
+
+
+def case_seconds(record: RunRecord) -> float:
+    """How long the case itself ran: the span the worker reported for it (``details.case_wall``),
+    not the record's started_at/ended_at, which are its worker's and shared by every case the
+    worker ran.  A record without one (made before per-case spans were kept) falls back to those."""
+    wall = record.details.get("case_wall")
+    if isinstance(wall, list) and len(wall) == 2 and all(isinstance(t, (int, float)) for t in wall):
+        return max(0.0, float(wall[1]) - float(wall[0]))
+    return max(0.0, record.ended_at - record.started_at)
+
+
+CATCH_UP_BATCH = 10_000
+"""Rows read per catch-up step, so a large backlog (another process's full suite) is read in pieces."""
+
+
+class Board:
+    def __init__(self, verdicts: Verdicts | None = None) -> None:
+        self.verdicts = verdicts
+        """Regression verdicts fed with every run the board adds (the daemon's; None for ``run``)."""
+        self._lock = threading.Lock()
+        self._latest: dict[tuple[str, ...], RunRecord] = {}
+        self._latest_by_suite: dict[tuple[tuple[str, ...], str], RunRecord] = {}
+        self._counts: dict[tuple[tuple[str, ...], str], tuple[RunRecord, int]] = {}
+        self._since_start: dict[tuple, list] = {}
+        """(metric, device labels, workload, status or skip class) -> [labels, value]: the skips and
+        case durations of the runs added since the board was made (not those it was loaded with)."""
+        self._last_id = 0
+        self._shown_pending: set[str] = set()
+        self.version = 0
+        """Incremented on every change of what the board shows."""
+
+    @classmethod
+    def from_history(cls, history: History, verdicts: Verdicts | None = None) -> "Board":
+        """The board of what the history holds; ``verdicts`` are restored from it in the
+        background (the runs up to the last one read here; the board feeds the later ones)."""
+        board = cls(verdicts)
+        try:
+            for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
+                board._latest[record.key()] = record
+                board._latest_by_suite[(record.key(), record.suite)] = record
+            for record, count in history.status_counts():
+                board._counts[(record.key(), record.status)] = (record, count)
+            board._last_id = history.last_id()
+        except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
+            log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
+        if verdicts is not None:
+            verdicts.restore_in_background(history, board._last_id)
+        board._show_pending(history)
+        return board
+
+    def catch_up(self, history: History) -> int:
+        """Retry the history's queued writes, then add the rows written since the last one seen
+        and the results still queued; returns how many runs were added."""
+        history.retry_pending()
+        added = 0
+        with self._lock:
+            while True:
+                try:
+                    records = history.after(self._last_id, limit=CATCH_UP_BATCH)
+                except sqlite3.Error as exc:  # locked by another process: try again next time
+                    log.debug("board: cannot read the history now: %s", exc)
+                    break
+                for record in records:
+                    self._last_id = max(self._last_id, record.id or 0)
+                    if record.uid and record.uid in self._shown_pending:
+                        self._shown_pending.discard(record.uid)  # shown while it waited: counted once
+                        continue
+                    self._add(record)
+                    added += 1
+                if len(records) < CATCH_UP_BATCH:
+                    break
+        return added + self._show_pending(history)
+
+    def _show_pending(self, history: History) -> int:
+        added = 0
+        with self._lock:
+            for record in history.pending():
+                if record.uid not in self._shown_pending:
+                    self._shown_pending.add(record.uid)
+                    self._add(record)
+                    added += 1
+        return added
+
+    def add(self, record: RunRecord) -> None:
+        """Add a record that is not in a history (tests, previews)."""
+        with self._lock:
+            self._add(record)
+
+    def _add(self, record: RunRecord) -> None:
+        if self.verdicts is not None:
+            self.verdicts.add(record)
+        counted = counts_as_run(record.status, record.reason)
+        if counted:
+            labels = record.workload_labels()
+            device = tuple(labels[label] for label in catalog.DEVICE_LABELS)
+            seconds = self._since_start.setdefault(("seconds", device, record.workload, record.status),
+                                                   [labels, 0.0, 0])
+            seconds[1] += case_seconds(record)
+            seconds[2] += 1
+            if record.status == "skipped":
+                skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),
+                                                     [labels, 0])
+                skips[1] += 1
+        if record.status == "ok":
+            self._latest[record.key()] = record
+            self._latest_by_suite[(record.key(), record.suite)] = record
+        if counted:  # an interrupted skip is kept in the history, never counted as a run
+            key = (record.key(), record.status)
+            previous = self._counts.get(key)
+            self._counts[key] = (record, (previous[1] if previous else 0) + 1)
+        self.version += 1
+
+    def latest(self) -> list[RunRecord]:
+        with self._lock:
+            return list(self._latest.values())
+
+    def latest_by_suite(self) -> list[RunRecord]:
+        """The newest ok result of each series in each suite: what a suite's summary is made of, so
+        that a shape another suite ran more recently still counts in this suite's summary."""
+        with self._lock:
+            return list(self._latest_by_suite.values())
+
+    def since_start(self) -> list[tuple[str, dict[str, str], str, float]]:
+        """(``seconds``: the mean case time, or ``skips``: a count; the labels of the device and
+        workload; the status or skip class; the value), over the runs added since start."""
+        with self._lock:
+            return [(kind, entry[0], what, entry[1] / entry[2] if kind == "seconds" else float(entry[1]))
+                    for (kind, _, _, what), entry in self._since_start.items()]
+
+    def counts(self) -> list[tuple[RunRecord, int]]:
+        with self._lock:
+            return list(self._counts.values())

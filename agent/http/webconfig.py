@@ -1,0 +1,646 @@
+"""TLS and basic authentication of the HTTP endpoint, from a web configuration file in the
+Prometheus exporter-toolkit format (``--web.config.file``, ``SIXDIM_WEB_CONFIG_FILE``): the file
+node_exporter, blackbox_exporter and Prometheus itself read, checked by ``promtool check
+web-config``.  See docs/SECURITY.md.
+
+The file is YAML::
+
+    tls_server_config:                  # absent: plain HTTP
+      cert_file: server.crt             # or cert: <PEM text>; relative paths are relative to this file
+      key_file: server.key              # or key: <PEM text>
+      client_auth_type: RequireAndVerifyClientCert   # mTLS; default NoClientCert
+      client_ca_file: clients-ca.crt    # or client_ca: <PEM text>
+      client_allowed_sans: [prometheus.example.com]
+      min_version: TLS12                # TLS10..TLS13 (default TLS12); max_version likewise (default TLS13)
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # Go's names, TLS 1.2 and below
+      curve_preferences: [X25519]
+    http_server_config:
+      http2: true                       # accepted; sixdim serves HTTP/1.1
+      headers: {X-Content-Type-Options: nosniff}
+    basic_auth_users:
+      prometheus: $2b$10$...            # bcrypt hashes
+
+What sixdim cannot do as Go's crypto/tls does is refused by name rather than approximated:
+``RequestClientCert`` and ``RequireAnyClientCert`` (they ask for a client certificate but do not
+verify it; Python's ssl module verifies every certificate it asks for), several
+``curve_preferences`` (one curve, or OpenSSL's default list), and ``rate_limit``.  A verifying
+``client_auth_type`` needs ``client_ca_file`` or ``client_ca`` (Go would fall back to the system's
+public roots, which is never what a scrape endpoint wants).  Any error is a
+:class:`~sixdim.config.ConfigError` naming the file, the key, what was expected and what was found,
+in one line whatever the file holds (values are shown cut short, keys with their control characters
+escaped); nothing else escapes :func:`load`, whatever the bytes (tests/test_fuzz.py fuzzes it).
+
+YAML that a web configuration never needs and that makes a small file costly is refused: merge keys
+(``<<``, whose copies grow exponentially when merged mappings merge others) and keys that are lists
+or mappings.  bcrypt hashes must have a cost of at most 17 (htpasswd's limit): each step doubles a
+check, and at cost 31 one check, and the start (which makes a dummy hash of the highest cost), would
+take days.
+
+**File permissions** (see :func:`sixdim.config.check_permissions`): this file and the client CA file
+decide who may scrape sixdim, so when a user other than their owner can change them (mode & 0o022,
+or, for a root process, an owner other than root) they are refused, or, with
+``--insecure-config-permissions`` or ``SIXDIM_INSECURE_CONFIG_PERMISSIONS=true``, loaded with a
+warning.  A private key that its group or others can read (``key_file``, or the file itself when it
+holds an inline ``key``) is loaded with a warning: it is a leak to fix (``chmod go-r``), not a way to
+take control of sixdim, and Kubernetes mounts secrets 0644 by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import re
+import reprlib
+import shlex
+import ssl
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sixdim.config import ConfigError, check_permissions
+
+log = logging.getLogger("sixdim")
+
+MAX_FILE_BYTES = 1 << 20
+"""The largest web configuration file read (1 MiB; a real one is a few hundred bytes)."""
+
+TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+                "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+
+CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+"""The ``client_auth_type`` values sixdim serves (see the module docstring for the two it refuses)."""
+_UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
+
+GO_CIPHERS = {
+    # Go's crypto/tls names (tls.CipherSuites()) of TLS 1.0-1.2 suites -> OpenSSL's names.
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    # (not Go's older constant names without _SHA256: tls.CipherSuites() does not list them, and
+    # exporter-toolkit, so promtool, refuses them)
+}
+GO_TLS13_CIPHERS = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+"""Accepted and, as in Go, not configurable: TLS 1.3's suites are always on."""
+
+GO_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
+
+HEADERS = {
+    # exporter-toolkit's allowed headers and, where it restricts them, their values.
+    "Strict-Transport-Security": None,
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-XSS-Protection": None,
+    "Content-Security-Policy": None,
+}
+
+_TLS_KEYS = {"cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
+             "client_allowed_sans", "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites",
+             "curve_preferences"}
+_HTTP_KEYS = {"http2", "headers"}
+_TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
+
+BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
+BCRYPT_COSTS = (4, 17)
+"""The bcrypt costs accepted, as htpasswd's ``-C``: one more doubles every check (cost 10 takes about
+70 ms, 17 about 10 s, 31 days)."""
+
+WEB_CONFIG_ROLE = "it decides who may scrape sixdim"
+CLIENT_CA_ROLE = "it decides which client certificates may scrape sixdim"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+REALM = "sixdim"
+
+
+# --------------------------------------------------------------------------- one-line errors
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 120, 60, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdict = 5
+
+
+class _Shown(str):
+    """A value already written for a message: :class:`ConfigError` shows it as it is."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` for an error message, read no further than the message shows.  A full ``repr`` (what
+    ConfigError would do) of a YAML value is unbounded: ten lines of aliases (``&a [x, x, ...]``,
+    ``&b [*a, *a, ...]``, ...) make a list whose ``repr`` is billions of characters."""
+    if value is None:
+        return None
+    try:
+        return _Shown(_REPR.repr(value))
+    except (ValueError, RecursionError):  # an integer past Python's digit limit
+        return _Shown(f"<{type(value).__name__}>")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """``text`` with its control characters (newlines, NUL, lone surrogates) escaped and cut to
+    ``limit`` characters: keys, file names and details come from the file and may hold anything."""
+    if text.isprintable() and len(text) <= limit:
+        return text
+    escaped = "".join(char if char.isprintable() else repr(char)[1:-1] for char in text[:limit])
+    return escaped + (f"... ({len(text)} characters)" if len(text) > limit else "")
+
+
+def _error(path: str, key: str, expected: str, got: Any = None, *, detail: str = "") -> ConfigError:
+    """The :class:`ConfigError` of this module, one line whatever the file holds."""
+    return ConfigError(_one_line(path, 400), _one_line(key), expected, _shown(got), detail=_one_line(detail, 400))
+
+
+# --------------------------------------------------------------------------- basic auth
+
+class BasicAuth:
+    """``basic_auth_users``: user -> bcrypt hash, with successful checks cached.
+
+    bcrypt costs about 70-100 ms per check at cost 10, by design; Prometheus scrapes every 15 s
+    with the same credentials.  As exporter-toolkit does, a check that succeeded is remembered as
+    the SHA-256 of (user, hash, password): the next request with the same credentials costs a
+    hash, not a bcrypt.  Failures are not cached (each wrong guess costs the guesser a bcrypt).
+    An unknown user is checked against a dummy hash, so its answer takes as long as a wrong
+    password's and does not tell which user names exist.
+    """
+
+    CACHE_SIZE = 256
+
+    def __init__(self, users: dict[str, str]):
+        import bcrypt  # deferred: only a configured endpoint needs it
+
+        self._bcrypt = bcrypt
+        self._users = {user: hashed.encode() for user, hashed in users.items()}
+        costs = [int(m.group(1)) for m in map(BCRYPT_HASH.match, users.values()) if m]
+        self._dummy = bcrypt.hashpw(b"sixdim-no-such-user", bcrypt.gensalt(max(costs, default=10)))
+        self._ok: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        return tuple(self._users)
+
+    def check(self, user: str, password: str) -> bool:
+        hashed = self._users.get(user)
+        secret = password.encode("utf-8", "surrogateescape")
+        key = hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed or b"", secret))).digest()
+        with self._lock:
+            if hashed is not None and key in self._ok:
+                return True
+        try:
+            ok = self._bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy)
+        except ValueError:  # a password over bcrypt's 72 bytes: no hash can match it
+            ok = False
+        if not ok or hashed is None:
+            return False
+        with self._lock:
+            if len(self._ok) >= self.CACHE_SIZE:
+                self._ok.clear()
+            self._ok.add(key)
+        return True
+
+    def check_header(self, authorization: str | None) -> bool:
+        """An ``Authorization: Basic ...`` header value (None when absent)."""
+        import base64
+        import binascii
+
+        if not authorization:
+            return False
+        scheme, _, encoded = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return False
+        user, sep, password = decoded.partition(":")
+        return bool(sep) and self.check(user, password)
+
+
+# --------------------------------------------------------------------------- the configuration
+
+@dataclass
+class WebConfig:
+    """A loaded web configuration file."""
+
+    source: str
+    ssl_context: ssl.SSLContext | None = None
+    client_allowed_sans: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    auth: BasicAuth | None = None
+    http2: bool = True
+    client_auth_type: str = "NoClientCert"
+    min_version: str = "TLS12"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_context is not None
+
+    def allowed_peer(self, cert: dict | None) -> bool:
+        """``client_allowed_sans``: whether a verified client certificate (``getpeercert()``) has a
+        subject alternative name (DNS, IP, e-mail or URI) on the list; true when no list is set."""
+        if not self.client_allowed_sans:
+            return True
+        if not cert:
+            return False
+        allowed = {_normal_san(name) for name in self.client_allowed_sans}
+        return any(_normal_san(value) in allowed for _kind, value in cert.get("subjectAltName", ()))
+
+
+def _normal_san(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))  # Python spells IPv6 SANs in full and upper case
+    except ValueError:
+        return value
+
+
+def load(path: str, *, where: str = "", key: str = "agent.web_config_file",
+         insecure_permissions: bool = False) -> WebConfig:
+    """Read, validate and build a web configuration file.  ``where`` names the setting that gave the
+    path (for the error when the file cannot be read).  ``insecure_permissions`` (the configuration's
+    ``insecure_config_permissions``) loads a file, or client CA file, that other users can change
+    with a warning instead of refusing it."""
+    data, status = _read(path, where or path, key, insecure_permissions)
+    document = _parse_yaml(data, path)
+    if document is None:  # an empty file: nothing configured, as in exporter-toolkit
+        return WebConfig(source=path)
+    if not isinstance(document, dict):
+        raise _error(path, "(document)", "a mapping of " + ", ".join(sorted(_TOP_KEYS)), document)
+    for name in document:
+        if name == "rate_limit":
+            raise _error(path, "rate_limit", "no rate_limit", detail="sixdim does not rate-limit; its bounded "
+                         "connection pool limits the load a client can cause")
+        if name not in _TOP_KEYS:
+            raise _error(path, str(name), "one of " + ", ".join(sorted(_TOP_KEYS)), detail="unknown key")
+    base = Path(path).resolve().parent
+    config = WebConfig(source=path)
+    http_config = _mapping(document, "http_server_config", path, _HTTP_KEYS)
+    if "http2" in http_config:
+        config.http2 = _bool(http_config["http2"], path, "http_server_config.http2")
+    config.headers = _headers(http_config.get("headers"), path)
+    if document.get("basic_auth_users") is not None:
+        users = _users(document["basic_auth_users"], path)
+        config.auth = BasicAuth(users) if users else None
+    tls_config = _mapping(document, "tls_server_config", path, _TLS_KEYS)
+    if any(tls_config.get(k) for k in ("cert", "key", "cert_file", "key_file", "client_ca", "client_ca_file",
+                                       "client_auth_type")):
+        _build_tls(config, tls_config, path, base, insecure_permissions)
+        if tls_config.get("key"):
+            _warn_if_readable(path, status, "the web configuration, with a private key in tls_server_config.key")
+    return config
+
+
+def _read(path: str, where: str, key: str, insecure_permissions: bool) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and its ``fstat``: permissions are checked on the open file, so the file
+    checked is the file read, whatever replaces the name meanwhile."""
+    try:
+        with open(path, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            check_permissions(path, status, WEB_CONFIG_ROLE, insecure=insecure_permissions)
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise _error(where, key, "an existing web configuration file", path, detail="no such file") from None
+    except OSError as exc:
+        raise _error(where, key, "a readable web configuration file", path,
+                     detail=exc.strerror or str(exc)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise _error(path, "(file)", "a web configuration file of at most 1 MiB", detail="file too large")
+    return data, status
+
+
+def _warn_if_readable(path: str, status: os.stat_result, what: str) -> None:
+    """Log a warning when a file holding a private key can be read by its group or others: anyone who
+    reads it can pose as this endpoint.  A warning, not a refusal: it does not give control of
+    sixdim, and Kubernetes mounts secrets 0644 unless told otherwise."""
+    readable = status.st_mode & 0o044
+    if readable:
+        who = {0o040: "its group", 0o004: "others", 0o044: "its group and others"}[readable]
+        log.warning("%s (%s): %s can read it (mode %04o), and whoever reads the key can pose as this endpoint; "
+                    "fix: chmod go-r %s", _one_line(path, 400), what, who, status.st_mode & 0o7777,
+                    _one_line(shlex.quote(path), 400))
+
+
+def _parse_yaml(data: bytes, path: str) -> Any:
+    """The YAML document, or ConfigError.  Besides bad syntax: bytes that are not UTF-8, nesting too
+    deep for PyYAML's recursive composer, values its constructors fail on with exceptions that are
+    not YAMLError (``2001-02-30``, a 5,000-digit integer, ``!!float abc``, ``!!bool maybe``), keys
+    that are lists or mappings, keys given twice, and merge keys."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - PyYAML is a dependency
+        raise _error(path, "(file)", "PyYAML installed to read a web configuration file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _error(path, "(encoding)", "UTF-8 text", detail=f"byte at offset {exc.start} is not UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_strict_loader(yaml, path))  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise _error(path, "(syntax)", "valid YAML", detail=" ".join(str(exc).split())) from None
+    except RecursionError:
+        raise _error(path, "(syntax)", "valid YAML", detail="nested too deeply") from None
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:  # a constructor failing outside construct_object
+        raise _error(path, "(syntax)", "valid YAML", detail=f"a value YAML cannot read ({exc})") from None
+
+
+def _strict_loader(yaml: Any, path: str) -> type:
+    """A SafeLoader that refuses a key given twice, as Go's yaml.UnmarshalStrict does (the last would
+    silently win), merge keys and unhashable keys, and turns a constructor's own exceptions into a
+    ConfigError that names the line."""
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except (ValueError, TypeError, KeyError, OverflowError) as exc:
+                raise _error(path, "(syntax)", "valid YAML", detail=f"line {node.start_mark.line + 1}: "
+                             f"{node.tag.rpartition(':')[2]} value cannot be read ({exc})") from None
+
+    def mapping(loader: Any, node: Any) -> dict:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            line = key_node.start_mark.line + 1
+            if key_node.tag == _MERGE_TAG:
+                raise _error(path, "(syntax)", "YAML without merge keys (<<)", detail=f"line {line} has one")
+            key = loader.construct_object(key_node)
+            try:
+                hash(key)
+            except TypeError:  # a list, set or mapping as a key: no key sixdim knows is one
+                raise _error(path, "(syntax)", "keys that are strings",
+                             detail=f"line {line} has a {type(key).__name__} as a key") from None
+            if key in seen:
+                raise _error(path, str(key), "each key once", detail=f"line {line} repeats it")
+            seen.add(key)
+        return loader.construct_mapping(node)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return StrictLoader
+
+
+def _mapping(document: dict, name: str, path: str, known: set[str]) -> dict:
+    value = document.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _error(path, name, "a mapping", value)
+    for key in value:
+        if key not in known:
+            raise _error(path, f"{name}.{key}", "one of " + ", ".join(sorted(known)), detail="unknown key")
+    return value
+
+
+def _bool(value: Any, path: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise _error(path, key, "true or false", value)
+    return value
+
+
+def _string(value: Any, path: str, key: str) -> str:
+    if not isinstance(value, str):
+        raise _error(path, key, "a string", value)
+    return value
+
+
+def _strings(value: Any, path: str, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _error(path, key, "a list of strings", value)
+    return [_string(item, path, key) for item in value]
+
+
+def _headers(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    key = "http_server_config.headers"
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise _error(path, key, "a mapping of header names to values", value)
+    headers = []
+    for name, text in value.items():
+        if name not in HEADERS:
+            raise _error(path, f"{key}.{name}", "one of " + ", ".join(HEADERS),
+                         detail="exporter-toolkit allows only these headers")
+        text = _string(text, path, f"{key}.{name}")
+        if not all(char == "\t" or " " <= char <= "~" for char in text):
+            # a line break would split the response; a character outside Latin-1 fails every response
+            # (wsgiref encodes headers as ISO-8859-1); control characters have no place in a header
+            raise _error(path, f"{key}.{name}", "one line of printable ASCII text", text)
+        if HEADERS[name] is not None and text not in HEADERS[name]:  # blank too, as exporter-toolkit
+            raise _error(path, f"{key}.{name}", "one of " + ", ".join(HEADERS[name]), text)
+        if not text:
+            continue  # "unset if blank"
+        headers.append((name, text))
+    return tuple(headers)
+
+
+def _users(value: Any, path: str) -> dict[str, str]:
+    if not isinstance(value, dict):  # (its type only: what it holds may be hashes, secrets of sorts)
+        raise _error(path, "basic_auth_users", "a mapping of user names to bcrypt hashes",
+                     detail=f"got {'a' if value else 'an empty'} {type(value).__name__}")
+    users = {}
+    for user, hashed in value.items():
+        key = f"basic_auth_users.{user}"
+        if not isinstance(user, str) or not user or ":" in user:
+            raise _error(path, key, "a user name without ':'", user)
+        if not isinstance(hashed, str):
+            raise _error(path, key, "a bcrypt hash ($2y$10$...)", detail=f"got a {type(hashed).__name__}")
+        match = BCRYPT_HASH.match(hashed)
+        low, high = BCRYPT_COSTS
+        if not match:
+            # the hash is a secret of sorts: say what is wrong, not what it is
+            raise _error(path, key, "a bcrypt hash ($2y$10$ or $2b$10$ and 53 characters)",
+                         detail=f"got {len(hashed)} characters starting {_one_line(hashed[:4])!r}; make one "
+                         "with htpasswd -nBC 10 \"\" | tr -d ':\\n'")
+        if not low <= int(match.group(1)) <= high:
+            raise _error(path, key, f"a bcrypt hash of cost {low} to {high} (htpasswd's range)",
+                         detail=f"its cost is {match.group(1)}: each step doubles the time of a check, about "
+                         "70 ms at 10; make one with htpasswd -nBC 10 \"\" | tr -d ':\\n'")
+        users[user] = hashed
+    return users
+
+
+def _build_tls(config: WebConfig, tls: dict, path: str, base: Path, insecure_permissions: bool = False) -> None:
+    section = "tls_server_config"
+    for inline, file_key in (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file")):
+        if tls.get(inline) and tls.get(file_key):
+            raise _error(path, f"{section}.{inline}", f"only one of {inline} or {file_key}")
+    if not tls.get("cert") and not tls.get("cert_file"):
+        raise _error(path, f"{section}.cert_file", "a certificate file (or cert: inline PEM)",
+                     detail="TLS needs a certificate and its key")
+    if not tls.get("key") and not tls.get("key_file"):
+        raise _error(path, f"{section}.key_file", "a private key file (or key: inline PEM)",
+                     detail="TLS needs a certificate and its key")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = {}
+    for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
+        text = default if tls.get(name) is None else tls[name]  # blank is no version, as in Go
+        if not isinstance(text, str) or text not in TLS_VERSIONS:  # (and a list is no key of a dict)
+            raise _error(path, f"{section}.{name}", "one of " + ", ".join(TLS_VERSIONS), text)
+        versions[name] = text
+    if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
+        raise _error(path, f"{section}.min_version", f"at most max_version ({versions['max_version']})",
+                     versions["min_version"])
+    context.minimum_version = TLS_VERSIONS[versions["min_version"]]
+    context.maximum_version = TLS_VERSIONS[versions["max_version"]]
+    if versions["min_version"] in ("TLS10", "TLS11"):
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")  # OpenSSL 3 refuses TLS 1.0/1.1 at its default level
+    config.min_version = versions["min_version"]
+
+    _load_cert(context, tls, path, base)
+
+    auth_type = tls.get("client_auth_type") or "NoClientCert"
+    if auth_type in _UNVERIFIED_CLIENT_AUTH:
+        raise _error(path, f"{section}.client_auth_type", "one of " + ", ".join(CLIENT_AUTH_TYPES), auth_type,
+                     detail="sixdim verifies every client certificate it asks for (Python's ssl cannot ask "
+                     "without verifying); use RequireAndVerifyClientCert with client_ca_file for mTLS")
+    if auth_type not in CLIENT_AUTH_TYPES:
+        raise _error(path, f"{section}.client_auth_type", "one of " + ", ".join(CLIENT_AUTH_TYPES), auth_type)
+    config.client_auth_type = auth_type
+    has_ca = bool(tls.get("client_ca") or tls.get("client_ca_file"))
+    if auth_type == "NoClientCert":
+        if has_ca:
+            raise _error(path, f"{section}.client_auth_type", "RequireAndVerifyClientCert or "
+                         "VerifyClientCertIfGiven when a client CA is configured", auth_type)
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        if not has_ca:
+            raise _error(path, f"{section}.client_ca_file", f"the CA that signs client certificates "
+                         f"(client_auth_type {auth_type} verifies them)")
+        _load_client_ca(context, tls, path, base, insecure_permissions)
+        context.verify_mode = ssl.CERT_REQUIRED if auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+
+    sans = _strings(tls.get("client_allowed_sans"), path, f"{section}.client_allowed_sans")
+    if sans and auth_type != "RequireAndVerifyClientCert":
+        raise _error(path, f"{section}.client_allowed_sans", "client_auth_type RequireAndVerifyClientCert "
+                     "with client_allowed_sans", auth_type, detail="without a required certificate there is "
+                     "no SAN to match")
+    config.client_allowed_sans = tuple(sans)
+
+    ciphers = _strings(tls.get("cipher_suites"), path, f"{section}.cipher_suites")
+    for name in ciphers:
+        if name not in GO_CIPHERS and name not in GO_TLS13_CIPHERS:
+            raise _error(path, f"{section}.cipher_suites", "Go cipher suite names: "
+                         + ", ".join(list(GO_CIPHERS) + list(GO_TLS13_CIPHERS)), name)
+    openssl_names = [GO_CIPHERS[name] for name in ciphers if name in GO_CIPHERS]
+    if openssl_names:
+        try:
+            context.set_ciphers(":".join(dict.fromkeys(openssl_names)))
+        except ssl.SSLError as exc:
+            raise _error(path, f"{section}.cipher_suites", "suites this OpenSSL supports", ciphers,
+                         detail=str(exc)) from None
+    prefer = tls.get("prefer_server_cipher_suites", True)
+    if _bool(prefer, path, f"{section}.prefer_server_cipher_suites"):
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+
+    curves = _strings(tls.get("curve_preferences"), path, f"{section}.curve_preferences")
+    for name in curves:
+        if name not in GO_CURVES:
+            raise _error(path, f"{section}.curve_preferences", "one of " + ", ".join(GO_CURVES), name)
+    if len(curves) > 1:
+        raise _error(path, f"{section}.curve_preferences", "one curve (or none for OpenSSL's default: X25519, "
+                     "P-256, P-384, P-521 and more)", curves, detail="Python's ssl sets a single curve")
+    if curves:
+        context.set_ecdh_curve(GO_CURVES[curves[0]])
+    config.ssl_context = context
+
+
+def _file(tls: dict, key: str, path: str, base: Path) -> str:
+    """The file a ``*_file`` key names, relative to the web configuration file's folder."""
+    text = _string(tls[key], path, f"tls_server_config.{key}")
+    expected = "an existing file (relative paths are relative to the web configuration file)"
+    try:
+        name = base / os.path.expanduser(text)
+        found = name.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, with a NUL byte, in a folder that cannot be read
+        raise _error(path, f"tls_server_config.{key}", expected, text,
+                     detail=getattr(exc, "strerror", None) or str(exc)) from None
+    if not found:
+        raise _error(path, f"tls_server_config.{key}", expected, text, detail=f"{name} does not exist")
+    return str(name)
+
+
+def _pem(tls: dict, key: str, path: str) -> bytes:
+    """An inline PEM value (``cert``, ``key``), as the bytes of the file ssl loads it from."""
+    text = _string(tls[key], path, f"tls_server_config.{key}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # "\ud800" in a double-quoted YAML string
+        raise _error(path, f"tls_server_config.{key}", "PEM text", detail="it holds a lone surrogate (\\uD800-"
+                     "\\uDFFF), which no PEM file has") from None
+
+
+def _load_cert(context: ssl.SSLContext, tls: dict, path: str, base: Path) -> None:
+    key_name = "cert_file" if tls.get("cert_file") else "cert"
+
+    def no_password() -> bytes:  # an encrypted key must not make the daemon prompt on a terminal
+        raise _error(path, "tls_server_config.key_file", "an unencrypted private key",
+                     detail="the key is encrypted with a passphrase")
+
+    with tempfile.TemporaryDirectory(prefix="sixdim-tls-") as scratch:  # inline PEM: ssl loads files only
+        files = {}
+        for inline, file_key in (("cert", "cert_file"), ("key", "key_file")):
+            if tls.get(file_key):
+                files[inline] = _file(tls, file_key, path, base)
+            else:
+                files[inline] = os.path.join(scratch, inline + ".pem")
+                fd = os.open(files[inline], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(_pem(tls, inline, path))
+        if tls.get("key_file"):
+            try:
+                _warn_if_readable(files["key"], os.stat(files["key"]), "tls_server_config.key_file")
+            except OSError:
+                pass  # load_cert_chain says why it cannot be read
+        try:
+            context.load_cert_chain(files["cert"], files["key"], password=no_password)
+        except ssl.SSLError as exc:
+            raise _error(path, f"tls_server_config.{key_name}", "a PEM certificate and the private key that "
+                         "matches it (key_file)", detail=f"{exc.reason or exc}") from None
+        except OSError as exc:
+            raise _error(path, f"tls_server_config.{key_name}", "a readable PEM certificate and key",
+                         detail=exc.strerror or str(exc)) from None
+
+
+def _load_client_ca(context: ssl.SSLContext, tls: dict, path: str, base: Path,
+                    insecure_permissions: bool = False) -> None:
+    """The CAs that sign client certificates.  A client CA file that other users can change is
+    refused as the web configuration file is: whoever adds a CA to it may scrape sixdim."""
+    key = "client_ca_file" if tls.get("client_ca_file") else "client_ca"
+    try:
+        if key == "client_ca_file":
+            cafile = _file(tls, key, path, base)
+            with open(cafile, "rb") as handle:  # checked on the open file: the file checked is the file loaded
+                check_permissions(cafile, os.fstat(handle.fileno()), CLIENT_CA_ROLE, insecure=insecure_permissions)
+                pem = handle.read(MAX_FILE_BYTES + 1)
+            if len(pem) > MAX_FILE_BYTES:
+                raise ValueError("file too large (at most 1 MiB)")
+            if not pem.isascii():
+                raise ValueError("not PEM text (a byte that is not ASCII)")
+            context.load_verify_locations(cadata=pem.decode("ascii"))
+        else:
+            context.load_verify_locations(cadata=_string(tls[key], path, f"tls_server_config.{key}"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise _error(path, f"tls_server_config.{key}", "PEM CA certificates",
+                     detail=f"{getattr(exc, 'reason', None) or exc}") from None
+    except OSError as exc:
+        raise _error(path, f"tls_server_config.{key}", "a readable PEM file",
+                     detail=exc.strerror or str(exc)) from None

@@ -1,0 +1,83 @@
+"""``sixdim report``: the reports over the run history, one sub-command each.
+
+- ``sixdim report html FILE``: the history as one self-contained page (:mod:`sixdim.report.html`);
+- ``sixdim report regressions``: every shift found by change-point analysis
+  (:mod:`sixdim.report.regressions`).
+
+Each report module owns its arguments and its work; this one only puts them side by side, so the
+two never import each other.  The older spelling ``sixdim report --html FILE [options]`` still
+works: :func:`legacy_argv` turns it into ``report html FILE [options]`` before parsing.
+
+Exit codes: 0 the report was made; 2 bad usage, configuration or history, or plotly missing for
+``html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from sixdim.report import html, regressions
+
+EXIT_USAGE = 2
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Register ``report`` and its two reports on the CLI's sub-commands."""
+    report = commands.add_parser(
+        "report", help="reports over the run history: 'report html FILE' a page, 'report regressions' every shift",
+        description="Reports over the run history. 'sixdim report html FILE' writes one self-contained HTML page "
+                    "(the six dimensions per device and workload, trend charts with version changes marked, the "
+                    "version comparison and the regressions; needs the 'report' extra for plotly). 'sixdim report "
+                    "regressions' runs a change-point analysis over every series of the history and lists each "
+                    "shift with its time, change, p-value and the software versions either side. "
+                    "'sixdim report --html FILE' is the older spelling of 'report html FILE'.",
+        epilog="Exit codes: 0 the report was made; 2 bad usage, configuration or history, or plotly missing for "
+               "html. See docs/REPORT.md and docs/REGRESSIONS.md.")
+    report.set_defaults(handler=lambda args: _no_kind(report))
+    kinds = report.add_subparsers(dest="report", metavar="REPORT")
+    page = kinds.add_parser(
+        "html", help="the history as one self-contained HTML page",
+        description="The history as one self-contained HTML page: the six dimensions per device and workload, "
+                    "trend charts with version changes marked, the version comparison and the regressions. Needs "
+                    f"the 'report' extra for plotly ({html.INSTALL_HINT}). The history is read read-only.",
+        epilog="Exit codes: 0 the page was written; 2 bad usage, configuration or history, or plotly missing. "
+               "See docs/REPORT.md.")
+    html.add_arguments(page)
+    page.set_defaults(handler=html.command)
+    shifts = kinds.add_parser(
+        "regressions", help="change points of every series over the whole history (E-Divisive means)",
+        description="Change-point analysis over the whole history: for every series (host, GPU, workload, "
+                    "precision, shape, mode, pass) and every watched figure of its ok runs, E-Divisive means "
+                    "(as Apache Otava runs it: split windows, t-test, merge) with version changes as known break "
+                    "points. A shift is listed when its p-value is at most 0.001 and the medians either side differ "
+                    "by at least the figure's minimum effect (regression.min_effect, 1.8%, or [regression.effects] "
+                    "as for the live verdicts); its state is 'regression' or 'improvement' by the figure's "
+                    "direction. The history is read read-only.",
+        epilog="Exit codes: 0 the report was made, whether or not it lists a shift; 2 bad usage, bad "
+               "configuration, or a history that is missing or not a sixdim database. See docs/REGRESSIONS.md.")
+    regressions.add_arguments(shifts)
+    shifts.set_defaults(handler=regressions.command)
+
+
+def legacy_argv(argv: Sequence[str]) -> list[str]:
+    """``report --html FILE [options]`` (the older spelling) as ``report html FILE [options]``;
+    any other command line unchanged.  Both reports at once is a usage error, said by argparse."""
+    args = list(argv)
+    if not args or args[0] != "report":
+        return args
+    for i, arg in enumerate(args[1:], 1):
+        if arg == "--html" and i + 1 < len(args):
+            return ["report", "html", args[i + 1], *args[1:i], *args[i + 2:]]
+        if arg.startswith("--html="):
+            return ["report", "html", arg.split("=", 1)[1], *args[1:i], *args[i + 1:]]
+        if not arg.startswith("-") and (i == 1 or not args[i - 1].startswith("-")):
+            break  # a report kind, or an option's value: not the older spelling
+    return args
+
+
+def _no_kind(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    print("sixdim: error: report: give a report: 'html FILE' or 'regressions'", file=sys.stderr)
+    return EXIT_USAGE

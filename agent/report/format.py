@@ -1,0 +1,214 @@
+"""How the HTML report (agent/report/html.py) names, formats and bounds what it shows: units and
+figure names, numbers with SI or binary prefixes, times, version changes, and the page's limits
+(charts, points, rows)."""
+
+from __future__ import annotations
+
+import html
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from sixdim.workloads.registry import INTEGER_PRECISIONS
+
+MAX_CHARTS = 24
+"""Trend charts at most; the rest are named in a note."""
+MAX_POINTS = 1500
+"""Points per trend chart and figure, summed over its lines: beyond it, medians per time bucket."""
+MIN_MULTI_SHAPE_BUCKET = 3600.0
+"""A workload with several shapes is drawn per bucket of at least an hour (its shapes' geometric mean)."""
+BUCKETS = (900.0, 1800.0, 3600.0, 2 * 3600.0, 3 * 3600.0, 6 * 3600.0, 12 * 3600.0, 86400.0, 2 * 86400.0,
+           7 * 86400.0)
+MAX_MARKS = 8
+"""Version-change marks per chart at most (those on the most devices, then the latest)."""
+MARK_CLUSTER_SECONDS = 12 * 3600.0
+"""The same version change on several devices within this time is one mark."""
+MAX_SHAPE_ROWS = 400
+"""Rows of the per-shape table at most."""
+MAX_CHANGE_POINTS = 200
+"""Change points listed at most (the newest)."""
+MAX_VERDICT_ROWS = 300
+"""Verdict rows listed at most."""
+MAX_SUSPICIOUS_SHOWN = 30
+"""Beyond this many suspicious verdicts, they are listed in a collapsed part of their own."""
+CHART_HEIGHT = 360
+DATE_TICKS = [{"dtickrange": [None, 86400000], "value": "%b %-d %H:%M"},
+              {"dtickrange": [86400000, "M1"], "value": "%b %-d"},
+              {"dtickrange": ["M1", None], "value": "%b %Y"}]
+"""Date axis labels on one line (the year is in the page's time span)."""
+
+COMPONENTS = {"driver": "driver", "torch": "torch", "cuda_runtime": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
+              "vbios": "VBIOS", "onnxruntime": "ONNX Runtime"}
+"""The version keys of :data:`sixdim.verdicts.detector.VERSION_KEYS`, as the page names them, in the order
+a change names them."""
+MIN_SIDE_RUNS = 3
+"""Runs a series needs either side of a version change to take part in the comparison."""
+TRANSITION_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#72b7b2", "#eeca3b", "#ff9da6")
+EXTRA_FIGURES = ("linearity_ratio", "linearity_count")
+"""Figures read besides the watched ones (the six dimensions need them)."""
+SPEED_FIGURES = ("flops", "samples_per_second", "bytes_per_second", "seconds")
+"""The speed figure of a series: the first of these it reports (``regression.primary_figure``)."""
+RESTATING = ("seconds", "peak_ratio", "flop_per_joule", "samples_per_joule", "latency_p50_seconds")
+"""Figures left out of the change points of a series that has a rate: they restate a shift of its
+speed (or of its power) that the list already shows."""
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd",
+           "#e6550d", "#31a354", "#756bb1", "#636363")
+"""One colour per device, the same in every chart (beyond 20 devices, dashes tell them apart)."""
+DASHES = ("solid", "dash", "dot", "dashdot")
+FONT = ('system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", '
+        '"Liberation Sans", sans-serif')
+
+_UNIT = {
+    "flops": ("FLOP/s", "si"), "samples_per_second": ("samples/s", "count"), "bytes_per_second": ("B/s", "si"),
+    "bus_bytes_per_second": ("B/s", "si"), "seconds": ("s", "si"), "latency_p50_seconds": ("s", "si"),
+    "latency_p99_seconds": ("s", "si"), "time_to_train_seconds": ("s", "si"), "power_watts": ("W", "watts"),
+    "flop_per_joule": ("FLOP/J", "si"), "samples_per_joule": ("samples/J", "count"),
+    "memory_bytes": ("B", "binary"), "accuracy": ("", "percent"), "stability_ratio": ("", "ratio"),
+    "peak_ratio": ("", "percent"), "linearity_ratio": ("", "ratio"),
+}
+_FIGURE_NAMES = {
+    "flops": "FLOP/s", "samples_per_second": "samples/s", "bytes_per_second": "bytes/s",
+    "bus_bytes_per_second": "bus bytes/s", "seconds": "time", "latency_p50_seconds": "latency p50",
+    "latency_p99_seconds": "latency p99", "time_to_train_seconds": "time to train", "power_watts": "power",
+    "flop_per_joule": "FLOP/J", "samples_per_joule": "samples/J", "memory_bytes": "memory",
+    "accuracy": "accuracy", "stability_ratio": "stability", "peak_ratio": "fraction of peak",
+}
+
+
+def unit_of(figure: str, precision: str = "") -> tuple[str, str]:
+    """A figure's unit and how to print it; an integer precision's operations are OP, not FLOP."""
+    unit, kind = _UNIT.get(figure, ("", "plain"))
+    return (unit.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else unit), kind
+
+
+def figure_name(figure: str, precision: str = "") -> str:
+    name = _FIGURE_NAMES.get(figure, figure)
+    return name.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else name
+
+
+# ---------------------------------------------------------------------------- formatting
+
+def esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+_PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
+             (1e-3, "m"), (1e-6, "\u00b5"), (1e-9, "n"))
+
+
+def si(value: float, unit: str) -> str:
+    """4 significant digits with an SI prefix: ``612.3 TFLOP/s``, ``1.250 ms``."""
+    if value == 0:
+        return f"0 {unit}".strip()
+    magnitude = abs(value)
+    for scale, prefix in _PREFIXES:
+        if magnitude >= scale * 0.99995:
+            break
+    text = f"{value / scale:.4g}"
+    if "e" in text:  # beyond the prefixes
+        text = f"{value:.3g}"
+        prefix = ""
+    return f"{text} {prefix}{unit}".strip()
+
+
+def count(value: float, unit: str) -> str:
+    """A count per second or per joule: ``2,950 samples/s``, ``4.709 samples/J``, ``12.5 M samples/s``."""
+    magnitude = abs(value)
+    if magnitude >= 1e7:
+        return f"{value / 1e6:,.4g} M {unit}" if magnitude < 1e12 else f"{value:.4g} {unit}"
+    if magnitude >= 1000:
+        return f"{value:,.0f} {unit}"
+    return f"{value:.4g} {unit}"
+
+
+def binary(value: float) -> str:
+    """Bytes with a binary prefix: ``3.82 GiB``."""
+    for scale, prefix in ((2 ** 50, "PiB"), (2 ** 40, "TiB"), (2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}" if value / scale < 100 else f"{value / scale:.0f} {prefix}"
+    return f"{value:.0f} B"
+
+
+def fmt(figure: str, value: float | None, precision: str = "") -> str:
+    """A figure's value for a person; ``—`` where there is none (never 0 for a missing value)."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "\u2014"
+    unit, kind = unit_of(figure, precision)
+    if kind == "si":
+        return si(value, unit)
+    if kind == "count":
+        return count(value, unit)
+    if kind == "binary":
+        return binary(value)
+    if kind == "watts":
+        return f"{value:,.0f} W" if abs(value) >= 10 else f"{value:.2g} W"
+    if kind == "percent":
+        return f"{value * 100:.1f}%"
+    if kind == "ratio":
+        return f"{value:.3f}"
+    return f"{value:.4g}"
+
+
+def percent(ratio: float | None) -> str:
+    """A ratio as a signed change: ``−7.0%``, ``+1.2%``."""
+    if ratio is None or not math.isfinite(ratio):
+        return "\u2014"
+    pct = (ratio - 1.0) * 100.0
+    sign = "\u2212" if pct < 0 else "+"
+    return f"{sign}{abs(pct):.1f}%"
+
+
+def utc(seconds: float | None, *, with_seconds: bool = False) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "\u2014"
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M" + (":%S" if with_seconds else ""))
+
+
+def p_value_text(p: float | None) -> str:
+    if p is None:
+        return "\u2014"
+    if p <= 0.0:
+        return "<1e-300"
+    return f"{p:.2g}" if p < 1e-3 else f"{p:.3f}"
+
+
+def change_label(old: dict[str, str], new: dict[str, str], most: int | None = None) -> str:
+    """``driver 550.54.15 → 560.28.03``; several changes joined by commas; beyond ``most`` of them,
+    the rest are named only (``torch 2.12.1 → 2.13.0, CUDA 12.4 → 12.6 (+ cuDNN, NCCL)``)."""
+    changed = [k for k in COMPONENTS if old.get(k) != new.get(k)]
+    shown = changed if most is None else changed[:most]
+    text = ", ".join(f"{COMPONENTS[k]} {old.get(k) or '?'} \u2192 {new.get(k) or '?'}" for k in shown)
+    if len(changed) > len(shown):
+        text += " (+ " + ", ".join(COMPONENTS[k] for k in changed[len(shown):]) + ")"
+    return text
+
+
+def gpu_order(device: tuple[str, str, str, str]) -> tuple:
+    host, kind, gpu, uuid = device
+    return (host, kind != "cuda", int(gpu) if gpu.isdigit() else 1 << 30, gpu, uuid)
+
+
+def short_uuid(uuid: str) -> str:
+    """``GPU-3f1c9a52…``: enough to tell boards apart; the whole UUID is the cell's title."""
+    return uuid[:12] + "\u2026" if len(uuid) > 13 else uuid or "\u2014"
+
+
+def fmt_pair(figure: str, before: float | None, after: float | None, precision: str = "") -> str:
+    """``688.3 → 638.9 TFLOP/s``: the unit once where both sides share it."""
+    a, b = fmt(figure, before, precision), fmt(figure, after, precision)
+    head, _, unit = a.rpartition(" ")
+    if head and b.endswith(" " + unit):
+        return f"{head} \u2192 {b}"
+    return f"{a} \u2192 {b}"
+
+
+def duration(seconds: float) -> str:
+    if seconds >= 86400:
+        days = seconds / 86400
+        return "day" if days == 1 else "week" if days == 7 else f"{days:g} days"
+    if seconds >= 3600:
+        hours = seconds / 3600
+        return "hour" if hours == 1 else f"{hours:g} hours"
+    return f"{seconds / 60:g} minutes"

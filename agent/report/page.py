@@ -1,0 +1,696 @@
+"""The HTML report's page: the model (agent/report/model.py) rendered as one self-contained HTML
+document, with its CSS, plotly charts and the checks its scripts run in the browser."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from sixdim.core.results import SeriesKey
+from sixdim.report.format import (CHART_HEIGHT, COMPONENTS, DATE_TICKS, FONT, MAX_CHANGE_POINTS, MAX_CHARTS,
+                                 MAX_SHAPE_ROWS, MAX_SUSPICIOUS_SHOWN, MAX_VERDICT_ROWS, RESTATING,
+                                 TRANSITION_COLOURS, change_label, duration, esc, figure_name, fmt, fmt_pair,
+                                 gpu_order, p_value_text, percent, short_uuid, unit_of, utc)
+from sixdim.report.model import Report, rounded
+
+# ---------------------------------------------------------------------------- the page
+
+CSS = """
+:root { --fg: #1f2328; --muted: #59636e; --line: #d8dee4; --head: #eef1f4; --zebra: #f6f8fa;
+        --bad: #b42318; --bad-bg: #fdecea; --warn: #8a5a00; --warn-bg: #fff4d6; --good: #1a7f37; --good-bg: #e6f4ea;
+        --accent: #0b5cad; }
+* { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
+body { margin: 0; background: #fff; color: var(--fg); font: 14px/1.5 FONT; }
+main { max-width: 1240px; margin: 0 auto; padding: 28px 32px 64px; }
+h1 { font-size: 26px; line-height: 1.25; margin: 0 0 2px; }
+h2 { font-size: 20px; margin: 44px 0 6px; padding-bottom: 5px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 15px; margin: 26px 0 2px; }
+p { margin: 6px 0 10px; max-width: 80em; }
+a { color: var(--accent); text-decoration: none; } a:hover { text-decoration: underline; }
+.muted, .note { color: var(--muted); }
+.note { font-size: 13px; }
+.subtitle { color: var(--muted); margin: 0 0 16px; font-size: 15px; }
+.demo { background: var(--warn-bg); color: var(--warn); border: 1px solid #f0d48a; border-radius: 6px;
+        padding: 6px 12px; margin: 10px 0 14px; font-size: 13px; }
+#errors { background: var(--bad-bg); color: var(--bad); border: 1px solid #f3b5ad; border-radius: 6px;
+          padding: 6px 12px; margin: 10px 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 14px 0 8px; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 7px 14px; min-width: 118px; background: #fbfcfd; }
+.card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card .v { font-size: 19px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card.bad .v { color: var(--bad); } .card.good .v { color: var(--good); } .card.warn .v { color: var(--warn); }
+nav.toc { border-top: 1px solid var(--line); border-bottom: 1px solid var(--line); padding: 7px 2px; margin: 14px 0 4px;
+          font-size: 14px; }
+nav.toc strong { margin-right: 8px; }
+.wrap { overflow-x: auto; margin: 6px 0 14px; }
+.cols { display: flex; flex-wrap: wrap; gap: 0 32px; align-items: flex-start; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 4px 10px; text-align: left; border-bottom: 1px solid var(--line); white-space: nowrap;
+         vertical-align: top; }
+th { background: var(--head); font-weight: 600; }
+tbody tr:nth-child(even) td { background: var(--zebra); }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.absent { color: #9aa4ae; text-align: center; }
+td.wrapok { white-space: normal; min-width: 10em; }
+td.series { white-space: normal; min-width: 14em; max-width: 30em; }
+tr.first td { border-top: 2px solid #c3ccd5; }
+td.group { font-weight: 600; }
+small, .small { font-size: 12px; color: var(--muted); }
+.badge { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px; font-weight: 600; }
+.badge.regression { background: var(--bad-bg); color: var(--bad); }
+.badge.suspicious { background: var(--warn-bg); color: var(--warn); }
+.badge.improvement { background: var(--good-bg); color: var(--good); }
+.badge.ok { background: #eef1f4; color: var(--muted); }
+.worse { color: var(--bad); font-weight: 600; } .better { color: var(--good); font-weight: 600; }
+.chart { border: 1px solid var(--line); border-radius: 8px; padding: 6px 6px 0; margin: 6px 0 18px; }
+details { margin: 8px 0 16px; } summary { cursor: pointer; color: var(--accent); }
+code { font-size: 12.5px; background: #f2f4f6; padding: 0 4px; border-radius: 4px; }
+footer { margin-top: 48px; font-size: 12px; color: var(--muted); border-top: 1px solid var(--line); padding-top: 8px; }
+@media print { .chart { break-inside: avoid; } }
+""".replace("FONT", FONT)
+
+ERROR_SCRIPT = """
+(function () {
+  var root = document.documentElement, count = 0;
+  function show() {
+    var banner = document.getElementById('errors');
+    if (banner && count) {
+      banner.hidden = false;
+      banner.textContent = 'Part of this page could not be drawn (' + count + ' error(s); first: ' +
+        root.getAttribute('data-first-error') + '). The tables are complete.';
+    }
+  }
+  function note(message) {
+    count += 1;
+    root.setAttribute('data-errors', String(count));
+    if (count === 1) root.setAttribute('data-first-error', String(message).slice(0, 300));
+    show();
+  }
+  window.addEventListener('error', function (e) { note(e.message || 'error'); });
+  window.addEventListener('unhandledrejection', function (e) { note('unhandled rejection: ' + e.reason); });
+  var original = console.error;
+  console.error = function () {
+    note(Array.prototype.join.call(arguments, ' '));
+    return original.apply(console, arguments);
+  };
+  document.addEventListener('DOMContentLoaded', show);
+})();
+"""
+"""Records every uncaught error, rejected promise and console.error in ``<html data-errors>`` (the
+Chromium test reads it from the DOM) and shows a banner: a chart that failed is never silent."""
+
+DONE_SCRIPT = """
+document.documentElement.setAttribute('data-drawn', String(document.querySelectorAll('.plot-container').length));
+"""
+
+
+class Page:
+    """Renders a :class:`Report` as HTML with plotly charts."""
+
+    def __init__(self, report: Report, pio: Any, plotlyjs: str) -> None:
+        self.r = report
+        self.pio = pio
+        self.plotlyjs = plotlyjs
+        self.charts = 0
+
+    # -- pieces
+
+    def chart(self, figure: dict[str, Any], height: int = CHART_HEIGHT) -> str:
+        self.charts += 1
+        layout = figure.setdefault("layout", {})
+        layout.setdefault("height", height)
+        layout.setdefault("font", {"family": FONT, "size": 12, "color": "#1f2328"})
+        layout.setdefault("paper_bgcolor", "#ffffff")
+        layout.setdefault("plot_bgcolor", "#ffffff")
+        layout.setdefault("hoverlabel", {"font": {"family": FONT, "size": 12}})
+        config = {"displaylogo": False, "responsive": True,
+                  "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"],
+                  "toImageButtonOptions": {"format": "png", "scale": 2}}
+        body = self.pio.to_html(figure, config=config, include_plotlyjs=False, full_html=False, validate=False,
+                                default_width="100%", default_height=f"{height}px", div_id=f"chart-{self.charts}")
+        return f'<div class="chart">{body}</div>'
+
+    @staticmethod
+    def table(head: Sequence[tuple[str, bool]], rows: Iterable[str], cls: str = "") -> str:
+        """``head``: (title, numeric); ``rows``: ready ``<tr>`` strings."""
+        ths = "".join(f'<th class="num">{esc(t)}</th>' if num else f"<th>{esc(t)}</th>" for t, num in head)
+        return (f'<div class="wrap"><table class="{cls}"><thead><tr>{ths}</tr></thead><tbody>'
+                + "".join(rows) + "</tbody></table></div>")
+
+    @staticmethod
+    def td(text: str, *, num: bool = False, cls: str = "", raw: bool = False, title: str = "") -> str:
+        if text == "\u2014":
+            cls = (cls + " absent").strip()
+        elif num:
+            cls = (cls + " num").strip()
+        attrs = (f' class="{cls}"' if cls else "") + (f' title="{esc(title)}"' if title else "")
+        return f"<td{attrs}>{text if raw else esc(text)}</td>"
+
+    def device_cell(self, device: tuple[str, str, str, str]) -> str:
+        colour = self.r.colour[device]
+        return (f'<td><span style="display:inline-block;width:10px;height:10px;border-radius:2px;'
+                f'background:{colour};margin-right:6px"></span>{esc(self.r.labels[device])}</td>')
+
+    def series_cell(self, key: SeriesKey) -> str:
+        """Precision, workload and shape; a long shape may break after its commas."""
+        text = esc(self.r.series_label(key)).replace(",", ",<wbr>")
+        return f'<td class="series">{text}</td>'
+
+    @staticmethod
+    def badge(state: str) -> str:
+        return f'<span class="badge {esc(state)}">{esc(state)}</span>'
+
+    def direction_class(self, figure: str, ratio: float | None, workload: str = "",
+                        effect_of: str | None = None) -> str:
+        """``worse``/``better`` when the change is at least the minimum effect of the figure and
+        workload (``[regression.effects]`` as the verdicts use it), by the figure's direction.
+        ``effect_of``: the figure whose minimum effect applies, where ``figure`` only gives the
+        direction (a speed shown as a rate whatever figure it came from)."""
+        if ratio is None or not math.isfinite(ratio):
+            return ""
+        worse = self.r.rg.WATCHED.get(figure, -1) * (ratio - 1.0)
+        if abs(ratio - 1.0) < self.r.settings.effects_for(effect_of or figure, workload)[1]:
+            return ""
+        return "worse" if worse > 0 else "better"
+
+    # -- sections
+
+    def render(self) -> str:
+        r = self.r
+        data = r.data
+        snapshot = r.verdicts()
+        shifts = r.change_points()
+        state_of = self._states(snapshot, shifts)
+        sections = [
+            ("dimensions", "Six dimensions per device and workload", self.dimensions_section()),
+            ("trends", "Trends over time", self.trends_section(state_of)),
+            ("versions", "Version comparison", self.versions_section()),
+            ("regressions", "Regressions", self.regressions_section(snapshot, shifts)),
+        ]
+        toc = " \u00b7 ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _ in sections)
+        header = self.header(snapshot, shifts, toc)
+        body = "".join(f'<section id="{sid}"><h2>{esc(title)}</h2>{content}</section>'
+                       for sid, title, content in sections)
+        title = "sixdim report \u2014 " + (", ".join(r.hosts) if r.hosts else "empty history")
+        footer = (f"<footer>Made by <code>sixdim report --html</code> at {esc(utc(r.now))} UTC from "
+                  f"<code>{esc(data.path)}</code>. All times are UTC. The page is self-contained: plotly.js is "
+                  f"embedded and nothing is fetched from the network.</footer>")
+        return ("<!DOCTYPE html>\n"
+                f'<html lang="en" data-errors="0" data-charts="{self.charts}">\n<head>\n<meta charset="utf-8">\n'
+                '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+                f"<title>{esc(title)}</title>\n<script>{ERROR_SCRIPT}</script>\n<style>{CSS}</style>\n"
+                f'<script type="text/javascript">{self.plotlyjs}</script>\n'
+                "</head>\n<body>\n<main>\n"
+                f'<div id="errors" hidden></div>\n{header}\n'
+                f"{body}\n{footer}\n</main>\n<script>{DONE_SCRIPT}</script>\n</body>\n</html>\n")
+
+    def _states(self, snapshot: list[Any], shifts: list[dict[str, Any]]) -> dict[tuple, int]:
+        """Per group, how much it needs a look: 3 a regression now, 2 suspicious, 1 a change point."""
+        rank = {"regression": 3, "suspicious": 2}
+        out: dict[tuple, int] = {}
+        for sv in snapshot:
+            group = (sv.record.workload, sv.record.precision, sv.record.mode, sv.record.kernel_pass)
+            for v in sv.verdicts.values():
+                out[group] = max(out.get(group, 0), rank.get(v.state, 0))
+        for s in shifts:
+            group = (s["workload"], s["precision"], s["mode"], s["pass"])
+            out[group] = max(out.get(group, 0), 1)
+        return out
+
+    def header(self, snapshot: list[Any], shifts: list[dict[str, Any]], toc: str) -> str:
+        r = self.r
+        data = r.data
+        models = Counter(r.models[d] for d in r.devices if d[1] == "cuda")
+        gpus = ", ".join(f"{n} \u00d7 {m or 'unknown model'}" for m, n in models.most_common())
+        cpus = [d for d in r.devices if d[1] != "cuda"]
+        span, days = "\u2014", 0.0
+        if data.first is not None and data.last >= r.cutoff:
+            shown_first = max(data.first, r.cutoff)
+            days = (data.last - shown_first) / 86400.0
+            span = f"{utc(shown_first)} \u2192 {utc(data.last)} UTC"
+        elif data.first is not None:
+            span = f"no run since {utc(r.cutoff)} UTC (the last {utc(data.last)} UTC)"
+        regressions = sum(v.state == "regression" for sv in snapshot for v in sv.verdicts.values())
+        suspicious = sum(v.state == "suspicious" for sv in snapshot for v in sv.verdicts.values())
+        failed = {k: n for k, n in data.statuses.items() if k != "ok"}
+        what = [", ".join(r.hosts) or "no hosts", gpus or "no GPU"] + ([f"{len(cpus)} CPU device(s)"] if cpus else [])
+        subtitle = " \u00b7 ".join(what + [span])
+        parts = ["<h1>sixdim report</h1>", f'<p class="subtitle">{esc(subtitle)}</p>']
+        if r.note:
+            parts.append(f'<div class="demo">{esc(r.note)}</div>')
+        if r.since is not None:
+            parts.append(f'<p class="note">Showing runs since {esc(utc(r.cutoff))} UTC (<code>--since</code>); the '
+                         "verdicts and the change-point analysis use the whole history.</p>")
+        cards = [("Runs", f"{data.runs:,}", ""),
+                 ("Not ok", f"{sum(failed.values()):,}", "warn" if failed else ""),
+                 ("Series", f"{len(data.series):,}", ""), ("Devices", f"{len(r.devices)}", ""),
+                 ("Days", f"{days:.1f}", ""),
+                 ("Regressions now", f"{regressions}", "bad" if regressions else "good"),
+                 ("Suspicious now", f"{suspicious}", "warn" if suspicious else ""),
+                 ("Change points", f"{len(shifts)}", "")]
+        parts.append('<div class="cards">' + "".join(
+            f'<div class="card {cls}"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
+            for k, v, cls in cards) + "</div>")
+        if failed:
+            counts = ", ".join(f"{k} {n:,}" for k, n in sorted(failed.items()))
+            parts.append(f'<p class="note">Runs not ok: {esc(counts)} (they carry no figures).</p>')
+        parts.append(f'<nav class="toc"><strong>Contents</strong> {toc}</nav>')
+        if not data.runs:
+            parts.append("<p>The history has no runs yet.</p>")
+            return "\n".join(parts)
+        many_hosts = len(r.hosts) > 1
+        rows = []
+        for device in r.devices:
+            keys = [k for k in data.series if k[:4] == device]
+            runs = sum(sum(data.series[k].statuses.values()) for k in keys)
+            now = self._latest_versions(keys)
+            rows.append("<tr>" + self.device_cell(device) + (self.td(device[0]) if many_hosts else "")
+                        + self.td(r.models[device] or "\u2014") + self.td(f"{runs:,}", num=True)
+                        + self.td(now.get("driver") or "\u2014")
+                        + self.td(short_uuid(device[3]), cls="small", title=device[3]) + "</tr>")
+        devices = self.table([("Device", False)] + ([("Host", False)] if many_hosts else [])
+                             + [("Model", False), ("Runs", True), ("Driver now", False), ("UUID", False)], rows)
+        vrows = []
+        for component, items in self._versions_seen().items():
+            names = " \u2192 ".join(name for name, _, _, _ in items)
+            runs = " | ".join(f"{n:,}" for _, _, _, n in items)
+            changed = ", ".join(utc(first) for _, first, _, _ in items[1:]) or "\u2014"
+            vrows.append("<tr>" + self.td(COMPONENTS[component], cls="group") + self.td(names, cls="wrapok")
+                         + self.td(runs, num=True) + self.td(changed) + "</tr>")
+        versions = self.table([("Component", False), ("Versions", False), ("ok runs", True),
+                               ("New version from (UTC)", False)], vrows) if vrows else \
+            '<p class="note">No ok run in the shown time said its versions.</p>'
+        parts.append(f'<div class="cols"><div><h3>Devices</h3>{devices}</div>'
+                     f'<div><h3>Software versions</h3>{versions}</div></div>')
+        return "\n".join(parts)
+
+    def _latest_versions(self, keys: list[tuple[str, ...]]) -> dict[str, str]:
+        best, vid = -math.inf, None
+        for key in keys:
+            for at, v in self.r.data.series[key].version_runs:
+                if at >= best:
+                    best, vid = at, v
+        return self.r.data.versions[vid] if vid is not None else {}
+
+    def _versions_seen(self) -> dict[str, list[tuple[str, float, float, int]]]:
+        """Per component: each version, its first and last run and its ok runs, in the shown time."""
+        np = self.r.np
+        spans: dict[str, dict[str, list[float]]] = {}
+        for key in self.r.data.series:
+            a = self.r.arrays[key]
+            if not len(a):
+                continue
+            vids, starts = a[:, 2].astype(int), a[:, 0]
+            for vid in np.unique(vids):
+                if int(vid) in self.r.data.unknown:
+                    continue
+                at = starts[vids == vid]
+                for component in COMPONENTS:
+                    name = self.r.data.versions[int(vid)][component]
+                    if not name:
+                        continue
+                    span = spans.setdefault(component, {}).setdefault(name, [math.inf, -math.inf, 0])
+                    span[0], span[1] = min(span[0], float(at.min())), max(span[1], float(at.max()))
+                    span[2] += len(at)
+        return {c: sorted(((n, s[0], s[1], int(s[2])) for n, s in spans[c].items()), key=lambda x: x[1])
+                for c in COMPONENTS if c in spans}
+
+    def dimensions_section(self) -> str:
+        r = self.r
+        rows = r.dimensions()
+        if not rows:
+            return "<p>No ok run in the shown time.</p>"
+        any_suite = any(row["suite"] for row in rows)
+        head = [("Workload", False), ("Device", False)] + ([("Suite", False)] if any_suite else []) + [
+            ("Shapes", True), ("Speed", True), ("Accuracy", True), ("Linearity", True), ("Power", True),
+            ("Memory", True), ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)]
+        out, previous = [], None
+        for row in rows:
+            values = row["values"]
+            label = r.group_labels[row["group"]]
+            first = label != previous
+            previous = label
+            speed = row["speed_figure"]
+            precision = row["group"][1]
+            speed_text = fmt(speed, values.get(speed), precision) if speed else "\u2014"
+            linearity = fmt("linearity_ratio", values.get("linearity_ratio"))
+            if linearity != "\u2014" and row["linearity_count"]:
+                linearity += f" ({row['linearity_count']}\u00d7)"
+            cells = [self.td(label if first else "", cls="group"), self.device_cell(row["device"])]
+            if any_suite:
+                cells.append(self.td(row["suite"]))
+            cells += [self.td(str(row["shapes"]), num=True),
+                      self.td(speed_text, num=True, title=figure_name(speed, precision) if speed else ""),
+                      self.td(fmt("accuracy", values.get("accuracy")), num=True),
+                      self.td(linearity, num=True),
+                      self.td(fmt("power_watts", values.get("power_watts")), num=True),
+                      self.td(fmt("memory_bytes", values.get("memory_bytes")), num=True),
+                      self.td(fmt("stability_ratio", values.get("stability_ratio")), num=True),
+                      self.td(fmt("peak_ratio", values.get("peak_ratio")), num=True),
+                      self.td(utc(row["ended"]))]
+            out.append(('<tr class="first">' if first and out else "<tr>") + "".join(cells) + "</tr>")
+        intro = ("<p>The latest <code>ok</code> value of each series. Where a workload has several shapes, a row "
+                 "summarises the shapes last measured under the device's newest software versions: speed and fraction "
+                 "of peak are their geometric mean (as the <code>sixdim_suite_*</code> series), power the mean, "
+                 "memory the largest, accuracy, linearity and stability the lowest. Speed is FLOP/s for kernels, "
+                 "samples/s for models, bytes/s for copies and all-reduce (algbw), or the time of one operation "
+                 "where a workload has no rate. \u2014 means the workload does not measure it.</p>")
+        parts = [intro, self.table(head, out, "dims")]
+        parts.append(self.shapes_table())
+        return "".join(parts)
+
+    def shapes_table(self) -> str:
+        r = self.r
+        rows = []
+        keys = sorted(r.data.series, key=lambda k: (r.group_labels[r.data.series[k].group], gpu_order(k[:4]), k[6]))
+        total = 0
+        for key in keys:
+            s = r.data.series[key]
+            for suite, (ended, _, figures) in sorted(s.latest.items()):
+                if ended < r.cutoff:
+                    continue
+                total += 1
+                if len(rows) >= MAX_SHAPE_ROWS:
+                    continue
+                speed = r.speed[key]
+                cells = [self.td(r.group_labels[s.group]), self.device_cell(key.device), self.td(key.shape or "\u2014"),
+                         self.td(suite),
+                         self.td(fmt(speed, figures.get(speed), key.precision) if speed else "\u2014", num=True),
+                         self.td(fmt("accuracy", figures.get("accuracy")), num=True),
+                         self.td(fmt("linearity_ratio", figures.get("linearity_ratio")), num=True),
+                         self.td(fmt("power_watts", figures.get("power_watts")), num=True),
+                         self.td(fmt("memory_bytes", figures.get("memory_bytes")), num=True),
+                         self.td(fmt("stability_ratio", figures.get("stability_ratio")), num=True),
+                         self.td(fmt("peak_ratio", figures.get("peak_ratio")), num=True),
+                         self.td(utc(ended))]
+                rows.append("<tr>" + "".join(cells) + "</tr>")
+        if not rows:
+            return ""
+        more = (f" The first {MAX_SHAPE_ROWS:,} of {total:,} are shown." if total > len(rows) else "")
+        table = self.table([("Workload", False), ("Device", False), ("Shape", False), ("Suite", False), ("Speed", True),
+                            ("Accuracy", True), ("Linearity", True), ("Power", True), ("Memory", True),
+                            ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)], rows)
+        return (f"<details><summary>Every series: the latest ok run of each shape ({total:,})</summary>"
+                f'<p class="note">{esc(more)}</p>{table}</details>')
+
+    def trends_section(self, state_of: dict[tuple, int]) -> str:
+        r = self.r
+        groups = [g for g in r.groups if r.group_speed(g)]
+        runs = {g: sum(len(r.arrays[k]) for k in r.groups[g]) for g in groups}
+        groups = [g for g in groups if runs[g]]
+        if not groups:
+            return "<p>No ok run with a speed figure in the shown time.</p>"
+        ranked = sorted(groups, key=lambda g: (-state_of.get(g, 0), -runs[g], r.group_labels[g]))
+        shown = sorted(ranked[:MAX_CHARTS], key=lambda g: r.group_labels[g])
+        parts = ["<p>The speed figure of every <code>ok</code> run, a line per device (the same colour in every "
+                 "chart). "
+                 "Dotted vertical lines mark software version changes, labelled with the versions either side. "
+                 "A long series is drawn as the median per time bucket; a workload with several shapes as the "
+                 "geometric mean over its shapes per bucket (each run divided by its shape's median, times the "
+                 "shapes' geometric mean). The buttons switch to power and memory where measured; drag to zoom, "
+                 "double-click to reset.</p>"]
+        if len(ranked) > MAX_CHARTS:
+            rest = sorted(ranked[MAX_CHARTS:], key=lambda g: r.group_labels[g])
+            parts.append(f'<p class="note">{len(ranked)} workload and precision groups; the {MAX_CHARTS} that most '
+                         "need a look (a regression, then a change point, then the most runs) are charted. "
+                         "Not charted: "
+                         f"{esc(', '.join(r.group_labels[g] for g in rest))}.</p>")
+        for g in shown:
+            parts.append(self.trend_chart(g, runs[g]))
+        return "".join(parts)
+
+    def trend_chart(self, group: tuple[str, str, str, str], runs: int) -> str:
+        r = self.r
+        speed = r.group_speed(group)
+        lines, width, shapes = r.trend(group, speed)
+        figures = [(speed, lines)]
+        for extra in ("power_watts", "memory_bytes"):
+            extra_lines, _, _ = r.trend(group, extra, width)
+            if extra_lines:
+                figures.append((extra, extra_lines))
+        marks = r.marks({line["device"] for line in lines})
+        levels = min(len(marks), 3)
+        headroom = 0.11 * levels  # the top of the plot is the marks' labels', not the data's
+        traces, views = [], []
+        for number, (figure, found) in enumerate(figures):
+            unit, kind = unit_of(figure, group[1])
+            scale = 1.0 / 2 ** 30 if kind == "binary" else 1.0
+            suffix = " GiB" if kind == "binary" else f" {unit}"
+            tick = "" if kind == "si" else ","  # plotly picks the digits; SI prefixes, or thousands separators
+            first = len(traces)
+            ys: list[float] = []
+            for line in found:
+                device = line["device"]
+                y = line["y"] if scale == 1.0 else [rounded(v * scale) for v in line["y"]]
+                ys += y
+                hover = (f"<b>{esc(r.labels[device])}</b><br>%{{x|%Y-%m-%d %H:%M}} UTC<br>"
+                         f"%{{y:{'.4~s' if kind == 'si' else ',.4~r'}}}{esc(suffix)}")
+                trace = {"type": "scatter", "mode": "lines+markers", "name": esc(r.labels[device]),
+                         "legendgroup": esc(r.labels[device]), "x": line["x"], "y": y,
+                         "line": {"color": r.colour[device], "width": 1.3, "dash": r.dash[device]},
+                         "marker": {"color": r.colour[device], "size": 4 if len(line["x"]) < 300 else 3},
+                         "visible": number == 0}
+                if line["counts"] is not None:
+                    trace["customdata"] = line["counts"]
+                    hover += "<br>median of %{customdata} run(s)"
+                trace["hovertemplate"] = hover + "<extra></extra>"
+                traces.append(trace)
+            low, high = min(ys), max(ys)
+            span = (high - low) or abs(high) * 0.02 or 1.0
+            bottom = low - 0.06 * span
+            top = high + 0.06 * span
+            top += (top - bottom) * headroom / (1 - headroom)
+            views.append({"figure": figure, "start": first, "end": len(traces), "tick": tick,
+                          "title": self._axis_title(figure, shapes, group[1]), "range": [rounded(bottom), rounded(top)]})
+        shapes_layout, annotations = [], []
+        for i, mark in enumerate(marks):
+            x = int(round(mark["at"] * 1000))
+            shapes_layout.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+                                  "line": {"color": "#555555", "width": 1.2, "dash": "dot"}, "layer": "above"})
+            annotations.append({"x": x, "xref": "x", "yref": "paper", "y": 1.0 - 0.105 * (i % 3), "yanchor": "top",
+                                "xanchor": "left", "xshift": 3, "yshift": -2, "showarrow": False, "align": "left",
+                                "text": esc(mark["text"]), "hovertext": esc(mark["hover"]),
+                                "font": {"size": 11, "color": "#1f2328"}, "bgcolor": "rgba(255,255,255,0.9)",
+                                "bordercolor": "#8c959f", "borderwidth": 1, "borderpad": 2})
+        view = views[0]
+        many = len(lines) > 8
+        layout = {
+            "margin": {"l": 70, "r": 20, "t": 40 if len(views) > 1 else 12, "b": 30},
+            "xaxis": {"type": "date", "gridcolor": "#eceff2", "linecolor": "#c3ccd5", "automargin": True,
+                      "tickformatstops": DATE_TICKS},
+            "yaxis": {"title": {"text": view["title"]}, "tickformat": view["tick"], "range": view["range"],
+                      "exponentformat": "SI",
+                      "gridcolor": "#eceff2", "zeroline": False, "automargin": True},
+            "legend": ({"orientation": "v", "x": 1.01, "y": 1, "font": {"size": 11}} if many else
+                       {"orientation": "h", "yanchor": "top", "y": -0.1, "x": 0, "font": {"size": 12}}),
+            "hovermode": "closest", "shapes": shapes_layout, "annotations": annotations,
+        }
+        if len(views) > 1:
+            buttons = []
+            for v in views:
+                visible = [v["start"] <= i < v["end"] for i in range(len(traces))]
+                label = "Speed" if v["figure"] == speed else figure_name(v["figure"]).capitalize()
+                buttons.append({"label": label, "method": "update",
+                                "args": [{"visible": visible},
+                                         {"yaxis.title.text": v["title"], "yaxis.tickformat": v["tick"],
+                                          "yaxis.range": v["range"]}]})
+            layout["updatemenus"] = [{"type": "buttons", "direction": "right", "showactive": True, "x": 0, "y": 1.0,
+                                      "xanchor": "left", "yanchor": "bottom", "pad": {"b": 4, "l": 0},
+                                      "buttons": buttons, "bgcolor": "#f6f8fa", "bordercolor": "#c3ccd5",
+                                      "font": {"size": 12}}]
+        what = figure_name(speed, group[1])
+        how = "each run" if width is None else f"the median per {duration(width)}"
+        several = f", the geometric mean over {shapes} shapes" if shapes > 1 else ""
+        unit = unit_of(speed, group[1])[0]
+        title = f"{esc(r.group_labels[group])} \u2014 {esc('speed' if what == unit else what)} ({esc(unit)})"
+        sub = (f"{runs:,} ok runs on {len(lines)} device(s); a point is {how}{several}"
+               + (f"; {len(marks)} version change(s) marked" if marks else ""))
+        height = max(CHART_HEIGHT, 130 + 21 * len(lines) if many else 0) + (40 if len(views) > 1 else 0)
+        return (f'<h3 id="trend-{self.charts + 1}">{title}</h3><p class="note">{esc(sub)}</p>'
+                + self.chart({"data": traces, "layout": layout}, height=height))
+
+    @staticmethod
+    def _axis_title(figure: str, shapes: int, precision: str = "") -> str:
+        unit, kind = unit_of(figure, precision)
+        name = figure_name(figure, precision)
+        unit = "GiB" if kind == "binary" else unit
+        text = f"{name} ({unit})" if unit and name != unit else unit or name
+        return text + (" \u00b7 geo. mean" if shapes > 1 else "")
+
+    def versions_section(self) -> str:
+        r = self.r
+        comparison = r.comparison()
+        if not comparison:
+            seen = self._versions_seen()
+            single = ", ".join(f"{COMPONENTS[c]} {items[0][0]}" for c, items in seen.items() if len(items) == 1)
+            return ("<p>No software version changed in the shown time"
+                    + (f" ({esc(single)})" if single else "") + ": there is nothing to compare.</p>")
+        parts = ["<p>Each software version change, oldest first: the speed figure of every workload under the old "
+                 "versions and under the new ones (the median of each series' runs between the neighbouring changes, "
+                 "then the geometric mean over the series measured on both sides: the same devices and shapes, so a "
+                 "host that did not upgrade does not blur it) and the change. Components that changed at the same "
+                 "moment are one change: nothing tells their effects apart. A plain grouping by one component's "
+                 "version would not do: it would blame, say, a torch version for a driver change made while it was in "
+                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%, or the workload's own "
+                 "in [regression.effects]) is coloured: red slower, green faster.</p>"]
+        groups = sorted({g for t in comparison for g in t["cells"]}, key=lambda g: r.group_labels[g])
+        traces = []
+        for n, t in enumerate(comparison):
+            x, y, text, colours, hover = [], [], [], [], []
+            for group in groups:
+                cell = t["cells"].get(group)
+                if cell is None or cell["ratio"] is None:
+                    continue
+                speed = 1.0 / cell["ratio"] if cell["figure"] == "seconds" else cell["ratio"]
+                cls = self.direction_class("flops", speed, group[0], effect_of=cell["figure"])
+                x.append(esc(r.group_labels[group]))
+                y.append(round((speed - 1.0) * 100.0, 2))
+                text.append(f"<b>{percent(speed)}</b>" if cls else percent(speed))
+                colours.append("#b42318" if cls == "worse" else "#1a7f37" if cls == "better" else "#59636e")
+                hover.append(esc(f"{fmt_pair(cell['figure'], cell['before'], cell['after'], group[1])}; "
+                                 f"{cell['series']} series, {cell['runs_before']:,} | {cell['runs_after']:,} runs"))
+            colour = TRANSITION_COLOURS[n % len(TRANSITION_COLOURS)]
+            traces.append({"type": "bar", "name": esc(f"{t['short']} ({utc(t['at'])[:10]})"), "x": x, "y": y,
+                           "text": text, "textposition": "outside", "cliponaxis": False,
+                           "textfont": {"color": colours, "size": 12}, "customdata": hover,
+                           "marker": {"color": colour, "line": {"color": "#333333", "width": 0.5}},
+                           "hovertemplate": "%{x}<br>" + esc(t["label"]) + "<br>speed %{text}<br>%{customdata}"
+                                            "<extra></extra>"})
+        values = [v for trace in traces for v in trace["y"]]
+        low, high = min(values + [0.0]), max(values + [0.0])
+        pad = max(1.0, (high - low) * 0.22)
+        layout = {"barmode": "group", "margin": {"l": 70, "r": 24, "t": 16, "b": 40},
+                  "yaxis": {"title": {"text": "speed change (%)"}, "ticksuffix": "%", "zeroline": True,
+                            "zerolinecolor": "#444444", "zerolinewidth": 1.2, "gridcolor": "#eceff2",
+                            "range": [low - pad, high + pad]},
+                  "xaxis": {"type": "category", "automargin": True},
+                  "legend": {"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0},
+                  "showlegend": True, "bargap": 0.3, "bargroupgap": 0.06}
+        parts.append(self.chart({"data": traces, "layout": layout}, height=330))
+        head = [("Workload", False)] + [(f"{t['short']}", True) for t in comparison]
+        rows = []
+        for group in groups:
+            cells = [self.td(r.group_labels[group], cls="group")]
+            for t in comparison:
+                cell = t["cells"].get(group)
+                if cell is None:
+                    cells.append(self.td("\u2014"))
+                    continue
+                cls = self.direction_class(cell["figure"], cell["ratio"], group[0])
+                cells.append(self.td(
+                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> {esc(figure_name(cell["figure"], group[1]))}'
+                    f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after'], group[1]))}"
+                    f"<br>{cell['series']} series, "
+                    f"{cell['runs_before']:,} | {cell['runs_after']:,} runs</small>", num=True, raw=True))
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        dates = "".join(f"<li>{esc(t['label'])}: first run under the new versions {esc(utc(t['at']))} UTC</li>"
+                        for t in comparison)
+        parts.append(self.table(head, rows, "versions"))
+        parts.append(f'<ul class="note">{dates}</ul>')
+        return "".join(parts)
+
+    def regressions_section(self, snapshot: list[Any], shifts: list[dict[str, Any]]) -> str:
+        r = self.r
+        rg = r.rg
+        parts = ["<h3>Verdicts now</h3>",
+                 "<p>The agent's live verdicts, computed as it restores them (each series' last runs): every watched "
+                 "figure in <span class=\"badge regression\">regression</span>, <span class=\"badge suspicious\">"
+                 "suspicious</span> or <span class=\"badge improvement\">improvement</span>. The change is the median "
+                 "of the last 3 runs over the baseline (the median of the current segment's accepted runs). See "
+                 "docs/REGRESSIONS.md.</p>"]
+        order = {rg.REGRESSION: 0, rg.SUSPICIOUS: 1, rg.IMPROVEMENT: 2}
+        items = [(sv.record, v) for sv in snapshot for v in sv.verdicts.values() if v.state in order]
+        items.sort(key=lambda x: (order[x[1].state], gpu_order(x[0].key().device), x[0].workload, x[0].precision,
+                                  x[0].shape, x[1].figure))
+        notes = any(v.reason for _, v in items)
+        head = ([("State", False), ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
+                 ("Now", True), ("Baseline", True), ("Runs in segment", True)] + ([("Note", False)] if notes else []))
+
+        def row(record: Any, v: Any) -> str:
+            cls = self.direction_class(v.figure, v.ratio, record.workload)
+            return ("<tr>" + self.td(self.badge(v.state), raw=True) + self.device_cell(record.key().device)
+                    + self.series_cell(record.key()) + self.td(figure_name(v.figure, record.precision))
+                    + self.td(percent(v.ratio), num=True, cls=cls)
+                    + self.td(fmt(v.figure, v.current, record.precision), num=True)
+                    + self.td(fmt(v.figure, v.baseline, record.precision), num=True)
+                    + self.td(str(v.runs), num=True) + (self.td(v.reason or "", cls="wrapok") if notes else "")
+                    + "</tr>")
+
+        suspicious = [x for x in items if x[1].state == rg.SUSPICIOUS]
+        if len(suspicious) > MAX_SUSPICIOUS_SHOWN:  # many: the firm verdicts first, these one click away
+            items = [x for x in items if x[1].state != rg.SUSPICIOUS]
+        if items:
+            parts.append(self.table(head, (row(*x) for x in items[:MAX_VERDICT_ROWS])))
+            if len(items) > MAX_VERDICT_ROWS:
+                parts.append(f'<p class="note">The first {MAX_VERDICT_ROWS} of {len(items):,} are listed.</p>')
+        elif not suspicious:
+            parts.append('<p><span class="badge ok">ok</span> No series is in regression, suspicious or improved '
+                         "now.</p>")
+        if len(suspicious) > MAX_SUSPICIOUS_SHOWN:
+            parts.append(f"<details><summary>{len(suspicious):,} suspicious verdicts (a few runs beyond the minimum "
+                         "effect, not yet a regression)</summary>"
+                         + self.table(head, (row(*x) for x in suspicious[:MAX_VERDICT_ROWS]))
+                         + (f'<p class="note">The first {MAX_VERDICT_ROWS} are listed.</p>'
+                            if len(suspicious) > MAX_VERDICT_ROWS else "") + "</details>")
+        # the latest version change of each series
+        changes = [(sv.record, c) for sv in snapshot for c in sv.changes.values()
+                   if c.state in (rg.REGRESSION, rg.IMPROVEMENT) and (c.at is None or c.at >= r.cutoff)
+                   and not (c.figure in RESTATING and r.has_rate(sv.record.key()))]
+        changes.sort(key=lambda x: (order.get(x[1].state, 3), -(x[1].at or 0), gpu_order(x[0].key().device)))
+        parts.append("<h3>Version changes that moved a figure</h3>")
+        parts.append("<p>The latest version change of each series (while among its last runs), judged on its own as "
+                     "the agent does: the first 10 runs after it against the last 10 before (Mann\u2013Whitney, "
+                     "p \u2264 0.01, and at least the minimum effect); figures that restate the speed are left "
+                     "out.</p>")
+        if changes:
+            crow = []
+            for record, c in changes:
+                old = {k: a for k, (a, _) in c.changes.items()}
+                new = {k: b for k, (_, b) in c.changes.items()}
+                crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
+                            + self.td(change_label(old, new), cls="wrapok") + self.device_cell(record.key().device)
+                            + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
+                            + self.td(percent(c.ratio), num=True, cls=self.direction_class(c.figure, c.ratio, record.workload))
+                            + self.td(p_value_text(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True) + "</tr>")
+            parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
+                                     ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
+                                     ("p", True), ("Runs", True)], crow))
+        else:
+            parts.append("<p>None: no recent version change moved a watched figure.</p>")
+        # change points over the whole history
+        parts.append("<h3>Change points in the history</h3>")
+        parts.append("<p>Every shift of the whole history found by the change-point analysis of "
+                     "<code>sixdim report regressions</code> (E-Divisive means, version changes as known break points, "
+                     "p \u2264 0.001 and at least the minimum effect), newest first, with the versions either side. "
+                     "For a series with a rate, time, fraction of peak, energy efficiency and p50 latency are left "
+                     "out: they restate its speed's or power's shift.</p>")
+        if shifts:
+            srows = []
+            for s in shifts[:MAX_CHANGE_POINTS]:
+                device = (s["hostname"], s["device_type"], s["gpu"], s["uuid"])
+                old, new = s["versions_before"], s["versions_after"]
+                label = change_label(old, new, most=2) if s["version_changed"] else "\u2014"
+                full = change_label(old, new) if s["version_changed"] else ""
+                srows.append("<tr>" + self.td(utc(s["at"])) + self.td(self.badge(s["state"]), raw=True)
+                             + self.td(percent(s["change_ratio"]), num=True,
+                                       cls="worse" if s["state"] == rg.REGRESSION else "better")
+                             + (self.device_cell(device) if device in r.colour else self.td(s["gpu"]))
+                             + self.series_cell(SeriesKey(s["hostname"], s["device_type"], s["gpu"], s["uuid"],
+                                                           s["workload"], s["precision"], s["shape"], s["mode"],
+                                                           s["pass"]))
+                             + self.td(figure_name(s["figure"], s["precision"]))
+                             + self.td(esc(fmt_pair(s["figure"], s["median_before"], s["median_after"], s["precision"]))
+                                       + f"<br><small>{s['runs_before']:,} | {s['runs_after']:,} runs, "
+                                         f"p {esc(p_value_text(s['p_value']))}</small>", num=True, raw=True)
+                             + self.td(label, cls="wrapok", title=full) + "</tr>")
+            if len(shifts) > MAX_CHANGE_POINTS:
+                parts.append(f'<p class="note">The newest {MAX_CHANGE_POINTS} of {len(shifts):,} are listed; '
+                             "<code>sixdim report regressions</code> lists them all.</p>")
+            parts.append(self.table([("When (UTC)", False), ("State", False), ("Change", True), ("Device", False),
+                                     ("Series", False), ("Figure", False), ("Median before \u2192 after", True),
+                                     ("Version change", False)], srows))
+        else:
+            parts.append("<p>None found.</p>")
+        return "".join(parts)

@@ -1,0 +1,469 @@
+"""Runs one workload on one device from start to finish, and records it.
+
+The steps: the device locks, the idle guard (GPU), the worker child process with
+telemetry sampled around it, a window summary per case, the environment, then the
+history and the board.  Every case ends in exactly one recorded :class:`RunRecord`,
+whatever failed.
+
+A host-wide workload (``scope == "host"``: all-reduce, card linearity) runs from the first
+GPU's job but uses every GPU of the host, so it is treated as running on all of them: it holds
+every GPU's lock, passes every GPU's guard (before it starts and between its cases), samples
+every GPU's telemetry (:class:`sixdim.run.hostprobe.MultiGpuProbe`), and its worker sees every GPU,
+ordered as NVML orders them (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that rank i is NVML's GPU i).
+A GPU in MIG mode is not benchmarked: its runs are ``skipped`` with
+:attr:`sixdim.run.devices.Device.mig_reason`.
+
+A missing reading is never 0: a figure the telemetry has no reading for (no sample in or around
+the window, a device without the reading, a worker that had ended) is absent, with the reason
+in ``details["telemetry"]``; a run that is not ``ok`` or ``incorrect`` has no figures at all
+(what its workload reported is kept in ``details["unreported_figures"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sixdim import __version__
+from sixdim.run import orphans
+from sixdim.run.devices import Device, DeviceLocks, host_gpus
+from sixdim.run.guard import Guard, RunWatch
+from sixdim.store.history import History
+from sixdim.run.hostprobe import MultiGpuProbe
+from sixdim.core.peaks import peak_ratio
+from sixdim.core.redact import redact_params, scrub, secret_values
+from sixdim.core.results import RunRecord
+from sixdim.run.instance import DeviceFileLocks
+from sixdim.run.runner import (RESULTS_FILE, STOPPING_REASON, CaseResult, WorkerOutcome, new_tag, read_results,
+                          run_worker)
+from sixdim.run.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
+from sixdim.collectors.host import RaplReader
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.workloads import registry
+from sixdim.workloads.spec import Case, WorkloadSpec
+
+log = logging.getLogger(__name__)
+
+CLOCK_FIGURES = ("sm_clock_hertz", "power_capped", "thermal_slowdown", "hardware_slowdown")
+"""Window figures exported as they are; the rest of the window summary stays in the details."""
+
+MIN_TELEMETRY_POWER_SECONDS = 1.0
+"""The shortest measured window whose energy-counter difference is reported as the run's power."""
+
+
+REPORTED_STATUSES = ("ok", "incorrect")
+"""Statuses whose figures are reported (a fast wrong answer is worth seeing); the others have none."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The telemetry read while one worker ran, and how many reads failed (each a missing sample)."""
+
+    samples: list[TelemetrySample]
+    failed_reads: int = 0
+    last_error: str = ""
+
+
+NOT_SAMPLED = Sampled([])
+
+
+def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], device_type: str) -> dict[str, str]:
+    """Add the daemon-side window figures to a worker's ``figures``; returns notes for the details.
+
+    The worker's own figures win: its power phase (>= 1 s of back-to-back work read from the
+    energy counter inside the worker) and its allocator memory.  The daemon's sampled window adds:
+
+    - power and energy, only where the worker had none, the window lasted at least
+      :data:`MIN_TELEMETRY_POWER_SECONDS` and an energy counter (not interpolated power
+      samples) bracketed it; otherwise a ``power_note`` says why there is none;
+    - memory: on a GPU NVML's device-wide peak as ``device_memory_bytes`` (it includes the CUDA
+      context and other processes, so it is never the workload's ``memory_bytes``); on a CPU the
+      worker's peak resident memory as ``memory_bytes`` where the worker gave none;
+    - the average SM clock and the clock-event groups.
+
+    A figure the window has no reading for is left out, never filled with 0; why it is missing
+    stays in the window summary's own notes (``memory_note``, ``clock_event_note``, ...).
+    """
+    notes: dict[str, str] = {}
+    if "power_watts" not in figures:
+        note = _power_note(telemetry)
+        if note is None:
+            figures["power_watts"] = telemetry["power_watts"]
+            figures["energy_joules"] = telemetry["energy_joules"]
+        else:
+            notes["power_note"] = note
+    if "memory_peak_bytes" in telemetry:
+        if device_type == "cuda":
+            figures["device_memory_bytes"] = telemetry["memory_peak_bytes"]
+        else:
+            figures.setdefault("memory_bytes", telemetry["memory_peak_bytes"])
+    for name in CLOCK_FIGURES:
+        if name in telemetry:
+            figures[name] = telemetry[name]
+    return notes
+
+
+def _power_note(telemetry: dict[str, Any]) -> str | None:
+    """Why the window's power is not reported as the run's; None where it is."""
+    if "window_seconds" not in telemetry:
+        return telemetry.get("window_note") or telemetry.get("error") or "no measured window"
+    seconds = telemetry["window_seconds"]
+    if telemetry.get("power_source") == "energy_counter":
+        if seconds < MIN_TELEMETRY_POWER_SECONDS:
+            return (f"measured window of {seconds:.3g} s is shorter than {MIN_TELEMETRY_POWER_SECONDS:g} s: "
+                    f"power not reported")
+        return None
+    counter = telemetry.get("energy_note", "no energy counter reading")
+    if telemetry.get("power_source") == "power_samples":
+        return f"{counter}: interpolated power samples are not reported"
+    return f"{counter}; {telemetry.get('power_note', 'no power reading')}"
+
+
+NO_WINDOW_NOTE = "the case marked no measured window, so no telemetry figure was taken from it"
+
+
+def window_telemetry(sampled: Sampled, window: tuple[float, float] | None) -> dict[str, Any]:
+    """The window summary kept in a record's details, with why it is empty where it is."""
+    if window is None:
+        telemetry: dict[str, Any] = {"window_note": NO_WINDOW_NOTE}
+    else:
+        try:
+            telemetry = summarize_window(sampled.samples, *window)
+        except ValueError as exc:
+            telemetry = {"error": str(exc)}
+    if sampled.failed_reads:
+        telemetry.update(failed_reads=sampled.failed_reads, read_error=sampled.last_error)
+    return telemetry
+
+
+def unreported_figures(status: str, figures: dict[str, float]) -> dict[str, Any]:
+    """Details that keep a failed, timed-out or skipped run's figures out of its figures.
+
+    Such a run measured nothing that stands for the workload (a crash mid-way, a run that did
+    not reach its target, a non-finite result), so it has no figures: a reader, the table or
+    a summary would otherwise take them for a result.  What the workload did report stays in
+    the details for diagnosis; the record's reason says why the run is not ``ok``."""
+    if status in REPORTED_STATUSES or not figures:
+        return {}
+    return {"unreported_figures": dict(figures),
+            "figures_note": f"not reported: the run is {status!r} (see its reason)"}
+
+
+@dataclass
+class GuardSettings:
+    enabled: bool = True
+    max_utilization: float = 0.05
+
+
+def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[WorkloadSpec, Case]]]:
+    """Consecutive cases whose workloads need the same kind of worker (GPU visibility, torch)."""
+    def needs(spec: WorkloadSpec) -> tuple:
+        return spec.scope, spec.uses_torch, spec.runs_in_ranks
+
+    groups: list[list[tuple[WorkloadSpec, Case]]] = []
+    for item in planned:
+        if groups and needs(groups[-1][0][0]) == needs(item[0]):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
+def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutcome,
+                     record: Callable[[tuple[WorkloadSpec, Case], CaseResult], RunRecord], ended_at: float
+                     ) -> tuple[list[RunRecord], list[tuple[WorkloadSpec, Case]]]:
+    """The records of one worker's cases, and the cases left for a fresh worker.
+
+    Cases the worker reported keep their own status; the case it ended inside takes the worker's
+    status and reason.  After a ``skipped`` end (a busy GPU, a shutdown) the rest are skipped
+    too; after a crash or a timeout they are left to run in a fresh worker."""
+    batch = [record(item, outcome.cases[i]) for i, item in enumerate(items) if i in outcome.cases]
+    done = len(batch)
+    if done >= len(items):
+        return batch, []
+    tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
+    # the case the worker ended in ran from the last result (or the worker's start: not from before the
+    # device locks and the guard, which a host-wide run may wait minutes for); none ran where no
+    # worker started, nor did the cases after it
+    since = max((c.wall[1] for c in outcome.cases.values() if c.wall),
+                default=outcome.started_at if outcome.started_at is not None else ended_at)
+    batch.append(record(items[done], CaseResult(outcome.status, outcome.reason, details=tail, wall=(since, ended_at))))
+    if outcome.status == "skipped":
+        batch += [record(item, CaseResult("skipped", outcome.reason, wall=(ended_at, ended_at)))
+                  for item in items[done + 1:]]
+        return batch, []
+    return batch, items[done + 1:]
+
+
+class Executor:
+    def __init__(self, *, hostname: str, history: History, nvml: NvmlCollector,
+                 rapl: RaplReader | None, sample_hz: float = 10.0, guard: GuardSettings | None = None,
+                 state_dir: str | None = None, command: str = "sixdim", wait_for_devices: bool = True,
+                 on_recorded: Callable[[History], None] | None = None):
+        """``on_recorded(history)`` is called after each batch of records is in the history (or queued
+        for it): the daemon's board catches up there, so a result is on ``/metrics`` at the next
+        refresh.  It is a callback, not the board itself, because running sits below exposing.
+        ``state_dir``: where the device lock files (shared with every sixdim process of the host)
+        and the running workers' records go (:mod:`sixdim.run.instance`, :mod:`sixdim.run.orphans`); without
+        one, devices are locked within this process only and no record is kept (tests).
+        ``command`` names this process in them; ``wait_for_devices`` False refuses a device another
+        process holds instead of waiting for it."""
+        self.hostname = hostname
+        self.history = history
+        self.on_recorded = on_recorded
+        self.nvml = nvml
+        self.rapl = rapl
+        self.sample_hz = sample_hz
+        self.guard = guard or GuardSettings()
+        self.idle_guard = Guard(nvml)
+        """Remembers when our own workers ended on each GPU (the settle rule); shared by all jobs."""
+        self.locks = DeviceLocks(DeviceFileLocks(state_dir, command) if state_dir else None, wait=wait_for_devices)
+        """The device locks, shared with the scheduler: a suite holds its device's, a host-wide run
+        every GPU's."""
+        self.stop = threading.Event()
+        self.records = orphans.WorkerRecords(state_dir, command, str(history.path)) if state_dir else None
+
+    def _recorded(self) -> None:
+        if self.on_recorded is not None:
+            self.on_recorded(self.history)
+
+    def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
+                timeout: float = 600.0, use_guard: bool = True,
+                on_progress: Callable[[str], None] | None = None) -> list[RunRecord]:
+        """Run every case of ``spec`` on ``device`` now; see :meth:`execute_many`."""
+        return self.execute_many([(spec, overrides)], device, suite=suite, timeout=timeout, use_guard=use_guard,
+                                 on_progress=on_progress)
+
+    def execute_many(self, items: list[tuple[WorkloadSpec, dict[str, Any]]], device: Device, *, suite: str = "",
+                     timeout: float = 600.0, use_guard: bool = True,
+                     on_progress: Callable[[str], None] | None = None) -> list[RunRecord]:
+        """Run the cases of several workloads (a suite) on ``device``, in as few workers as possible.
+
+        Consecutive workloads with the same needs share one worker, so torch is imported and
+        CUDA initialised once.  ``timeout`` is per case.  Cases the worker reported keep their own
+        status; the case a worker died or hung in takes that reason, and the cases after it run in
+        a fresh worker, so one crash costs one case.  A busy GPU or a shutdown skips the rest.
+        Every record is in the history (and on the board) as soon as its worker has ended.
+        """
+        device_type = "cuda" if device.type == "cuda" else "cpu"
+        planned: list[tuple[WorkloadSpec, Case]] = []
+        for spec, overrides in items:
+            if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
+                continue  # a host-wide workload runs once, from the first GPU's job
+            planned += [(spec, case) for case in spec.cases(overrides, device_type)]
+        records: list[RunRecord] = []
+        for group in _worker_groups(planned):
+            records += self._run_group(group, device, suite, timeout, use_guard, on_progress)
+        self._log(records, device)
+        return records
+
+    def _run_group(self, group: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
+                   use_guard: bool, on_progress: Callable[[str], None] | None) -> list[RunRecord]:
+        records: list[RunRecord] = []
+        remaining = group
+        while remaining:
+            started_at = time.time()
+            outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
+            ended_at = time.time()
+            environment = self._environment(device, outcome)
+
+            def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
+                return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
+                                    ended_at)
+
+            batch, remaining = _outcome_records(remaining, outcome, record, ended_at)
+            try:
+                for r in batch:
+                    self.history.add(r)
+            finally:
+                if journal is not None:  # recorded (or spooled): the run no longer needs its record
+                    journal.close()
+            self._recorded()
+            records += batch
+        return records
+
+    def recover_left_behind(self) -> list[RunRecord]:
+        """Stop and record the runs a dead sixdim left in the state directory (:mod:`sixdim.run.orphans`):
+        the cases its worker finished with their results, the rest ``skipped`` as interrupted.
+        Call it at start, before anything runs."""
+        if self.records is None:
+            return []
+        recovered: list[RunRecord] = []
+        for folder, fd in self.records.left_behind():
+            done = True
+            try:
+                record = orphans.read_record(folder)
+                if record is not None and record.history not in ("", self.records.history):
+                    killed = orphans.stop_left_behind(record)  # its processes go now; its results wait
+                    log.warning("a previous sixdim (PID %d) on another history (%s) died during a run: stopped %d "
+                                "process(es); an agent on that history will record it", record.agent_pid,
+                                record.history, len(killed))
+                    done = False
+                elif record is not None:
+                    recovered += self._recover(folder, record)
+            except Exception:  # one unreadable record must not keep the agent from starting
+                log.exception("could not recover the run recorded in %s; removing it", folder)
+            finally:
+                if done:
+                    shutil.rmtree(folder, ignore_errors=True)
+                os.close(fd)
+        return recovered
+
+    def _recover(self, folder: Path, record: orphans.WorkerRecord) -> list[RunRecord]:
+        killed = orphans.stop_left_behind(record)
+        device = Device(**record.device)
+        items = [(registry.get(case["workload"]), Case(case["params"], case["precision"], case["shape"], case["mode"],
+                                                       case["kernel_pass"])) for case in record.cases]
+        results = folder / RESULTS_FILE
+        outcome = read_results(str(results))
+        outcome.status, outcome.reason = "skipped", orphans.DIED_REASON.format(pid=record.agent_pid)
+        outcome.started_at = record.started_at
+        ended_at = results.stat().st_mtime if results.exists() else record.started_at
+        environment = dict(outcome.environment, sixdim=__version__, device_model=device.model_name)
+        batch, _ = _outcome_records(items, outcome, lambda item, result: self._record(
+            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at, ended_at),
+            ended_at)
+        for run in batch:
+            self.history.add(run)
+        self._recorded()
+        log.warning("a previous sixdim (PID %d, %s) died during %s on %s: stopped %d process(es) of its run, "
+                    "recorded %d finished case(s) and %d interrupted", record.agent_pid, record.command,
+                    ", ".join(dict.fromkeys(spec.name for spec, _ in items)), device.name, len(killed),
+                    len(outcome.cases), len(batch) - len(outcome.cases))
+        return batch
+
+    def _log(self, records: list[RunRecord], device: Device) -> None:
+        by_workload: dict[str, list[RunRecord]] = {}
+        for record in records:
+            by_workload.setdefault(record.workload, []).append(record)
+        for workload, group in by_workload.items():
+            counts: dict[str, int] = {}
+            for record in group:
+                counts[record.status] = counts.get(record.status, 0) + 1
+            level = logging.INFO if set(counts) <= {"ok", "unsupported"} else logging.WARNING
+            summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            problem = next((r for r in group if r.status not in ("ok", "unsupported")), None)
+            log.log(level, "%s on %s: %s%s", workload, device.name, summary,
+                    f" (first problem: {problem.shape} {problem.precision} {problem.status}: {problem.reason})"
+                    if problem else "")
+
+    def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
+                sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float) -> RunRecord:
+        telemetry = window_telemetry(sampled, result.window)
+        notes: dict[str, Any] = unreported_figures(result.status, result.figures)
+        figures = dict(result.figures) if result.status in REPORTED_STATUSES else {}
+        # Device memory bandwidth is the peak of a device-to-device copy only, not of PCIe transfers.
+        kind = None if spec.peak_kind == "bandwidth" and case.kernel_pass != "d2d" else spec.peak_kind
+        ratio = peak_ratio(device.model_name, kind, case.precision, figures) if device.type == "cuda" else None
+        if ratio is not None and result.status == "ok":
+            figures["peak_ratio"] = ratio
+        if result.status in REPORTED_STATUSES:
+            notes.update(telemetry_figures(figures, telemetry, device.type))
+        # The one place every record is made: the history, the board, /metrics and the log lines
+        # see the parameters redacted, and no secret value of them in any other text (agent/core/redact.py).
+        secrets = secret_values(case.params)
+        return RunRecord(
+            suite=suite, workload=spec.name, precision=case.precision, params=redact_params(case.params),
+            shape=scrub(case.shape, secrets), mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname,
+            device_type=device.type, device=device.name, gpu="" if device.index is None else str(device.index),
+            uuid=device.uuid, model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
+            reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
+            environment=scrub(environment, secrets),
+            details=scrub({**notes, **result.details, "telemetry": telemetry,
+                           **({"case_wall": list(result.wall)} if result.wall else {})}, secrets))
+
+    def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
+        """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)
+        for a host-wide workload on a GPU, the device itself for a per-device one, none on a CPU."""
+        if device.type != "cuda":
+            return []
+        return host_gpus(self.nvml) if spec.scope == "host" else [device]
+
+    def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
+             use_guard: bool, on_progress: Callable[[str], None] | None
+             ) -> tuple[WorkerOutcome, Sampled, orphans.RunJournal | None]:
+        """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
+        start), the telemetry sampled while it ran, and its record (to close once recorded)."""
+        if self.stop.is_set():
+            return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED, None
+        spec = items[0][0]  # a group's workloads share scope and torch use
+        gpus = self._gpus(spec, device)
+        for gpu in gpus:
+            if gpu.mig_reason is not None:
+                return WorkerOutcome(status="skipped", reason=gpu.mig_reason), NOT_SAMPLED, None
+
+        def waiting(busy: Device, who: str) -> None:
+            log.info("%s on %s waits for %s: %s is running on it", spec.name, device.name, busy.name, who)
+
+        what = f"{spec.name} on {device.name}" + (f" (suite {suite})" if suite else "")
+        with self.locks.hold(gpus or [device], self.stop, on_wait=waiting, what=what) as held:
+            if not held:
+                return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED, None
+            watch: RunWatch | None = None
+            if gpus and use_guard and self.guard.enabled:
+                indices = [g.index for g in gpus if g.index is not None]
+                reason = self.idle_guard.before_run(indices, self.guard.max_utilization)
+                if reason is not None:
+                    return WorkerOutcome(status="skipped", reason=reason), NOT_SAMPLED, None
+                watch = self.idle_guard.watch(indices)
+            tag = new_tag()
+            journal = self.records.begin(tag, device, suite, items) if self.records is not None else None
+            try:
+                outcome, sampled = self._start(items, device, gpus, timeout, watch, on_progress, tag, journal)
+            except BaseException:
+                if journal is not None:
+                    journal.close()
+                raise
+            return outcome, sampled, journal
+
+    def _start(self, items: list[tuple[WorkloadSpec, Case]], device: Device, gpus: list[Device], timeout: float,
+               watch: RunWatch | None, on_progress: Callable[[str], None] | None, tag: str,
+               journal: orphans.RunJournal | None) -> tuple[WorkerOutcome, Sampled]:
+        spec = items[0][0]
+        probe: Probe
+        attach: Callable[[int], None] | None
+        if len(gpus) > 1:
+            probe, attach = MultiGpuProbe(self.nvml, [g.index for g in gpus if g.index is not None]), None
+        else:
+            probe, attach = probe_for(device.type, self.nvml, device.index, self.rapl)
+        if spec.scope == "host" and gpus:  # every GPU, in NVML's order, and ranks in the same order
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        else:
+            env = device.worker_environment()
+
+        def started(pid: int) -> None:
+            if journal is not None:
+                journal.worker_started(pid)
+            if attach is not None:
+                attach(pid)
+            if watch is not None:
+                watch.attach(pid)
+
+        sampler = Sampler(probe, self.sample_hz).start()
+        try:
+            outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
+                                 device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
+                                 stop=self.stop, uses_torch=spec.uses_torch, worker_memory=not spec.runs_in_ranks,
+                                 gpu_uuids=[g.uuid for g in gpus],
+                                 between_cases=watch.check if watch is not None else None,
+                                 workdir=None if journal is None else str(journal.folder), tag=tag)
+        finally:
+            sampled = Sampled(sampler.stop(), sampler.failed_reads, sampler.last_error)
+            if watch is not None:
+                watch.ended()
+        return outcome, sampled
+
+    def _environment(self, device: Device, outcome: WorkerOutcome) -> dict[str, Any]:
+        """The worker's view (torch, CUDA runtime, cuDNN, NCCL, Python) plus the driver's and ours."""
+        environment = dict(outcome.environment)
+        environment.update(sixdim=__version__, device_model=device.model_name)
+        if device.type == "cuda":
+            environment.update(driver=self.nvml.driver_version, cuda_driver=self.nvml.cuda_driver_version,
+                               vbios=self.nvml.gpu(device.index).vbios_version)
+        return environment

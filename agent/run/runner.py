@@ -1,0 +1,332 @@
+"""Runs one workload in a child process, with a timeout, and classifies how it ended.
+
+The child is a fresh interpreter (``python -m sixdim.run.worker``) in its own session
+and process group, tagged (:data:`sixdim.run.proctree.TAG_VARIABLE`) and made a child subreaper, so
+that a timeout or shutdown stops it and everything it started, a ``setsid`` grandchild included
+(:func:`sixdim.run.proctree.stop_run`; SIGTERM to all of them first, SIGKILL after
+:data:`TERMINATE_GRACE_SECONDS`).  Whatever happens there (an exception, a signal, a hang, the OOM
+killer), the daemon gets a :class:`WorkerOutcome` and keeps serving.  Being in its own session,
+the worker gets no Ctrl-C from the terminal: whoever runs it stops it (``stop``), and however
+:func:`run_worker` ends, an exception in the caller included, every process of the run is killed
+and the temporary folder removed.  If the agent itself dies, the worker notices and does the same
+(:func:`sixdim.run.worker.watch_parent`).
+
+While the worker runs, an optional ``between_cases`` hook (the idle guard) is asked after
+each case and every :data:`BETWEEN_CASES_INTERVAL_SECONDS`; a reason from it stops the
+worker like a timeout, and the cases left are ``skipped`` with that reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sixdim.run import proctree
+from sixdim.core.results import INTERRUPTED
+from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX, WORKER_MODULE
+from sixdim.workloads.lines import bounded_lines, stream_chunks
+
+TERMINATE_GRACE_SECONDS = 3.0
+"""After SIGTERM, how long every process of the run (the worker and what it started) has before
+SIGKILL."""
+
+BETWEEN_CASES_INTERVAL_SECONDS = 2.0
+"""While a case runs, how often ``between_cases`` is asked too (besides after each case), so a long
+case does not keep the GPU from a job that started meanwhile."""
+
+STOPPING_REASON = f"{INTERRUPTED}: sixdim is shutting down (a signal to the daemon or to sixdim run)"
+"""The reason of the cases a stop request left unrun; the exporter counts none of them as runs."""
+
+RESULTS_FILE = "results.jsonl"
+"""The worker's streamed results, in its run folder (a worker record's folder keeps it for a successor)."""
+
+STDERR_TAIL_LINES = 8
+"""Lines of the worker's own output kept for a failure reason (those since the last finished case)."""
+MAX_LINE_BYTES = 4096
+"""A longer output line is cut here (with a note of how much was cut): a workload printing one
+huge line without a newline must not grow the daemon's memory or its history rows.  With the
+tail's line count this bounds what is kept per worker to 32 KiB."""
+
+
+@dataclass
+class CaseResult:
+    """What the worker reported for one case."""
+
+    status: str  # ok, failed, unsupported, incorrect
+    reason: str = ""
+    figures: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    window: tuple[float, float] | None = None
+    wall: tuple[float, float] | None = None
+    """The case's start and end in Unix time, as the worker saw them (None: it reported no result)."""
+
+
+@dataclass
+class WorkerOutcome:
+    """How a worker ended: the cases it reported, and why the rest (if any) have no result."""
+
+    cases: dict[int, CaseResult] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"  # for the first case without a result: failed, timeout or skipped
+    reason: str = ""
+    returncode: int | None = None
+    output_tail: list[str] = field(default_factory=list)
+    started_at: float | None = None
+    """Unix time the worker was started (None: it never was, the run ended before it)."""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _terminate(pid: int, tag: str) -> None:
+    """SIGTERM to every process of the run (its group, below the worker, tagged): a chance to end
+    cleanly, which the ones that left the group would not get from ``killpg`` alone."""
+    _kill_group(pid, signal.SIGTERM)
+    for process in proctree.run_processes(pid, tag):
+        proctree.send(process, signal.SIGTERM)
+
+
+def _kill_run(pid: int, tag: str) -> None:
+    """SIGKILL every process of the run, the worker's whole tree first (frozen, so none escapes
+    while it is killed), then what is left of its group."""
+    proctree.stop_run(pid, tag)
+    _kill_group(pid, signal.SIGKILL)
+
+
+class _OutputReader(threading.Thread):
+    """Reads the worker's merged stdout/stderr: relays progress, keeps the tail for failure reasons.
+
+    The tail holds the lines since the last finished case only, so a case's failure reason never
+    quotes what an earlier case printed."""
+
+    def __init__(self, stream: Any, on_progress: Callable[[str], None] | None):
+        super().__init__(daemon=True, name="worker-output")
+        self._stream = stream
+        self._on_progress = on_progress
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.last_case_done = time.monotonic()
+        self.cases_done = 0
+
+    def run(self) -> None:
+        for line in bounded_lines(stream_chunks(self._stream), MAX_LINE_BYTES):
+            if line.startswith(CASE_DONE_PREFIX):
+                self.last_case_done = time.monotonic()
+                self.cases_done += 1
+                self.tail.clear()
+            elif line.startswith(PROGRESS_PREFIX):
+                if self._on_progress is not None:
+                    self._on_progress(line[len(PROGRESS_PREFIX):])
+            elif line:
+                self.tail.append(line)
+
+
+def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float, *,
+               env: dict[str, str] | None = None,
+               on_start: Callable[[int], None] | None = None,
+               on_progress: Callable[[str], None] | None = None,
+               stop: threading.Event | None = None, uses_torch: bool = True, worker_memory: bool = True,
+               gpu_uuids: list[str] | None = None,
+               between_cases: Callable[[], str | None] | None = None,
+               between_cases_interval: float = BETWEEN_CASES_INTERVAL_SECONDS,
+               workdir: str | None = None, tag: str | None = None) -> WorkerOutcome:
+    """Run ``entry`` (``module:function``, or one per case) on each case's parameters on ``device``,
+    in one child process.
+
+    ``timeout`` applies per case: it restarts each time a case finishes, so a long
+    suite is not cut short while a hung case is still stopped.  ``env`` is added to
+    the child's environment (CUDA_VISIBLE_DEVICES, for one).  ``on_start`` gets the
+    child's PID (for telemetry).  Setting ``stop`` ends the child early; the cases
+    left are then ``skipped`` with reason "interrupted".
+
+    ``gpu_uuids`` (NVML UUIDs of the GPUs the worker runs on) goes into the request, where the
+    worker opens its energy counter by them; left out when None.  ``worker_memory`` False: the
+    cases run their work in rank processes of their own, so the worker measures no memory of its
+    own for them (:attr:`sixdim.workloads.spec.WorkloadSpec.runs_in_ranks`).
+
+    ``between_cases`` is asked each time a case finishes, and every ``between_cases_interval``
+    seconds while one runs; a non-None answer is a reason to stop (the idle guard: someone
+    else's job has started on the GPU).  The worker is then stopped as at a timeout, and the
+    running case and those after it are ``skipped`` with that reason.  If the hook itself raises,
+    that is taken as the reason (the guard fails closed).
+
+    ``workdir``: where the request and the streamed results go (the agent's worker record folder,
+    so that a successor finds them if the agent dies); by default a temporary folder, removed
+    after.  ``tag`` marks the run's processes (default: a fresh one).
+    """
+    tag = tag or new_tag()
+    if workdir is not None:
+        return _run_in(workdir, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
+    with tempfile.TemporaryDirectory(prefix="sixdim-run-") as temporary:
+        return _run_in(temporary, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
+
+
+def new_tag() -> str:
+    """A name for one run's processes, unique on the host."""
+    return f"{os.getpid()}-{time.time_ns()}-{os.urandom(4).hex()}"
+
+
+def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float,
+            env: dict[str, str] | None, on_start: Callable[[int], None] | None,
+            on_progress: Callable[[str], None] | None, stop: threading.Event | None, uses_torch: bool,
+            worker_memory: bool, gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
+            between_cases_interval: float) -> WorkerOutcome:
+    request_path = os.path.join(workdir, "request.json")
+    results_path = os.path.join(workdir, RESULTS_FILE)
+    with open(request_path, "w") as handle:
+        entries = entry if isinstance(entry, list) else [entry] * len(cases)
+        request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
+                                   "uses_torch": uses_torch, "worker_memory": worker_memory}
+        if gpu_uuids is not None:
+            request["gpu_uuids"] = list(gpu_uuids)
+        json.dump(request, handle)
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), proctree.TAG_VARIABLE: tag,
+                 AGENT_PID_VARIABLE: str(os.getpid())}
+    worker_started = time.time()
+    process = subprocess.Popen(
+        [sys.executable, "-m", WORKER_MODULE, request_path, results_path],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=child_env, start_new_session=True)
+    try:
+        reader = _OutputReader(process.stdout, on_progress)
+        reader.start()
+        if on_start is not None:
+            on_start(process.pid)
+        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag)
+    finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
+        if process.poll() is None:  # not reaped, so its PID is still its own: stop its whole tree
+            _kill_run(process.pid, tag)
+            process.wait()
+        else:  # reaped: its PID may be reused, but the group lives on while any member does
+            _kill_group(process.pid, signal.SIGKILL)
+        proctree.stop_run(None, tag)  # what the worker left behind, detached or not
+    reader.join(timeout=2.0)
+    outcome = read_results(results_path)
+    outcome.returncode = process.returncode
+    outcome.started_at = worker_started
+    outcome.output_tail = list(reader.tail)
+    if len(outcome.cases) < len(cases):
+        outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
+                                                        outcome.output_tail, busy)
+    return outcome
+
+
+def _ask(between_cases: Callable[[], str | None]) -> str | None:
+    try:
+        return between_cases()
+    except Exception as exc:  # a guard that cannot answer must not let the run go on
+        return f"the between-cases check failed: {type(exc).__name__}: {exc}"
+
+
+def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader,
+          between_cases: Callable[[], str | None] | None = None,
+          interval: float = BETWEEN_CASES_INTERVAL_SECONDS, tag: str = "") -> tuple[str, str]:
+    """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy') and the busy
+    reason (else ""), having stopped it if needed."""
+    checked_at, checked_cases = time.monotonic(), 0
+    busy = ""
+    while True:
+        try:
+            process.wait(timeout=0.1)
+            return "exit", ""
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now - reader.last_case_done >= timeout:
+            reason = "timeout"
+        elif stop is not None and stop.is_set():
+            reason = "stop"
+        elif between_cases is not None and (reader.cases_done != checked_cases or now - checked_at >= interval):
+            checked_at, checked_cases = now, reader.cases_done
+            answer = _ask(between_cases)
+            if answer is None:
+                continue
+            reason, busy = "busy", answer
+        else:
+            continue
+        _terminate(process.pid, tag)
+        deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
+        try:
+            process.wait(timeout=TERMINATE_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _kill_run(process.pid, tag)
+            process.wait()
+        else:
+            _grace_for_the_rest(tag, deadline)
+        return reason, busy
+
+
+def _grace_for_the_rest(tag: str, deadline: float) -> None:
+    """A worker that ends at once on SIGTERM must not cut its children's grace short: a training
+    command got the same SIGTERM and may be writing a checkpoint.  Wait, until the grace's end, for
+    the run's tagged processes to go; the caller kills whatever is left."""
+    while time.monotonic() < deadline and proctree.run_processes(None, tag):
+        time.sleep(0.05)
+
+
+def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[str],
+                    busy: str = "") -> tuple[str, str]:
+    if ended_by == "timeout":
+        return "timeout", f"did not finish within its timeout of {timeout:g} s; stopped"
+    if ended_by == "stop":
+        return "skipped", STOPPING_REASON
+    if ended_by == "busy":
+        return "skipped", busy
+    last = next((line for line in reversed(tail) if line.strip()), "")
+    if returncode < 0:
+        name = _signal_name(-returncode)
+        hint = " (the kernel's OOM killer sends SIGKILL: check dmesg)" if returncode == -signal.SIGKILL else ""
+        reason = f"worker killed by {name}{hint}"
+    elif returncode != 0:
+        reason = f"worker exited with code {returncode}"
+    else:
+        reason = "worker exited without writing a result"
+    if last:
+        reason += f"; last output: {last[-300:]}"
+    return "failed", reason
+
+
+def read_results(path: str) -> WorkerOutcome:
+    """Parse the streamed results; a torn last line (the worker died mid-write) is ignored."""
+    outcome = WorkerOutcome()
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return outcome
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("kind") == "environment":
+            outcome.environment = record["environment"]
+        elif record.get("kind") == "case":
+            window = record.get("window") or [None, None]
+            wall = record.get("wall") or [None, None]
+            outcome.cases[record["index"]] = CaseResult(
+                status=record["status"], reason=record.get("reason", ""), figures=record.get("figures", {}),
+                details=record.get("details", {}), window=None if None in window else (window[0], window[1]),
+                wall=None if None in wall else (wall[0], wall[1]))
+    return outcome

@@ -1,0 +1,170 @@
+"""The schedule: APScheduler 3 runs each suite on each of its devices.
+
+One job per (suite, device), with ``max_instances=1`` and ``coalesce`` so runs
+never pile up, and a misfire grace so a run late by a little still happens.
+A lock per device keeps suites that share a GPU from running on it together.  The locks are
+the executor's (:class:`sixdim.run.devices.DeviceLocks`), one object per device shared by every job:
+a job holds its device's lock for the whole suite, and a host-wide workload inside it also takes
+every other GPU's, in index order, so it waits for any suite running on another GPU and none can
+start there meanwhile.
+
+A suite runs at start only where its ``run_at_start`` says so (see :class:`sixdim.config.Suite`: by
+default an interval suite does, a cron suite waits for its time); the log says which at start,
+and logs a line when each suite run starts and ends, with its case counts and duration.
+Cron lines are read in UTC, the scheduler's time zone.
+
+:meth:`SuiteScheduler.replace` puts a reloaded configuration's plan in place (SIGHUP).  A suite
+running at that moment finishes as it was configured (the safe point: no case is cut short by a
+reload); its next run is the new configuration's.  A job whose schedule did not change keeps its
+next run time, so a reload never makes every suite run at once; a new suite with ``run_at_start``
+runs now, as it would have at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from sixdim.config import EMBEDDED_SOURCE, Suite
+from sixdim.run.devices import Device
+from sixdim.run.executor import Executor
+from sixdim.core.results import RunRecord
+from sixdim.workloads import registry
+
+log = logging.getLogger(__name__)
+
+
+class SuiteScheduler:
+    def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]], *, source: str = ""):
+        """``source`` is where the suites were configured (a file, or the embedded default), for the log."""
+        self._executor = executor
+        self._plan = plan
+        self._source = source
+        self._scheduler = BackgroundScheduler(timezone=timezone.utc)
+        self._generation = 0
+        self._pools: list[ThreadPoolExecutor] = []
+        self._first_run: dict[str, str] = {}
+        """Job id -> why its first (next) run is when it is: ``now``, ``kept`` or ``changed`` (by a
+        reload), or ``schedule``: for the log line that says when each suite runs."""
+        self._add_jobs(plan, {})
+
+    def _add_jobs(self, plan: list[tuple[Suite, list[Device]]], kept: dict[str, tuple[str, datetime | None]]) -> None:
+        """Schedule ``plan`` on a thread pool of its own, sized for its jobs (a reload may add some).
+        ``kept``: job id -> (schedule, next run time) of the jobs scheduled before."""
+        jobs = sum(len(devices) for _, devices in plan)
+        self._first_run = {}  # the jobs of this plan only
+        self._generation += 1
+        alias = f"plan{self._generation}"
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        self._pools.append(pool)
+        self._scheduler.add_executor(pool, alias)
+        for suite, devices in plan:
+            for device in devices:
+                job_id = f"{suite.name}@{device.name}"
+                extra: dict = {}
+                if job_id in kept and kept[job_id][0] == _schedule(suite):
+                    extra["next_run_time"] = kept[job_id][1]
+                    self._first_run[job_id] = "kept"
+                elif suite.run_at_start and job_id not in kept:
+                    extra["next_run_time"] = datetime.now(timezone.utc)
+                    self._first_run[job_id] = "now"
+                else:
+                    self._first_run[job_id] = "changed" if job_id in kept else "schedule"
+                self._scheduler.add_job(
+                    self.run_suite, suite_trigger(suite), args=(suite, device), id=job_id, executor=alias,
+                    name=f"suite {suite.name} on {device.name}", max_instances=1, coalesce=True,
+                    misfire_grace_time=int(suite.misfire_grace_seconds), **extra)
+
+    def replace(self, plan: list[tuple[Suite, list[Device]]], *, source: str = "") -> None:
+        """Schedule a reloaded configuration's ``plan`` instead of the current one (see the module)."""
+        kept = {job.id: (_schedule(job.args[0]), job.next_run_time) for job in self._scheduler.get_jobs()}
+        self._scheduler.remove_all_jobs()
+        self._plan, self._source = plan, source or self._source
+        self._add_jobs(plan, kept)
+        if self._scheduler.running:
+            self._log_jobs()
+
+    def start(self) -> None:
+        self._scheduler.start()
+        self._log_jobs()
+
+    def _log_jobs(self) -> None:
+        suites = {f"{suite.name}@{device.name}": suite for suite, devices in self._plan for device in devices}
+        for job in self._scheduler.get_jobs():
+            log.info("scheduled %s: %s", job.name,
+                     self._describe(suites[job.id], job.next_run_time, self._first_run.get(job.id, "schedule")))
+
+    def _describe(self, suite: Suite, next_run: datetime | None, why: str) -> str:
+        """When a suite runs: its schedule, its first run, and why it does or does not run now."""
+        schedule = (f"every {suite.interval_seconds:g} s" if suite.interval_seconds
+                    else f"cron '{suite.cron}' (UTC)")
+        when = next_run.strftime("%Y-%m-%d %H:%M:%S %Z") if next_run is not None else "never"
+        if why == "now":
+            where = " in the embedded default configuration" if self._source == EMBEDDED_SOURCE else ""
+            return f"{schedule}; first run now (run_at_start = true{where})"
+        if why == "kept":
+            return f"{schedule}; next run {when} (unchanged by the reload: it keeps its time)"
+        if why == "changed":
+            return f"{schedule}; next run {when} (its schedule changed in the reload)"
+        return f"{schedule}; first run {when} (run_at_start = false: waits for its time)"
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler.running
+
+    def shutdown(self) -> None:
+        """Stop scheduling, stop the running worker (via the executor's stop event), wait for jobs."""
+        self._executor.stop.set()
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)  # waits for the current plan's pool
+        for pool in self._pools:  # and for earlier plans' runs, which a reload let finish
+            pool.shutdown(wait=True)
+
+    def run_suite(self, suite: Suite, device: Device) -> None:
+        """One scheduled run: wait for the device (another suite may have it), unless stopping."""
+        stop = self._executor.stop
+        with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
+            if not held or stop.is_set():
+                return
+            log.info("suite %s on %s: started (%s, timeout %g s per case)", suite.name, device.name,
+                     _plural(len(suite.workloads), "workload"), suite.timeout_seconds)
+            started = time.monotonic()
+            records: list[RunRecord] = []
+            try:
+                items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
+                records = self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
+            except Exception:  # a bug in one run must not end the schedule
+                log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
+            log.info("suite %s on %s: ended in %.1f s: %s", suite.name, device.name, time.monotonic() - started,
+                     count_statuses(records))
+
+
+def _schedule(suite: Suite) -> str:
+    """A suite's schedule as text, to tell whether a reload changed it."""
+    return f"every {suite.interval_seconds:g} s" if suite.interval_seconds else f"cron {suite.cron}"
+
+
+def suite_trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
+    """A cron line is read in UTC, whatever the host's zone: the scheduler's own ``timezone`` applies
+    only to triggers it builds from a name, and a ``CronTrigger`` built here would take the host's."""
+    return (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
+            else CronTrigger.from_crontab(suite.cron, timezone=timezone.utc))
+
+
+def count_statuses(records: list[RunRecord]) -> str:
+    """Case counts by status, e.g. ``12 cases: 10 ok, 2 unsupported``."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return _plural(len(records), "case") + (f": {parts}" if parts else "")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -1,0 +1,312 @@
+"""Telemetry over a run's measured window: power, energy, memory, clocks, throttling.
+
+While a worker runs, a :class:`Sampler` thread in the daemon reads the device
+at ``sample_hz`` (10 Hz by default).  When the worker reports the start and end
+of its measured window (``time.monotonic`` marks), :func:`summarize_window`
+computes over exactly that window:
+
+- energy and average power from the device's energy counter (NVML's total
+  energy, or RAPL on a CPU) interpolated at the window's edges: the exact
+  average, as NVML's own docs recommend over averaging power readings;
+  without a counter, the trapezoid integral of the power samples;
+- time-weighted average and peak memory (``memory_average_bytes``, ``memory_peak_bytes``): the
+  device-wide memory in use on a GPU (CUDA context and other processes included), the worker's
+  resident memory on a CPU;
+- time-weighted average SM and memory clocks, and every clock event seen, grouped into
+  ``power_capped``, ``thermal_slowdown`` and ``hardware_slowdown`` (0 or 1 each).
+
+A missing reading is never 0.  A figure needs a reading of its kind inside the window, or one on
+each side of it to interpolate between (a window shorter than the sample period); readings on one
+side only are not stretched over the window.  Otherwise the figure is absent and a note
+(``power_note``, ``energy_note``, ``memory_note``, ``sm_clock_note``, ``memory_clock_note``,
+``clock_event_note``) says why: no sample was taken, the device gives no such reading, or the
+process had ended before the window could be read.  An energy counter that did not advance is
+not 0 W, and a process that has exited is not a process with 0 bytes resident.
+
+Which of these become a result's figures is the executor's choice (:mod:`sixdim.run.executor`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import psutil
+
+from sixdim.collectors.host import RaplReader
+from sixdim.collectors.nvml import CLOCK_EVENT_GROUPS, NvmlCollector, reason_names
+
+
+@dataclass(frozen=True)
+class TelemetrySample:
+    time: float
+    energy_joules: float | None = None
+    power_watts: float | None = None
+    memory_bytes: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    clock_event_mask: int | None = None
+
+
+class Probe(Protocol):
+    def read(self) -> TelemetrySample: ...
+
+
+class GpuProbe:
+    """One GPU through NVML: energy counter, power, device memory used, clocks, clock events."""
+
+    def __init__(self, nvml: NvmlCollector, index: int):
+        self._nvml, self._index = nvml, index
+
+    def read(self) -> TelemetrySample:
+        s = self._nvml.sample(self._index)
+        return TelemetrySample(s.time, s.energy_joules, s.power_watts, s.memory_used_bytes,
+                               s.sm_clock_hertz, s.memory_clock_hertz, s.clock_event_mask)
+
+
+class CpuProbe:
+    """A CPU run: RAPL package energy where readable, the worker's resident memory, the core clock."""
+
+    def __init__(self, rapl: RaplReader | None):
+        self._rapl = rapl if rapl is not None and rapl.available else None
+        self._process: psutil.Process | None = None
+
+    def attach(self, pid: int) -> None:
+        try:
+            self._process = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._process = None
+
+    def _resident_bytes(self) -> float | None:
+        """The worker's resident memory with its live children's, or None once it has ended.
+
+        An exited process that is not reaped yet (a zombie) still answers ``memory_info``, with
+        an RSS of 0 (Linux's ``statm`` of a zombie is all zeros): that 0 is no reading, so an
+        ended worker gives None and an ended child adds nothing.  Each RSS is read before the
+        process is checked: one found alive after its read was alive during it."""
+        if self._process is None:
+            return None
+        try:
+            total = self._process.memory_info().rss
+            if not _alive(self._process):
+                return None
+            for child in self._process.children(recursive=True):
+                try:
+                    rss = child.memory_info().rss
+                    if _alive(child):
+                        total += rss
+                except psutil.Error:
+                    pass
+            return float(total)
+        except psutil.Error:
+            return None
+
+    def read(self) -> TelemetrySample:
+        frequency = psutil.cpu_freq()
+        return TelemetrySample(
+            time=time.monotonic(),
+            energy_joules=self._rapl.total_joules() if self._rapl else None,
+            memory_bytes=self._resident_bytes(),
+            sm_clock_hertz=frequency.current * 1e6 if frequency and frequency.current else None,
+        )
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (``is_running`` also rules out a reused PID)."""
+    return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+
+
+class Sampler:
+    """Reads a probe at a fixed rate in a background thread, from start() to stop()."""
+
+    def __init__(self, probe: Probe, hz: float):
+        self._probe = probe
+        self._period = 1.0 / hz
+        self._samples: list[TelemetrySample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="telemetry-sampler")
+        self.failed_reads = 0
+        """Reads that raised: each is a missing sample, counted so a record can say why it has none."""
+        self.last_error = ""
+
+    def _take(self) -> None:
+        try:
+            self._samples.append(self._probe.read())
+        except Exception as exc:  # a failed read is a missing sample, never a dead agent
+            self.failed_reads += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _loop(self) -> None:
+        next_time = time.monotonic()
+        while not self._stop.is_set():
+            self._take()
+            next_time += self._period
+            self._stop.wait(max(0.0, next_time - time.monotonic()))
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[TelemetrySample]:
+        self._stop.set()
+        self._thread.join()
+        self._take()  # a last sample after the worker ended brackets its window
+        return list(self._samples)
+
+
+# ---------------------------------------------------------------------------- window maths
+
+Points = list[tuple[float, float]]
+
+
+def _series(samples: list[TelemetrySample], attribute: str) -> Points:
+    return [(s.time, float(getattr(s, attribute))) for s in samples if getattr(s, attribute) is not None]
+
+
+def value_at(points: Points, t: float) -> float:
+    """Linear interpolation of a time series at t (clamped to its ends)."""
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def _clip(points: Points, start: float, end: float) -> Points:
+    """The series on [start, end], with interpolated values at both edges."""
+    inside = [(t, v) for t, v in points if start < t < end]
+    return [(start, value_at(points, start))] + inside + [(end, value_at(points, end))]
+
+
+def integral(points: Points, start: float, end: float) -> float:
+    """Trapezoid integral of the series over [start, end]."""
+    clipped = _clip(points, start, end)
+    return sum((t1 - t0) * (v0 + v1) / 2 for (t0, v0), (t1, v1) in zip(clipped, clipped[1:]))
+
+
+def time_average(points: Points, start: float, end: float) -> float:
+    return integral(points, start, end) / (end - start)
+
+
+def _missing_reason(points: Points, taken: int, start: float, end: float, what: str) -> str | None:
+    """Why ``points`` cannot give the window [start, end] its ``what`` figure; None where they can.
+
+    They can with a reading inside the window, or one on each side of it (a window between two
+    samples).  Readings on one side only would be held across the window: a value nobody read
+    there, and a zero where the held value is one."""
+    duration = end - start
+    if not points:
+        if not taken:
+            return f"no telemetry sample was taken around the {duration:.3g} s measured window"
+        return f"none of the {taken} telemetry samples had a {what} reading"
+    if any(start <= t <= end for t, _ in points) or (points[0][0] <= start and points[-1][0] >= end):
+        return None
+    if points[-1][0] < start:
+        return (f"no {what} reading during or after the {duration:.3g} s measured window: the last was taken "
+                f"{start - points[-1][0]:.3g} s before it began (the process had ended, or the device "
+                f"stopped answering)")
+    return (f"no {what} reading before the {duration:.3g} s measured window ended: the first was taken "
+            f"{points[0][0] - end:.3g} s after it (the process had not started yet, or the window ended "
+            f"before the first sample)")
+
+
+def _power(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Energy and power from the counter, else from power samples; notes where either is missing.
+
+    A counter that did not advance (or went backwards: a driver reload) is no reading of 0 J."""
+    duration = end - start
+    energy = _series(samples, "energy_joules")
+    energy_note = _missing_reason(energy, len(samples), start, end, "energy counter")
+    if energy_note is None and not (energy[0][0] <= start and energy[-1][0] >= end):
+        energy_note = "the energy counter was not read both before and after the measured window"
+    if energy_note is None:
+        joules = value_at(energy, end) - value_at(energy, start)
+        if joules > 0:
+            return {"energy_joules": joules, "power_watts": joules / duration, "power_source": "energy_counter"}
+        energy_note = (f"the energy counter did not advance over the {duration:.3g} s measured window" if joules == 0
+                       else f"the energy counter went back by {-joules:.3g} J over the measured window (reset?)")
+    power = _series(samples, "power_watts")
+    power_note = _missing_reason(power, len(samples), start, end, "power")
+    if power_note is None:
+        watts = time_average(power, start, end)
+        if watts > 0:
+            return {"energy_joules": watts * duration, "power_watts": watts, "power_source": "power_samples",
+                    "energy_note": energy_note}
+        power_note = "every power reading around the measured window was 0 W"
+    return {"energy_note": energy_note, "power_note": power_note}
+
+
+def _memory(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Time-weighted average and peak memory, or a note saying why there are none."""
+    memory = _series(samples, "memory_bytes")
+    note = _missing_reason(memory, len(samples), start, end, "memory")
+    if note is not None:
+        return {"memory_note": note}
+    # whole bytes: the window's edges are interpolated between two readings, a peak is a count of bytes
+    return {"memory_average_bytes": time_average(memory, start, end),
+            "memory_peak_bytes": float(round(max(v for _, v in _clip(memory, start, end))))}
+
+
+def _clocks(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Average and lowest SM and memory clocks, each with a note where it is missing."""
+    figures: dict[str, Any] = {}
+    for attribute, what in (("sm_clock_hertz", "SM clock"), ("memory_clock_hertz", "memory clock")):
+        series = _series(samples, attribute)
+        note = _missing_reason(series, len(samples), start, end, what)
+        if note is not None:
+            figures[attribute.replace("_hertz", "_note")] = note
+            continue
+        figures[attribute] = time_average(series, start, end)
+        figures[attribute.replace("_hertz", "_min_hertz")] = min(v for _, v in _clip(series, start, end))
+    return figures
+
+
+def _clock_events(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Every clock event seen in the window, and its 0/1 groups; a note where there was no reading.
+
+    A window between two samples takes the events of the sample just before it (what the device
+    was doing as the window began)."""
+    masks = [(s.time, s.clock_event_mask) for s in samples if s.clock_event_mask is not None]
+    note = _missing_reason([(t, float(m)) for t, m in masks], len(samples), start, end, "clock-event")
+    if note is not None:
+        return {"clock_event_note": note}
+    in_window = [m for t, m in masks if start <= t <= end]
+    if not in_window:  # a window shorter than the sample period, between two samples
+        in_window = [[m for t, m in masks if t <= start][-1]]
+    combined = 0
+    for mask in in_window:
+        combined |= mask
+    reasons = reason_names(combined)
+    figures: dict[str, Any] = {"clock_event_reasons": reasons}
+    for group, members in CLOCK_EVENT_GROUPS.items():
+        figures[group] = 1.0 if members.intersection(reasons) else 0.0
+    return figures
+
+
+def summarize_window(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """Figures (base units) for the measured window [start, end]; absent, with a note, where
+    nothing was measured (see the module's docstring)."""
+    if end <= start:
+        raise ValueError(f"empty measured window: start {start} >= end {end}")
+    duration = end - start
+    inside = sum(1 for s in samples if start <= s.time <= end)
+    figures: dict[str, Any] = {"window_seconds": duration, "telemetry_samples": inside}
+    if not inside:
+        figures["window_note"] = (f"no telemetry sample was taken during the {duration:.3g} s measured window: "
+                                  f"figures read just before and just after it are interpolated, the others "
+                                  f"are absent")
+    for part in (_power, _memory, _clocks, _clock_events):
+        figures.update(part(samples, start, end))
+    return figures
+
+
+def probe_for(device_type: str, nvml: NvmlCollector, gpu_index: int | None,
+              rapl: RaplReader | None) -> tuple[Probe, Callable[[int], None]]:
+    """The probe for a device, and the hook that tells it the worker's PID."""
+    if device_type == "cuda" and gpu_index is not None:
+        return GpuProbe(nvml, gpu_index), lambda pid: None
+    probe = CpuProbe(rapl)
+    return probe, probe.attach

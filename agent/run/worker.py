@@ -1,0 +1,219 @@
+"""The worker: the child process that runs the cases of one or more workload runs.
+
+Run as ``python -m sixdim.run.worker REQUEST.json RESULTS.jsonl``.  This is where torch is
+imported, inside the functions that run cases, never at module level: the daemon imports this
+module only for its protocol constants (:mod:`sixdim.run.runner`) and starts it as a child.  One worker
+can run the cases of several workloads (each case names its ``module:function``), so a
+suite pays for importing torch and initialising CUDA once.
+
+Results are streamed: the software environment first, then one JSON line per
+case as soon as it finishes (flushed and fsynced), so that a crash or a timeout
+in case 7 loses nothing of cases 1 to 6.  An exception in a case becomes that
+case's ``failed`` result (``unsupported`` for :class:`sixdim.workloads.context.Unsupported`)
+and the worker goes on with the next case.  Progress goes to stderr as lines
+starting with :data:`PROGRESS_PREFIX`; each finished case also prints
+:data:`CASE_DONE_PREFIX`, which restarts the daemon's per-case timeout.
+
+Cases of one worker must not see each other: before each torch case the device's memory
+cache is emptied and its peak statistics reset (so a case's memory is its own), and after
+it torch's global numeric flags are recorded in the result (``torch_flags``) and restored
+(:mod:`sixdim.workloads.flags`), and whatever the timing harness held is freed.  The energy meter
+for the power phase is opened once per worker, on the GPUs the daemon names (``gpu_uuids``).
+
+A worker never outlives its agent (:func:`watch_parent`): it is a child subreaper, so whatever it
+starts stays below it even after a ``setsid``, and a thread notices within
+:data:`PARENT_POLL_SECONDS` when its parent (the agent, named in ``SIXDIM_AGENT_PID``) is gone,
+kills everything below the worker and exits.  A thread, not ``PR_SET_PDEATHSIG``: that signal
+would kill the worker before it could stop its children (or be ignored by a workload that ignores
+SIGTERM), and it fires when the *thread* that started the worker exits, not the agent.  When the
+worker ends normally it stops what its cases left running too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+from typing import IO, Any
+
+from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
+
+
+PARENT_POLL_SECONDS = 0.1
+"""How often the worker checks that its agent is still alive."""
+
+ORPHANED_EXIT_CODE = 125
+"""The worker's exit status when it stopped itself because its agent was gone."""
+
+
+def _stop_below_me() -> list[int]:
+    from sixdim.run import proctree
+
+    return proctree.stop_run(os.getpid(), os.environ.get(proctree.TAG_VARIABLE), keep_root=True)
+
+
+def watch_parent() -> None:
+    """Become a subreaper and start the thread that ends this worker, and everything below it,
+    when the agent is gone (see the module's docstring)."""
+    from sixdim.run import proctree
+
+    proctree.prctl(proctree.PR_SET_CHILD_SUBREAPER, 1)
+    parent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        _stop_below_me()
+        os._exit(ORPHANED_EXIT_CODE)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]:
+    """The versions a result was measured under, as seen from inside the worker."""
+    if not uses_torch:  # a user's command, in whatever framework: do not load torch beside it
+        return {"python": platform.python_version()}
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda or "",
+        "cudnn": "",
+        "nccl": "",
+        "torch_threads": torch.get_num_threads(),
+    }
+    if device.startswith("cuda"):
+        env["cudnn"] = str(torch.backends.cudnn.version() or "")
+        try:
+            env["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
+        except Exception:  # NCCL absent from this build
+            env["nccl"] = ""
+        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        env["compute_capability"] = f"{major}.{minor}"
+    from sixdim.workloads.onnx_session import runtime_environment
+
+    env.update(runtime_environment())  # ONNX Runtime's version and providers, where the onnx extra is installed
+    return env
+
+
+def _emit(stream: IO[str], record: dict[str, Any]) -> None:
+    stream.write(json.dumps(record) + "\n")
+    stream.flush()
+    os.fsync(stream.fileno())
+
+
+def run_case(workload: Any, params: dict[str, Any], ctx: Any, uses_torch: bool = False,
+             worker_memory: bool = True) -> dict[str, Any]:
+    """One case: its result line, whatever happened inside.
+
+    With ``uses_torch``, the case is isolated from the ones before and after it (memory
+    statistics, global flags, harness buffers) and, with ``worker_memory``, its own device memory
+    is reported (not where its work runs in rank processes of its own: the worker's would be 0)."""
+    from sixdim.workloads.context import Unsupported
+
+    if uses_torch and worker_memory:
+        _begin_torch_case(ctx)
+    try:
+        output = workload(params, ctx)
+        result = {"status": output.status, "reason": output.reason, "figures": dict(output.figures),
+                  "details": dict(output.details)}
+    except Unsupported as exc:
+        result = {"status": "unsupported", "reason": str(exc)}
+    except Exception as exc:  # the case's failure is its result; the next case still runs
+        result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+                  "details": {"traceback": traceback.format_exc(limit=8)}}
+    if uses_torch:
+        _end_torch_case(ctx, result, worker_memory)
+    result["window"] = [ctx.window_start, ctx.window_end]
+    return result
+
+
+def _begin_torch_case(ctx: Any) -> None:
+    import gc
+
+    import torch
+
+    from sixdim.workloads import timing
+
+    gc.collect()
+    timing.begin_case_memory(ctx, torch.device(ctx.device))
+
+
+def _end_torch_case(ctx: Any, result: dict[str, Any], worker_memory: bool = True) -> None:
+    """Record the case's flags and memory, then put the worker back as it was before the case."""
+    import gc
+
+    from sixdim.workloads import flags
+
+    from sixdim.workloads import timing
+
+    if result["status"] in ("ok", "incorrect"):
+        result["details"]["torch_flags"] = flags.current()
+        if ctx.memory is None and worker_memory:
+            timing.note_memory(ctx)
+        if ctx.memory:
+            for name, value in ctx.memory.items():
+                result["figures"].setdefault(name, value)
+    flags.restore()
+    timing.release()
+    gc.collect()
+
+
+def main(argv: list[str]) -> int:
+    watch_parent()
+    try:
+        return _run_request(argv[1], argv[2])
+    finally:
+        _stop_below_me()  # what a case left running in the background does not outlive the worker
+
+
+def _run_request(request_path: str, results_path: str) -> int:
+    with open(request_path) as handle:
+        request = json.load(handle)
+    from sixdim.workloads.context import RunContext
+
+    cases = request["cases"]
+    uses_torch = request.get("uses_torch", True)
+    meter = None
+    with open(results_path, "a") as results:
+        try:
+            if uses_torch:
+                from sixdim.workloads import energy
+                from sixdim.workloads import flags
+
+                flags.remember_defaults()  # also sets CUBLAS_WORKSPACE_CONFIG before cuBLAS starts
+                meter = energy.meter_for(request["device"], request.get("gpu_uuids"))
+            environment = software_environment(request["device"], uses_torch)
+        except Exception as exc:
+            environment = {"error": f"{type(exc).__name__}: {exc}"}
+        _emit(results, {"kind": "environment", "environment": environment})
+        entries = request.get("entries") or [request["entry"]] * len(cases)
+        for index, (entry, params) in enumerate(zip(entries, cases)):
+            module_name, _, function_name = entry.partition(":")
+            workload = getattr(importlib.import_module(module_name), function_name)
+            prefix = f"case {index + 1}/{len(cases)}: " if len(cases) > 1 else ""
+
+            def progress(message: str, prefix: str = prefix) -> None:
+                print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
+
+            ctx = RunContext(device=request["device"], progress=progress, energy=meter)
+            case_started = time.time()
+            result = run_case(workload, params, ctx, uses_torch, request.get("worker_memory", True))
+            # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
+            # by every case the worker ran.
+            result["wall"] = [case_started, time.time()]
+            _emit(results, {"kind": "case", "index": index, **result})
+            sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
+            print(f"\n{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,642 @@
+"""The run history: an embedded SQLite database in WAL mode, written so that no result is lost.
+
+Every run is kept, whatever its outcome.  The exporter reloads the latest good result of each
+series and the run counts from here at start, so a restart never blanks the dashboards.  WAL lets
+``sixdim run`` record while ``sixdim serve`` reads the same file.
+
+**Durable writes.**  A finished result must survive a database that is locked by another process,
+on a full disk, read-only or broken.  So :meth:`History.add` never raises: a write waits at most
+:data:`BUSY_TIMEOUT_SECONDS` for a lock, and a result that cannot be written goes to a bounded
+in-memory queue (:data:`MAX_PENDING`), and to a spool file beside the database (JSON lines) when
+that can be written, so that even a daemon that is then killed loses nothing: the next ``History``
+on the same file reads the spool back.  Queued results are retried, oldest first, at every
+:meth:`History.add` and :meth:`History.retry_pending` (the board calls it in the background), and
+are shown by the board meanwhile.  Each run has a ``uid``, unique in the table, so a result written
+twice (a spool read back after its rows were committed) is stored once.  What happened is counted
+(:meth:`History.health`): write errors by reason, results pending, whether the last write worked.
+
+**A broken file at start** (not a database, or failing ``PRAGMA quick_check``) is renamed aside
+with a timestamp and a new history started, so the agent keeps serving and benchmarking.  A file
+that is there and readable in a folder that cannot be written (a read-only mount) does not stop the
+agent either: results queue as for a locked file, and the database is opened at the first write
+that works.  Any other file that cannot be opened (permissions, a missing mount) is a
+:class:`HistoryError`, which the CLI turns into a clear message and exit code 2.
+
+**Retention** (:meth:`History.prune`): raw runs older than a configurable age, or beyond a maximum
+count, are thinned.  Before they are deleted, each series keeps one row per day and software
+environment with the median of every figure (table ``daily``, kept forever, so long-term trends and
+version comparisons survive), and their run counts move to ``pruned_counts``, so the exported run
+counters never go down.
+
+**Private files.**  The history holds every result with its host's details (driver, devices, the
+commands of ``command`` workloads and their output), so it is its owner's alone: the database is
+created mode 0600 (created empty before SQLite opens it, as SQLite would make it 0644 under the
+usual umask; SQLite then gives its -wal and -shm files the database's mode), the spool file too, and
+a folder the agent creates for it 0700.  A database, -wal, -shm or spool file found with group or
+other permission bits loses them (0644 becomes 0600) when the agent's user owns it, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+import statistics
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from sixdim.core.files import make_folders
+from sixdim.core.results import INTERRUPTED, RunRecord, SERIES_FIELDS, counts_as_run
+
+log = logging.getLogger("sixdim")
+
+SCHEMA_VERSION = 3
+
+BUSY_TIMEOUT_SECONDS = 0.25
+"""How long one write or read waits for another process's lock before giving up (and queueing)."""
+OPEN_TIMEOUT_SECONDS = 30.0
+"""How long opening the file at start waits for a lock: once, before the agent serves anything."""
+MAX_PENDING = 10_000
+"""Results kept in memory while the database cannot be written; beyond it the oldest are dropped
+(and counted): about 30 MB at the size of a kernel result."""
+PRUNE_BATCH = 5_000
+"""Rows read per step while thinning, so a prune of a large history holds little memory."""
+FILE_MODE = 0o600
+"""The history's files: its owner's alone."""
+FOLDER_MODE = 0o700
+"""A folder the agent creates for the history."""
+
+_SERIES_COLUMNS = SERIES_FIELDS
+_SERIES = ", ".join(_SERIES_COLUMNS)
+_SERIES_DEFS = ",\n    ".join(f"{c} TEXT NOT NULL" for c in _SERIES_COLUMNS)
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    suite TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    precision TEXT NOT NULL,
+    params TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    mode TEXT NOT NULL DEFAULT '',
+    kernel_pass TEXT NOT NULL DEFAULT 'forward',
+    hostname TEXT NOT NULL,
+    device_type TEXT NOT NULL,
+    device TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    model_name TEXT NOT NULL,
+    pci_bus_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL NOT NULL,
+    figures TEXT NOT NULL,
+    details TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    uid TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS runs_by_series_v2 ON runs ({_SERIES}, status);
+CREATE UNIQUE INDEX IF NOT EXISTS runs_by_uid ON runs (uid) WHERE uid != '';
+CREATE INDEX IF NOT EXISTS runs_by_end ON runs (ended_at);
+CREATE TABLE IF NOT EXISTS daily (
+    {_SERIES_DEFS},
+    day TEXT NOT NULL,
+    driver TEXT NOT NULL,
+    cuda TEXT NOT NULL,
+    torch TEXT NOT NULL,
+    runs INTEGER NOT NULL,
+    figures TEXT NOT NULL,
+    PRIMARY KEY ({_SERIES}, day, driver, cuda, torch)
+);
+CREATE TABLE IF NOT EXISTS pruned_counts (
+    {_SERIES_DEFS},
+    status TEXT NOT NULL,
+    runs INTEGER NOT NULL,
+    model_name TEXT NOT NULL,
+    pci_bus_id TEXT NOT NULL,
+    suite TEXT NOT NULL,
+    last_ended_at REAL NOT NULL,
+    PRIMARY KEY ({_SERIES}, status)
+);
+"""
+
+_MIGRATIONS = {
+    # version 1 -> 2: the "params" label became "shape"; "mode" and "pass" labels were added.
+    1: """
+ALTER TABLE runs RENAME COLUMN params_label TO shape;
+ALTER TABLE runs ADD COLUMN mode TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN kernel_pass TEXT NOT NULL DEFAULT 'forward';
+DROP INDEX IF EXISTS runs_by_series;
+""",
+    # version 2 -> 3: runs get a unique uid (durable writes); daily medians and pruned counts (retention).
+    2: """
+ALTER TABLE runs ADD COLUMN uid TEXT NOT NULL DEFAULT '';
+""",
+}
+
+_JSON_COLUMNS = ("params", "figures", "details", "environment")
+_COLUMNS = ("id", "suite", "workload", "precision", "params", "shape", "mode", "kernel_pass", "hostname",
+            "device_type", "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason", "started_at",
+            "ended_at", "figures", "details", "environment", "uid")
+
+
+class HistoryError(RuntimeError):
+    """The history database cannot be opened at all."""
+
+
+class _Broken(Exception):
+    """The file is not a usable SQLite database (what :meth:`History._open` moves aside)."""
+
+
+def error_reason(exc: BaseException) -> str:
+    """A short, stable label for why a write failed (the ``reason`` label of the error counter)."""
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return "locked"
+    if "full" in text:
+        return "disk_full"
+    if "readonly" in text or "read-only" in text:
+        return "read_only"
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return "corrupt"
+    if isinstance(exc, (OSError, sqlite3.OperationalError)) and ("i/o" in text or "disk" in text):
+        return "io"
+    return "other"
+
+
+@dataclass(frozen=True)
+class HistoryHealth:
+    """What the exporter shows of the history (``sixdim_history_*``)."""
+
+    up: bool
+    pending: int
+    errors: dict[str, int]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    runs_removed: int
+    daily_rows: int
+    seconds: float
+
+
+class History:
+    def __init__(self, path: str | Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+                 max_pending: int = MAX_PENDING):
+        self.path = Path(path)
+        self.spool_path = self.path.with_name(self.path.name + ".spool")
+        self.busy_timeout = busy_timeout
+        self.moved_aside: Path | None = None
+        """Where a broken database found at start was moved, if one was."""
+        self.check_seconds = 0.0
+        """How long the start-up ``quick_check`` took."""
+        self._lock = threading.Lock()
+        self._pending: deque[RunRecord] = deque()
+        self._max_pending = max_pending
+        self._errors: dict[str, int] = {}
+        self._up = True
+        self._spool_warned = False
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self._conn = self._open()
+        except HistoryError as exc:
+            if not self._present_but_unwritable():
+                raise
+            self._up = False
+            self._count("read_only")
+            log.error("history: %s; the file is there but cannot be written (a read-only file system?): results "
+                      "are kept in memory and written once it can be", exc)
+        self._load_spool()
+        self.retry_pending()
+
+    # ------------------------------------------------------------------ opening
+    def _connect(self) -> sqlite3.Connection:
+        for suffix in ("", "-wal", "-shm"):  # files an earlier sixdim (or SQLite's 0644) left readable
+            tighten(Path(str(self.path) + suffix))
+        create_private(self.path)
+        db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=OPEN_TIMEOUT_SECONDS)
+        db.row_factory = sqlite3.Row
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            make_folders(self.path.parent, FOLDER_MODE)  # the mode: its last folder only
+        except OSError as exc:
+            raise HistoryError(f"cannot create the history's folder {self.path.parent}: {exc.strerror or exc}; "
+                               f"choose another place with --history, SIXDIM_HISTORY or agent.history") from None
+        try:
+            try:
+                db = self._connect()
+                self._check(db)
+                self._prepare(db)
+                return db
+            except _Broken as broken:
+                db.close()
+                self._move_aside(str(broken))
+                db = self._connect()
+                self._prepare(db)
+                return db
+        except HistoryError:
+            raise
+        except (OSError, sqlite3.Error) as exc:
+            raise HistoryError(f"cannot open history database {self.path}: {exc}") from None
+
+    def _check(self, db: sqlite3.Connection) -> None:
+        """Raise :class:`_Broken` if the file is not a healthy SQLite database."""
+        started = time.perf_counter()
+        try:
+            result = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "not a database" not in str(exc).lower():
+                raise  # locked, unreadable: not broken, and not ours to move
+            raise _Broken(str(exc)) from None
+        finally:
+            self.check_seconds = time.perf_counter() - started
+        if result != "ok":
+            raise _Broken(f"quick_check: {result}")
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise HistoryError(f"{self.path}: written by a newer sixdim (schema {version} > {SCHEMA_VERSION})")
+        if version != SCHEMA_VERSION:  # a current file needs no write to open: another process may hold the lock
+            for old in range(version, SCHEMA_VERSION) if version > 0 else ():  # 0: a new, empty file
+                if old in _MIGRATIONS:
+                    db.executescript(_MIGRATIONS[old])
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.commit()
+        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+
+    def _move_aside(self, why: str) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(str(self.path) + suffix)
+            if source.exists():
+                os.replace(source, Path(str(target) + suffix))
+        self.moved_aside = target
+        self._count("corrupt")
+        log.error("history database %s is unusable (%s); moved it to %s and started a new one",
+                  self.path, why, target)
+
+    def _present_but_unwritable(self) -> bool:
+        """A history that exists and can be read, in a folder that cannot be written (a read-only
+        mount): the agent runs on and queues results; anything else that cannot be opened is an error."""
+        return self.path.is_file() and os.access(self.path, os.R_OK) and not os.access(self.path.parent, os.W_OK)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise sqlite3.OperationalError(f"attempt to write a readonly database: {self.path} is not open yet")
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+
+    # ------------------------------------------------------------------ writing
+    def add(self, record: RunRecord) -> int | None:
+        """Record a run; returns its row id, or None while it waits in the queue (never raises).
+
+        The record gets a ``uid`` if it has none, and its ``id`` once written."""
+        if not record.uid:
+            record.uid = uuid.uuid4().hex
+        with self._lock:
+            if len(self._pending) >= self._max_pending:
+                dropped = self._pending.popleft()
+                self._count("dropped")
+                log.error("history: %d results waiting; dropped the oldest (%s %s)", self._max_pending,
+                          dropped.workload, dropped.shape)
+            self._pending.append(record)
+            if not self._flush_locked():
+                self._spool(record)
+        return record.id
+
+    def retry_pending(self) -> int:
+        """Try again to write the queued results; returns how many are still waiting."""
+        with self._lock:
+            if self._pending:
+                self._flush_locked()
+            return len(self._pending)
+
+    def pending(self) -> list[RunRecord]:
+        """The results recorded but not yet written (the board shows them meanwhile)."""
+        with self._lock:
+            return list(self._pending)
+
+    def health(self) -> HistoryHealth:
+        with self._lock:
+            return HistoryHealth(self._up, len(self._pending), dict(self._errors))
+
+    def _count(self, reason: str) -> None:
+        self._errors[reason] = self._errors.get(reason, 0) + 1
+
+    def _flush_locked(self) -> bool:
+        """Write every queued result in one transaction; True if the queue is now empty."""
+        batch = list(self._pending)
+        try:
+            if self._conn is None:  # not opened at start (read-only): try again now
+                try:
+                    self._conn = self._open()
+                except HistoryError as exc:
+                    raise sqlite3.OperationalError(f"attempt to write a readonly database ({exc})") from None
+            rows = [_row(record) for record in batch]
+            columns = list(rows[0])
+            sql = (f"INSERT OR IGNORE INTO runs ({', '.join(columns)}) "
+                   f"VALUES ({', '.join(':' + c for c in columns)})")
+            ids: dict[str, int] = {}
+            with self._db:  # one transaction: all or nothing
+                self._db.executemany(sql, rows)
+                for start in range(0, len(batch), 900):  # SQLite's bound-parameter limit
+                    chunk = [r.uid for r in batch[start:start + 900]]
+                    ids.update(self._db.execute(f"SELECT uid, id FROM runs WHERE uid IN ({','.join('?' * len(chunk))})",
+                                                chunk).fetchall())
+        except (sqlite3.Error, OSError) as exc:
+            reason = error_reason(exc)
+            self._count(reason)
+            if self._up:
+                log.warning("history: cannot write to %s (%s: %s); %d result(s) kept in memory%s and retried",
+                            self.path, reason, exc, len(batch),
+                            f" and in {self.spool_path}" if not self._spool_warned else "")
+            self._up = False
+            return False
+        for record in batch:
+            record.id = ids.get(record.uid)
+        self._pending.clear()
+        if not self._up:
+            log.info("history: writable again; %d waiting result(s) written", len(batch))
+        self._up = True
+        self._clear_spool()
+        return True
+
+    # ------------------------------------------------------------------ the spool file
+    def _spool(self, record: RunRecord) -> None:
+        try:
+            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            with open(fd, "a", encoding="utf-8") as spool:
+                spool.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+                spool.flush()
+                os.fsync(spool.fileno())
+        except OSError as exc:  # a full or read-only disk: memory only
+            if not self._spool_warned:
+                log.warning("history: cannot write the spool %s either (%s); waiting results are in memory only",
+                            self.spool_path, exc)
+                self._spool_warned = True
+
+    def _clear_spool(self) -> None:
+        try:
+            self.spool_path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def _load_spool(self) -> None:
+        """Queue the results an earlier process spooled and never wrote (a locked or full database)."""
+        tighten(self.spool_path)
+        try:
+            lines = self.spool_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("history: cannot read the spool %s: %s", self.spool_path, exc)
+            return
+        for number, line in enumerate(lines, 1):
+            try:
+                data = json.loads(line)
+                data["id"] = None
+                self._pending.append(RunRecord(**data))
+            except (ValueError, TypeError) as exc:  # a line cut by a crash: the rest still count
+                log.warning("history: %s line %d is unreadable (%s); skipped", self.spool_path, number, exc)
+        if self._pending:
+            log.info("history: %d result(s) from %s to write", len(self._pending), self.spool_path)
+
+    # ------------------------------------------------------------------ reading
+    def _records(self, sql: str, args: Iterable[Any] = ()) -> list[RunRecord]:
+        with self._lock:
+            rows = self._db.execute(sql, tuple(args)).fetchall()
+        return [_to_record(row) for row in rows]
+
+    def latest_ok(self) -> list[RunRecord]:
+        """The newest successful run of each series in each suite, oldest first (so the last one of
+        a series is its newest of all suites)."""
+        return self._records(
+            f"SELECT * FROM runs WHERE id IN (SELECT MAX(id) FROM runs WHERE status = 'ok' GROUP BY {_SERIES}, suite)"
+            " ORDER BY id")
+
+    def status_counts(self) -> list[tuple[RunRecord, int]]:
+        """Per series and status, the number of runs (pruned ones included), with the newest run as
+        the label source."""
+        with self._lock:
+            rows = self._db.execute(  # interrupted skips are not runs (sixdim.core.results.counts_as_run)
+                f"SELECT MAX(id) AS newest, COUNT(*) AS n, {_SERIES}, status FROM runs "
+                f"WHERE NOT (status = 'skipped' AND reason LIKE '{INTERRUPTED}%') "
+                f"GROUP BY {_SERIES}, status").fetchall()
+            pruned = {tuple(row[c] for c in (*_SERIES_COLUMNS, "status")): row
+                      for row in self._db.execute("SELECT * FROM pruned_counts")}
+        newest: dict[int, int] = {}
+        for row in rows:
+            earlier = pruned.pop(tuple(row[c] for c in (*_SERIES_COLUMNS, "status")), None)
+            newest[row["newest"]] = row["n"] + (earlier["runs"] if earlier is not None else 0)
+        records: list[RunRecord] = []
+        ids = list(newest)
+        for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
+            chunk = ids[start:start + 900]
+            records += self._records(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        records.sort(key=lambda r: r.id or 0)
+        counted = [(record, newest[record.id]) for record in records if record.id is not None]
+        # series whose every run of that status was pruned: their count stays, labelled from what was kept
+        return [(_pruned_record(row), row["runs"]) for row in pruned.values()] + counted
+
+    def last_id(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+
+    def after(self, last_id: int, limit: int | None = None) -> list[RunRecord]:
+        """Runs recorded after the one with ``last_id``, oldest first (at most ``limit``)."""
+        bound = f" LIMIT {int(limit)}" if limit else ""
+        return self._records(f"SELECT * FROM runs WHERE id > ? ORDER BY id{bound}", (last_id,))
+
+    def recent(self, limit: int = 50, workload: str | None = None) -> list[RunRecord]:
+        where, args = ("WHERE workload = ?", (workload,)) if workload else ("", ())
+        return self._records(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", args + (limit,))
+
+    def daily(self) -> list[dict[str, Any]]:
+        """The kept daily medians of pruned runs, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM daily ORDER BY day").fetchall()
+        return [{**dict(row), "figures": json.loads(row["figures"])} for row in rows]
+
+    def recent_per_series(self, runs: int, upto_id: int | None = None,
+                          batch: int = 2_000) -> Iterator[RunRecord]:
+        """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, without
+        their ``details`` (the regression verdicts need figures, statuses and versions only).
+
+        One window-function query picks the ids, then rows are read in batches, so restoring the
+        verdicts of a large history holds neither every row nor the database for long."""
+        bound, args = ("WHERE id <= ?", (upto_id,)) if upto_id is not None else ("", ())
+        with self._lock:
+            ids = [row[0] for row in self._db.execute(
+                f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
+                f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
+        columns = ", ".join(c for c in _COLUMNS if c != "details")
+        for start in range(0, len(ids), batch):
+            chunk = ids[start:start + batch]
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {columns}, '{{}}' AS details FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                    "ORDER BY id", (json.dumps(chunk),)).fetchall()
+            for row in rows:
+                yield _to_record(row)
+
+    def __iter__(self) -> Iterator[RunRecord]:
+        return iter(self._records("SELECT * FROM runs ORDER BY id"))
+
+    # ------------------------------------------------------------------ retention
+    def prune(self, *, keep_seconds: float, max_runs: int | None = None, now: float | None = None) -> PruneResult:
+        """Thin runs that ended more than ``keep_seconds`` ago, and the oldest beyond ``max_runs``.
+
+        Each pruned (series, day, driver/CUDA/torch) keeps the median of every figure of its ``ok``
+        runs in ``daily``; every pruned run is added to ``pruned_counts``.  Runs in batches of
+        :data:`PRUNE_BATCH` rows, each batch its own short transaction, so scrapes and writers are
+        held up only briefly.  Raises ``sqlite3.Error`` if the database cannot be written."""
+        started = time.perf_counter()
+        cutoff = (time.time() if now is None else now) - keep_seconds
+        with self._lock:
+            if max_runs is not None:
+                total = self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+                if total > max_runs:
+                    row = self._db.execute("SELECT ended_at FROM runs ORDER BY ended_at LIMIT 1 OFFSET ?",
+                                           (total - max_runs,)).fetchone()
+                    cutoff = max(cutoff, row[0]) if row else cutoff
+        removed = daily_rows = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute("SELECT * FROM runs WHERE ended_at < ? ORDER BY id LIMIT ?",
+                                        (cutoff, PRUNE_BATCH)).fetchall()
+                if not rows:
+                    break
+                with self._db:
+                    daily_rows += self._thin(rows)
+                    self._db.executemany("DELETE FROM runs WHERE id = ?", [(row["id"],) for row in rows])
+            removed += len(rows)
+        seconds = time.perf_counter() - started
+        if removed:
+            log.info("history: pruned %d run(s) that ended before %s into %d daily row(s) in %.2f s", removed,
+                     datetime.fromtimestamp(cutoff, timezone.utc).isoformat(timespec="seconds"), daily_rows, seconds)
+        return PruneResult(removed, daily_rows, seconds)
+
+    def _thin(self, rows: list[sqlite3.Row]) -> int:
+        """Fold ``rows`` into ``daily`` (medians, merged with a day already there) and ``pruned_counts``."""
+        counts: dict[tuple[str, ...], list[Any]] = {}
+        days: dict[tuple[str, ...], list[dict[str, float]]] = {}
+        for row in rows:  # oldest first: the last one seen labels the count
+            if row["status"] != "ok" and not counts_as_run(row["status"], row["reason"]):
+                continue  # an interrupted skip was never counted: pruning it changes no count
+            series = tuple(row[c] for c in _SERIES_COLUMNS)
+            previous = counts.get((*series, row["status"]))
+            counts[(*series, row["status"])] = [(previous[0] if previous else 0) + 1, row["model_name"],
+                                                row["pci_bus_id"], row["suite"], row["ended_at"]]
+            if row["status"] != "ok":
+                continue
+            environment = json.loads(row["environment"])
+            day = datetime.fromtimestamp(row["ended_at"], timezone.utc).strftime("%Y-%m-%d")
+            key = (*series, day, str(environment.get("driver", "")), str(environment.get("cuda_runtime", "")),
+                   str(environment.get("torch", "")))
+            days.setdefault(key, []).append(json.loads(row["figures"]))
+        self._db.executemany(
+            f"INSERT INTO pruned_counts ({_SERIES}, status, runs, model_name, pci_bus_id, suite, last_ended_at) "
+            f"VALUES ({','.join('?' * 10)}, ?, ?, ?, ?, ?) "
+            f"ON CONFLICT ({_SERIES}, status) DO UPDATE SET runs = runs + excluded.runs, "
+            f"model_name = excluded.model_name, pci_bus_id = excluded.pci_bus_id, suite = excluded.suite, "
+            f"last_ended_at = excluded.last_ended_at",
+            [(*key, *value) for key, value in counts.items()])
+        where = " AND ".join(f"{c} = ?" for c in (*_SERIES_COLUMNS, "day", "driver", "cuda", "torch"))
+        for key, figures in days.items():
+            earlier = self._db.execute(f"SELECT runs, figures FROM daily WHERE {where}", key).fetchone()
+            runs = len(figures)
+            if earlier is not None:  # a day split across batches: weight the earlier median by its runs
+                figures = [json.loads(earlier["figures"])] * earlier["runs"] + figures
+                runs += earlier["runs"]
+            self._db.execute(
+                f"INSERT OR REPLACE INTO daily ({_SERIES}, day, driver, cuda, torch, runs, figures) "
+                f"VALUES ({','.join('?' * 13)}, ?, ?)", (*key, runs, json.dumps(_medians(figures), sort_keys=True)))
+        return len(days)
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists (SQLite takes an empty file for a new
+    database).  Not a process-wide umask, which would race with the other threads' files: ``os.open``
+    with the mode, then ``fchmod``, as the umask may take bits from the owner too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def tighten(path: Path) -> None:
+    """Take the group's and others' permission bits off a history file (0644 becomes 0600; a 0444 file
+    becomes 0400, not writable), with a warning, when this process's user owns it; leave alone a file
+    that is missing, not ours (another user's history is theirs to fix) or on a read-only mount
+    (warned about)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return  # missing, or unreadable: opening it says why
+    mode = stat.S_IMODE(status.st_mode)
+    if not stat.S_ISREG(status.st_mode) or not mode & 0o077 or status.st_uid != os.geteuid():
+        return
+    private = mode & ~0o077
+    try:
+        os.chmod(path, private)
+    except OSError as exc:
+        log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
+                    path, mode, private, exc.strerror or exc)
+        return
+    log.warning("history: %s was mode %04o (its group or others could read it); made it %04o", path, mode, private)
+
+
+def _pruned_record(row: sqlite3.Row) -> RunRecord:
+    """A stand-in for the runs of a count whose every run was pruned: labels only, no figures."""
+    return RunRecord(suite=row["suite"], workload=row["workload"], precision=row["precision"], params={},
+                     shape=row["shape"], mode=row["mode"], kernel_pass=row["kernel_pass"], hostname=row["hostname"],
+                     device_type=row["device_type"], device="", gpu=row["gpu"], uuid=row["uuid"],
+                     model_name=row["model_name"], pci_bus_id=row["pci_bus_id"], status=row["status"],
+                     reason="pruned from the history", started_at=row["last_ended_at"],
+                     ended_at=row["last_ended_at"])
+
+
+def _medians(figures: list[dict[str, float]]) -> dict[str, float]:
+    names = sorted({name for f in figures for name in f})
+    return {name: statistics.median([f[name] for f in figures if isinstance(f.get(name), (int, float))])
+            for name in names if any(isinstance(f.get(name), (int, float)) for f in figures)}
+
+
+def _row(record: RunRecord) -> dict[str, Any]:
+    row = record.to_dict()
+    row.pop("id")
+    for column in _JSON_COLUMNS:
+        row[column] = json.dumps(row[column], sort_keys=True)
+    return row
+
+
+def _to_record(row: sqlite3.Row) -> RunRecord:
+    data = dict(row)
+    for column in _JSON_COLUMNS:
+        data[column] = json.loads(data[column])
+    return RunRecord(**data)

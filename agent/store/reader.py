@@ -1,0 +1,113 @@
+"""The history, read-only: what the offline reports read, without ever writing the agent's database.
+
+The reports (``sixdim report regressions`` and ``sixdim report html``) read a history another
+process may be writing.  Here, and only here besides :mod:`sixdim.store.history`, is the SQL on
+it: a read-only connection (``mode=ro``), and the runs in chunks of :data:`CHUNK` rows, each its
+own short read (keyset paging by id), so a report never holds a lock for long and never reads
+``details``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.parse
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from sixdim.core.results import SERIES_FIELDS
+from sixdim.store.history import HistoryError
+
+CHUNK = 20_000
+"""Rows per read: each read is its own short transaction."""
+BUSY_TIMEOUT_SECONDS = 5.0
+"""How long a read waits for a lock (in WAL mode only a checkpoint or recovery takes one)."""
+
+SERIES_COLUMNS: tuple[str, ...] = SERIES_FIELDS
+"""The columns of the series key (:class:`sixdim.core.results.SeriesKey`), in its order."""
+RUN_COLUMNS = frozenset({*SERIES_FIELDS, "id", "suite", "model_name", "status", "started_at", "ended_at",
+                         "figures", "environment"})
+"""The columns a report may read (never ``details``, the one large column)."""
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """A read-only connection (``mode=ro``), or :class:`HistoryError` naming the file.
+
+    A WAL database needs its ``-shm`` companion, which SQLite creates beside it if it is not there
+    (the agent's own are there while it runs).  In a folder this user cannot write, with no
+    ``-wal`` file (so nothing uncommitted: every run is in the main file), that fails; the file is
+    then read as it is (``immutable=1``), as nothing can be writing it."""
+    file = Path(path)
+    if not file.exists():
+        raise HistoryError(f"history database {path}: no such file")
+    if not file.is_file():
+        raise HistoryError(f"history database {path}: not a file")
+    uri = "file:" + urllib.parse.quote(str(file.resolve())) + "?mode=ro"
+    for immutable in (False, True):
+        try:
+            db = sqlite3.connect(uri + ("&immutable=1" if immutable else ""), uri=True, timeout=BUSY_TIMEOUT_SECONDS)
+            db.execute("PRAGMA query_only = 1")
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the file and its WAL
+            return db
+        except sqlite3.OperationalError as exc:
+            if immutable or Path(f"{file}-wal").exists():
+                raise HistoryError(f"cannot open history database {path}: {exc}") from None
+        except sqlite3.Error as exc:
+            raise HistoryError(f"cannot read history database {path}: {exc}") from None
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def reading(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the history, closed afterwards, with every failure while reading
+    it (in this block, the caller's parsing of the rows included) turned into a
+    :class:`HistoryError` naming the file."""
+    db = _connect(path)
+    try:
+        yield db
+    except sqlite3.Error as exc:
+        text = str(exc)
+        if "no such table" in text:
+            raise HistoryError(f"{path} is not a sixdim history database (it has no table 'runs')") from None
+        raise HistoryError(f"cannot read history database {path}: {text}") from None
+    except (ValueError, AttributeError) as exc:  # a JSON column that is not a JSON object
+        raise HistoryError(f"cannot read history database {path}: a row's JSON is broken ({exc})") from None
+    finally:
+        db.close()
+
+
+@dataclass(frozen=True)
+class RunsQuery:
+    """Which runs to read and which of their columns: ``id`` first, then ``columns`` in order."""
+
+    columns: tuple[str, ...]
+    ok_only: bool = False
+    workloads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.columns) - RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+
+    def sql(self) -> str:
+        where = ["id > ?"]
+        if self.ok_only:
+            where.append("status = 'ok'")
+        if self.workloads:
+            where.append(f"workload IN ({', '.join('?' * len(self.workloads))})")
+        return (f"SELECT id, {', '.join(self.columns)} FROM runs WHERE {' AND '.join(where)} "
+                f"ORDER BY id LIMIT {CHUNK}")
+
+
+def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
+    """The rows of ``query`` a chunk at a time, by id (keyset paging, so each read is short and
+    indexed): each row is ``(id, *query.columns)``."""
+    sql, args = query.sql(), tuple(query.workloads)
+    last = 0
+    while True:
+        rows = db.execute(sql, (last, *args)).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield rows

@@ -1,0 +1,206 @@
+"""The agent's live regression verdicts: one tracker per series and watched figure, fed run by run.
+
+The board (agent/http/board.py) hands every run it shows to :meth:`Verdicts.add`, in the order the
+history recorded them, so a verdict is updated the moment its run is recorded, and the exporter
+reads :meth:`Verdicts.snapshot` for ``sixdim_regression_state``, ``sixdim_regression_ratio``,
+``sixdim_baseline_value`` and ``sixdim_version_change_ratio``.
+
+**Restored at start** from the last :attr:`Verdicts.restore_runs` runs of each series (the most any
+tracker keeps: see ``SeriesTracker._trim``), so a restart gives the same verdicts as the agent that
+stopped, without reading a whole history.
+
+**Version changes** start a new segment in every tracker of the series (a new driver's runs are
+never judged against the old driver's baseline) and are judged on their own by
+:func:`sixdim.verdicts.detector.version_verdict`: the last runs before against the first runs after.  The
+latest change of a series is kept while it lies among the series' last ``restore_runs`` runs, the
+same span a restart restores, so what is exported does not depend on when the agent last restarted.
+
+Only the standard library and agent/verdicts/detector.py: the daemon stays light.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from sixdim.verdicts import detector as regression
+from sixdim.store.history import History
+from sixdim.verdicts.detector import (INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict)
+from sixdim.core.results import RunRecord
+
+log = logging.getLogger("sixdim")
+
+
+@dataclass
+class _Change:
+    """The latest version change of a series, and the runs either side of it."""
+
+    changes: dict[str, tuple[str, str]]
+    at: float
+    before: dict[str, list[float]]
+    after: dict[str, list[float]] = field(default_factory=dict)
+    age: int = 0
+    """Runs of the series since the change (the change is forgotten after ``restore_runs``)."""
+    verdicts: dict[str, VersionVerdict] = field(default_factory=dict)
+
+
+class SeriesWatch:
+    """One series: its trackers (one per watched figure), recent values and its latest version change."""
+
+    def __init__(self, settings: Settings, keep: int) -> None:
+        self.settings = settings
+        self.keep = keep
+        self.record: RunRecord | None = None
+        """The newest run (its labels name the series' exported verdicts)."""
+        self.trackers: dict[str, SeriesTracker] = {}
+        self.versions: dict[str, str] | None = None
+        self.recent: dict[str, deque[float]] = {}
+        """Each figure's values of the current segment's last ``version_runs`` accepted runs: the
+        "before" side of the next version change."""
+        self.change: _Change | None = None
+
+    def add(self, record: RunRecord) -> None:
+        self.record = record
+        versions = regression.versions(record)
+        if versions is not None:  # a run that did not say is no version change
+            if self.versions is not None and versions != self.versions:
+                self._version_change(self.versions, versions, record.started_at)
+            self.versions = versions
+        if self.change is not None:
+            self.change.age += 1
+            if self.change.age > self.keep:
+                self.change = None
+        if record.status == INCORRECT:
+            if not self.trackers:
+                figure = regression.primary_figure(record.figures)
+                self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
+            for figure, tracker in self.trackers.items():
+                tracker.update(None, INCORRECT)
+            return
+        if record.status != "ok":
+            return  # a failed or skipped run has no figures to judge; its verdicts stand
+        for figure in regression.watched_figures(record.figures):
+            value = float(record.figures[figure])
+            if not math.isfinite(value):
+                continue
+            tracker = self.trackers.get(figure)
+            if tracker is None:
+                tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
+            tracker.update(value)
+            recent = self.recent.setdefault(figure, deque(maxlen=self.settings.version_runs))
+            recent.append(value)
+            self._after(figure, value, record)
+
+    def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
+        changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
+        self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()})
+        self.recent = {}
+        for tracker in self.trackers.values():
+            tracker.break_segment()
+
+    def _after(self, figure: str, value: float, record: RunRecord) -> None:
+        change = self.change
+        if change is None or figure not in change.before:
+            return
+        after = change.after.setdefault(figure, [])
+        if len(after) >= self.settings.version_runs:
+            return  # settled: the first version_runs runs after the change decide it
+        after.append(value)
+        change.verdicts[figure] = regression.version_verdict(
+            change.before[figure], after, figure, change.changes, self.settings, record.workload,
+            regression.series_label(record), change.at)
+
+
+@dataclass(frozen=True)
+class SeriesVerdicts:
+    """What the exporter shows of one series: its newest run (labels) and its verdicts."""
+
+    record: RunRecord
+    verdicts: dict[str, Verdict]
+    changes: dict[str, VersionVerdict]
+    """The latest version change's verdict per figure, while it is recent."""
+
+
+class Verdicts:
+    """Every series' watch, keyed by ``RunRecord.key()``; safe to use from several threads."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        s = self.settings
+        self.restore_runs = 2 * (s.window + s.slow_runs + s.reform_after)
+        """Runs per series read back at start: the most a tracker keeps (it trims to half of it)."""
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, ...], SeriesWatch] = {}
+        self._backlog: list[RunRecord] | None = None
+        """Runs added while a restore is under way: fed after the restored ones, in order."""
+        self.restored = threading.Event()
+        """Set once the verdicts cover the history (at once when nothing is restored)."""
+        self.restored.set()
+        self.restore_seconds = 0.0
+
+    def add(self, record: RunRecord) -> None:
+        """Feed one run (in the order runs were recorded)."""
+        with self._lock:
+            if self._backlog is not None:
+                self._backlog.append(record)
+                return
+            self._add_locked(record)
+
+    def _add_locked(self, record: RunRecord) -> None:
+        watch = self._series.get(record.key())
+        if watch is None:
+            watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs)
+        watch.add(record)
+
+    def restore(self, history: History, upto_id: int | None = None) -> int:
+        """Feed the last runs of every series from the history (row ids up to ``upto_id``: the
+        board feeds the later ones); returns how many runs were read.  A history that cannot be
+        read leaves the verdicts to form from new runs."""
+        started = time.perf_counter()
+        count = 0
+        try:
+            for record in history.recent_per_series(self.restore_runs, upto_id):
+                with self._lock:
+                    self._add_locked(record)
+                count += 1
+        except Exception as exc:  # locked, unreadable: verdicts form again from the runs to come
+            log.warning("regression verdicts: the history could not be read (%s); they form from new runs", exc)
+        with self._lock:
+            for record in self._backlog or ():
+                self._add_locked(record)
+            self._backlog = None
+        self.restore_seconds = time.perf_counter() - started
+        self.restored.set()
+        if count:
+            log.info("regression verdicts restored from %d run(s) of %d series in %.2f s", count,
+                     len(self._series), self.restore_seconds)
+        return count
+
+    def restore_in_background(self, history: History, upto_id: int | None = None) -> threading.Thread:
+        """:meth:`restore` on its own thread, so the agent serves at once; runs recorded meanwhile
+        wait and are fed after the restored ones.  Until it is done, a series shows no verdict."""
+        with self._lock:
+            self._backlog = []
+        self.restored.clear()
+        thread = threading.Thread(target=self.restore, args=(history, upto_id), daemon=True, name="verdicts")
+        thread.start()
+        return thread
+
+    def snapshot(self) -> list[SeriesVerdicts]:
+        with self._lock:
+            return [SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
+                                   dict(w.change.verdicts) if w.change is not None else {})
+                    for w in self._series.values() if w.record is not None and (w.trackers or w.change)]
+
+
+
+def feed(verdicts: Verdicts, records: Iterable[RunRecord]) -> Verdicts:
+    """Feed records in time order (tests and tools that have records, not a history)."""
+    for record in sorted(records, key=lambda r: (r.started_at, r.ended_at)):
+        verdicts.add(record)
+    return verdicts

@@ -18,15 +18,25 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sixdim import __version__
-from sixdim.config import (MAX_SECONDS, ConfigError, Suite, add_insecure_permissions_flag, add_option_flags,
-                          is_device_selector, load, parse_bool, preset_entries)
+from sixdim.config import (
+    MAX_SECONDS,
+    ConfigError,
+    Suite,
+    add_insecure_permissions_flag,
+    add_option_flags,
+    is_device_selector,
+    load,
+    parse_bool,
+    preset_entries,
+)
+from sixdim.core.results import RunRecord
 from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
 from sixdim.store.history import HistoryError
-from sixdim.core.results import RunRecord
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError, brief
 
@@ -94,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU fleet benchmark agent: runs benchmark workloads on a schedule, keeps their results "
                     "in a SQLite history and exports them as Prometheus metrics. 'sixdim COMMAND --help' "
                     "explains each command.",
-        epilog="Every agent option (listed under 'options (each also a SIXDIM_* variable ...)' in serve and run: --listen, --history, "
+        epilog="Every agent option (listed under 'options (each also a SIXDIM_* variable ...)' in serve and run: "
+               "--listen, --history, "
                "--guard, ...) is also a SIXDIM_* environment variable and a key of the TOML file; "
                "flags win over variables, variables over the file. Exit codes: 0 ok, 1 a run failed, "
                "2 bad usage or configuration, 3 'run --no-wait' found a device busy with another sixdim, "
@@ -183,13 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--shapes", action="store_true",
                          help="also print every shape of every set (GPU sizes; CPU runs divide them by 'scale')")
 
-    from sixdim.dashboards import command as dashboards_command  # each owns its command's arguments and work
+    from sixdim import generate  # each owns its command's arguments and work
+    from sixdim.dashboards import command as dashboards_command
     from sixdim.monitoring import rules
     from sixdim.report import command as report_command
 
     report_command.add_parser(commands)
     rules.add_parser(commands)
     dashboards_command.add_parser(commands)
+    generate.add_parser(commands)
     return parser
 
 
@@ -248,7 +261,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if checking:
             from sixdim.daemon.check import check
 
-            print("\n".join(["sixdim: configuration OK (nothing was started):", *("  " + line for line in check(config))]))
+            lines = ("  " + line for line in check(config))
+            print("\n".join(["sixdim: configuration OK (nothing was started):", *lines]))
             return EXIT_OK
         if args.command == "serve":
             from sixdim.daemon.serve import serve
@@ -291,7 +305,8 @@ def command_list(args: argparse.Namespace) -> int:
             _print_shapes(spec)
     print("built-in suites (sixdim run --suite NAME; preset = NAME in a [[suites]] table):")
     for name, entries in registry.SUITES.items():
-        parts = [f"{workload}({', '.join(f'{k}={_show(v)}' for k, v in params.items())})" for workload, params in entries]
+        parts = [f"{workload}({', '.join(f'{k}={_show(v)}' for k, v in params.items())})"
+                 for workload, params in entries]
         print(f"  {name}: {'; '.join(parts)}")
     return EXIT_OK
 
@@ -397,7 +412,7 @@ class _StopOnSignal:
         self._previous: dict[int, Any] = {}
         self.received: int | None = None
 
-    def __enter__(self) -> "_StopOnSignal":
+    def __enter__(self) -> _StopOnSignal:
         for number in self.SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
         return self

@@ -20,11 +20,11 @@ import shlex
 import socket
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -254,7 +254,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent.history_max_runs", "--history-max-runs", "SIXDIM_HISTORY_MAX_RUNS",
            "raw runs kept at most; the oldest beyond are thinned like old ones (default: 1000000)",
            _max_runs, "a whole number from 1000 to 100000000", lambda env: 1_000_000),
-    Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME", "the hostname label (default: $NODE_NAME or the host name)",
+    Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME",
+           "the hostname label (default: $NODE_NAME or the host name)",
            _str, "a string", default_hostname),
     Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error (default: info)",
            _log_level, "one of debug, info, warning, error", lambda env: "info"),
@@ -517,8 +518,8 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
 
     if values["regression_min_baseline"] > values["regression_window"]:
         where = sources["regression.min_baseline"]
-        raise ConfigError(where, "regression.min_baseline", f"at most regression.window ({values['regression_window']})",
-                          values["regression_min_baseline"])
+        expected = f"at most regression.window ({values['regression_window']})"
+        raise ConfigError(where, "regression.min_baseline", expected, values["regression_min_baseline"])
     values["regression_effects"] = _effects(document.get("regression", {}).get("effects", {}), source)
     if "suites" in document:
         suites = _parse_suites(document["suites"], source)

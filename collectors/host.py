@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from sixdim.core import catalog
 from sixdim.collectors.base import Availability, LogOnce, Sample
+from sixdim.core import catalog
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
-from sixdim.core import catalog
 from sixdim.collectors.base import Availability, LogOnce, Sample
+from sixdim.core import catalog
 
 log = logging.getLogger(__name__)
 

@@ -12,18 +12,35 @@ the default configuration (``GPU-only: ...``, ``May be empty: ...``; see dashboa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from grafanalib import core as G
 
 from sixdim.core import catalog
-from sixdim.monitoring import rules as alert_rules
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards.grafana import Q, Row
-from sixdim.dashboards.promql import (GPU_VAR, HOST_VAR, MODEL_VAR, PRECISION_VAR, PROCESS_CPU_SECONDS, PROCESS_MAX_FDS,
-                               PROCESS_OPEN_FDS, PROCESS_RESIDENT_MEMORY, PROCESS_START_TIME, INTERVAL, RANGE, STATES,
-                               TARGET_LABELS, UP, WORKLOAD_VAR, PromQL, quote)
+from sixdim.dashboards.promql import (
+    GPU_VAR,
+    HOST_VAR,
+    INTERVAL,
+    MODEL_VAR,
+    PRECISION_VAR,
+    PROCESS_CPU_SECONDS,
+    PROCESS_MAX_FDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_RESIDENT_MEMORY,
+    PROCESS_START_TIME,
+    RANGE,
+    STATES,
+    TARGET_LABELS,
+    UP,
+    WORKLOAD_VAR,
+    PromQL,
+    quote,
+)
+from sixdim.monitoring.options import Options
+from sixdim.monitoring.promql import REGRESSION
 
 TAG = "sixdim"
 
@@ -72,14 +89,6 @@ ANNOTATION_MAY_BE_EMPTY = {
 """Annotations are events: each may be empty, and says when it is not (dashboards/queries.py)."""
 
 
-@dataclass(frozen=True)
-class Options:
-    """What ``sixdim dashboards`` can tune; the defaults are what dashboards/json/ holds."""
-
-    dcgm_label_names: bool = False
-    """The agents run with --dcgm-label-names: the model label is modelName."""
-
-
 # ----------------------------------------------------------------------------- common parts
 
 _MAPPING_YES_NO = [{"type": "value", "options": {
@@ -99,9 +108,11 @@ _HIDDEN = ("__name__", catalog.UUID, catalog.PCI_BUS_ID) + TARGET_LABELS
 
 class _Dashboards:
     def __init__(self, options: Options) -> None:
+        options.validate()
         self.o = options
         self.q = PromQL(options.dcgm_label_names)
-        self.rules = alert_rules.Options()
+        self.rules = options
+        """The alert rules' options: panels that explain an alert use its thresholds."""
 
     # --- labels and legends
     @property
@@ -212,7 +223,7 @@ class _Dashboards:
                     f"NCCL, torch or VBIOS change made a figure worse ({c.VERSION_CHANGE_RATIO.name}, verdict "
                     "regression).",
                     [Q(f"count(count by ({q.by(c.HOSTNAME, c.UUID, c.WORKLOAD, c.CHANGE_COMPONENT)}) "
-                       f"({q.sel(c.VERSION_CHANGE_RATIO, verdict=('=', alert_rules.REGRESSION))})) or vector(0)",
+                       f"({q.sel(c.VERSION_CHANGE_RATIO, verdict=('=', REGRESSION))})) or vector(0)",
                        "worse after a change")], "none", w=3, thresholds=((None, "green"), (1, "red"))),
             gf.stat("Slower than same-model peers", f"Devices whose suite FLOP/s or samples/s is below "
                     f"{self.rules.peer_ratio:g} of the median of every device of the same model, suite, precision, "
@@ -324,7 +335,8 @@ class _Dashboards:
         return gf.table(
             "Software changes and their verdicts",
             "The latest software change among each series' recent runs: what changed (driver, cuda_runtime, cudnn, "
-            "nccl, torch, vbios; onnxruntime for the onnx workload), from and to which versions, the median over the workload's shapes of the ratio of "
+            "nccl, torch, vbios; onnxruntime for the onnx workload), from and to which versions, the median over the "
+            "workload's shapes of the ratio of "
             "the first runs after it to the last runs before it, and the verdict (regression, improvement, ok, "
             "insufficient_data).",
             [Q(f"quantile by ({q.by(*labels)}) (0.5, {q.sel(c.VERSION_CHANGE_RATIO)})", name="after / before")],
@@ -356,7 +368,8 @@ class _Dashboards:
             gf.timeseries("Fraction of the published peak", "Achieved FLOP/s (or bytes/s) over the GPU's published "
                           "dense peak for the precision.", [Q(per_shape(c.WORKLOAD_PEAK_RATIO), leg)], "percentunit",
                           results=True, may_be_empty=PEAK),
-            gf.timeseries("Inference latency, p50, p90 and p99", "Latency percentiles of single synchronized calls (p90: the onnx workload only).",
+            gf.timeseries("Inference latency, p50, p90 and p99",
+                          "Latency percentiles of single synchronized calls (p90: the onnx workload only).",
                           [Q(per_shape(c.WORKLOAD_LATENCY_P50), self.shape_legend() + " p50"),
                            Q(per_shape(c.WORKLOAD_LATENCY_P90), self.shape_legend() + " p90"),
                            Q(per_shape(c.WORKLOAD_LATENCY_P99), self.shape_legend() + " p99")], "s", results=True,
@@ -721,8 +734,9 @@ class _Dashboards:
                           [Q(f"sum by ({host}) ({q.rate(q.sel(c.HOST_RAPL_ENERGY))})", q.legend(c.HOSTNAME))],
                           "watt", w=8, may_be_empty=RAPL),
         ]
-        rows = [Row("The agent process", agent), Row("Runs", [statuses, skips, skip_reasons, durations, run_table, cadence]),
-                Row("History", history), Row("Collectors and host", collectors)]
+        rows = [Row("The agent process", agent),
+                Row("Runs", [statuses, skips, skip_reasons, durations, run_table, cadence]), Row("History", history),
+                Row("Collectors and host", collectors)]
         return self.dashboard(
             AGENT, "sixdim / Agent health",
             "Is the agent healthy: scraped, running its suites, writing its history, its collectors working, and "

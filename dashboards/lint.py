@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from sixdim.core import catalog
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards import promql
 from sixdim.dashboards.queries import markers, panels, variable_query
+from sixdim.monitoring import recording
 
 MIN_SCHEMA_VERSION = 39
 ANGULAR_TYPES = ("graph", "singlestat", "table-old", "natel-discrete-panel", "flant-statusmap-panel",
@@ -65,7 +67,8 @@ EVERY_HOST_METRICS = frozenset(m.name for m in (
 
 REQUIRED_VARIABLES = {v.name: v.label for v in promql.VARIABLES}
 
-KNOWN_METRICS = frozenset(m.name for m in catalog.ALL_METRICS) | frozenset(promql.PROCESS_METRICS) | {promql.UP}
+KNOWN_METRICS = (frozenset(m.name for m in catalog.ALL_METRICS) | frozenset(promql.PROCESS_METRICS) | {promql.UP}
+                 | frozenset(m.name for m in recording.RECORDED))
 
 _KEYWORDS = frozenset(("by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
                        "offset", "bool", "inf", "nan", "Inf", "NaN", "atan2"))
@@ -256,8 +259,9 @@ def lint(dashboard: Mapping[str, Any], others: Sequence[Mapping[str, Any]] = ())
 
     # --- links
     tags = set(dashboard.get("tags", []))
-    links = [l for l in dashboard.get("links", []) if l.get("type") == "dashboards"]
-    reached = {o.get("uid") for o in others if any(set(l.get("tags", [])) <= set(o.get("tags", [])) for l in links)}
+    links = [link for link in dashboard.get("links", []) if link.get("type") == "dashboards"]
+    reached = {o.get("uid") for o in others
+               if any(set(link.get("tags", [])) <= set(o.get("tags", [])) for link in links)}
     missing = {o.get("uid") for o in others} - reached - {dashboard.get("uid")}
     if not links or missing:
         problem("dashboard-links", "links", f"no link to {sorted(missing) or 'the other dashboards'}")
@@ -329,7 +333,7 @@ def _lint_target(title: str, where: str, panel: Mapping[str, Any], target: Mappi
     for function, window in _calls(expr, ("rate", "irate")):
         if window != promql.RATE_INTERVAL:
             problem("target-rate-interval", f"{function}() over [{window}], not [$__rate_interval]")
-    for function, window in _calls(expr, ("increase",)):
+    for _function, window in _calls(expr, ("increase",)):
         if window not in (promql.RATE_INTERVAL, promql.RANGE):
             problem("target-rate-interval", f"increase() over [{window}], not $__rate_interval or $__range")
     stripped = _strip_strings(expr)

@@ -12,11 +12,12 @@ workload's ``precision``) or absent.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sixdim.core import catalog
-from sixdim.monitoring.rules import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP, covering_shapes
+from sixdim.monitoring import recording
+from sixdim.monitoring.promql import INSTANCE, JOB, PROCESS_START_TIME, PROMETHEUS_UP, quote
 
 # prometheus_client's own process metrics, which the agent exports beside the catalog's, and
 # Prometheus's per-target ``up``: the only series the dashboards read that the catalog does not define.
@@ -51,11 +52,6 @@ VARIABLES = (HOST_VAR, MODEL_VAR, GPU_VAR, WORKLOAD_VAR, PRECISION_VAR)
 """The query variables of every dashboard, in the order they are shown and chained."""
 
 STATES = dict(catalog.REGRESSION_STATE_VALUES)
-
-
-def quote(value: str) -> str:
-    """A PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class PromQL:
@@ -135,27 +131,17 @@ class PromQL:
     def peer_group(self) -> tuple[str, ...]:
         """Which summary series are peers: the same model, device type, suite, workload, precision,
         mode, pass and versions (as SixdimSlowerThanPeers groups them)."""
-        return (catalog.MODEL_NAME, catalog.DEVICE_TYPE, catalog.SUITE, catalog.WORKLOAD, catalog.PRECISION,
-                catalog.MODE, catalog.PASS) + catalog.VERSION_LABELS
-
-    def covering(self, expr: str) -> str:
-        """``expr`` where its summary covers its peer group's shapes, as SixdimSlowerThanPeers judges it
-        (:func:`sixdim.monitoring.rules.covering_shapes`)."""
-        shapes = self.sel(catalog.SUMMARY_SHAPES, skip=(catalog.HOSTNAME, catalog.GPU))
-        return covering_shapes(expr, shapes, self.by(*self.peer_group()))
+        return recording.PEER_LABELS
 
     def fleet_peer_ratio(self, metric: catalog.MetricDef) -> str:
         """A summary's speed over the median of the same summary on every GPU of the same model in the
-        fleet (not only the selected hosts and GPUs: those are its peers), over the same shapes."""
-        peers = self.by(*self.peer_group())
-        everyone = self.sel(metric, skip=(catalog.HOSTNAME, catalog.GPU))
-        return (f"{self.covering(self.sel(metric))} / on ({peers}) group_left () "
-                f"quantile by ({peers}) (0.5, {self.covering(everyone)})")
+        fleet (not only the selected hosts and GPUs: those are its peers), over the same shapes: the
+        recorded ratio (:mod:`sixdim.monitoring.recording`) of the selected series."""
+        return self.sel(recording.peer_ratio(metric))
 
     def enough_peers(self, metric: catalog.MetricDef, minimum: int) -> str:
-        peers = self.by(*self.peer_group())
-        everyone = self.sel(metric, skip=(catalog.HOSTNAME, catalog.GPU))
-        return f"count by ({peers}) ({self.covering(everyone)}) >= {minimum}"
+        """Peer groups of at least ``minimum`` GPUs (the recorded count)."""
+        return f"{self.sel(recording.peer_count(metric))} >= {minimum}"
 
     def version_changes(self, window: str) -> str:
         """A host's result series under a combination of versions that it did not export ``window``

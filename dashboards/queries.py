@@ -24,8 +24,9 @@ and read ``label`` from the series it returns, or ask ``/api/v1/label/<label>/va
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from sixdim.dashboards.grafana import GPU_ONLY, MAY_BE_EMPTY
 

@@ -82,4 +82,4 @@ export = "shapes"
 devices = ["cpu"]
 timeout_seconds = 60
 workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, precisions = ["fp32"], min_round_seconds = 0.02, warmup_seconds = 0.05}}]
-"""
+"""  # noqa: E501 - a TOML inline table cannot span lines

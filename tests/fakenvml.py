@@ -15,8 +15,8 @@ answers NVML_ERROR_NOT_SUPPORTED (real NVML answers more, which the agent does n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pynvml as real
 

@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
-from tests.helpers import prometheus_query as query, start_prometheus
+from tests.helpers import prometheus_query as query
+from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,7 @@ def test_an_injected_slowdown_fires_the_regression_alert_in_prometheus(tmp_path,
         wait(lambda: ok_runs(daemon) >= STEADY_RUNS, 240, f"{STEADY_RUNS} steady runs", log)
         # The steady phase formed a verdict.  (Whether it is ok is not asserted: a tiny GEMM timed on a
         # shared 2-core CI machine can swing 100-fold between runs, far beyond the 1% noise the
-        # detector is specified for; the figures for that are tests/regression_sim.py's.)
+        # detector is specified for; the figures for that are tests/bench/regression_sim.py's.)
         states = {s.labels["figure"]: s.value for s in daemon.samples("sixdim_regression_state")}
         assert states.get("flops") in (-1.0, 0.0, 2.0, 3.0), states  # past insufficient_data (1)
         assert daemon.stop() == 0

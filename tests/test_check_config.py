@@ -9,22 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.daemon.check import check
-from sixdim.config import load
-from sixdim.run.devices import DeviceError
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.config import load
+from sixdim.daemon.check import check
+from sixdim.run.devices import DeviceError
+from sixdim.workloads import registry
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.fakenvml import FakeGpu, FakeNvml
-from sixdim.workloads import registry
 
 GEMM = {"m": 128, "n": 128, "k": 128, "precisions": ["fp32", "bf16"]}
-TWO_SUITES = f"""
+TWO_SUITES = """
 [[suites]]
 name = "fast"
 interval_seconds = 60
 devices = ["cpu"]
-workloads = [{{name = "gemm", params = {{m = 128, n = 128, k = 128, precisions = ["fp32", "bf16"]}}}}]
+workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, precisions = ["fp32", "bf16"]}}]
 
 [[suites]]
 name = "nightly"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.http.board import Board
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError
 
@@ -55,7 +55,7 @@ AI_RANK_SCRIPT = """
     print("AI-Rank-log 1558631922.454 test_finish")
     print("AI-Rank-log 1558631922.455 total_use_time:12.03sec")
     print("AI-Rank-log 1558631922.456 avg_ips:1190images/sec")
-"""
+"""  # noqa: E501 - the child script's lines are kept as they are
 
 
 def test_ai_rank_log(tmp_path):
@@ -122,7 +122,8 @@ def test_shell_command_and_environment(tmp_path):
 
 
 def test_failing_command_is_a_failure_with_its_output(tmp_path):
-    failing = script(tmp_path, "fail.py", "import sys\nprint('CUDA error: device-side assert triggered')\nsys.exit(7)\n")
+    failing = script(tmp_path, "fail.py",
+                     "import sys\nprint('CUDA error: device-side assert triggered')\nsys.exit(7)\n")
     record = run_command(tmp_path, argv=[sys.executable, failing])
     assert record.status == "failed"
     assert "exited with code 7" in record.reason and "device-side assert" in record.reason

@@ -191,7 +191,7 @@ def test_the_readme_example_does_not_start_the_full_suite_at_once():
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[[suites]]" in b)
-    from sixdim.config import tomllib, _parse_suites
+    from sixdim.config import _parse_suites, tomllib
 
     suites = {s.name: s for s in _parse_suites(tomllib.loads(example)["suites"], "README.md")}
     full = [s for s in suites.values() if s.workloads[0].params.get("set") == "full"]

@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from sixdim.core import catalog
+import yaml
 
 from sixdim import cli
-from sixdim.dashboards import build
-from sixdim.dashboards import command
-from sixdim.dashboards import grafana
-from sixdim.dashboards import lint
-from sixdim.dashboards import queries
+from sixdim.core import catalog
+from sixdim.dashboards import build, command, grafana, lint, queries
+from sixdim.monitoring import rules
+from sixdim.monitoring.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / command.COMMITTED_DIR
@@ -28,7 +26,7 @@ CONFIGMAP = ROOT / command.COMMITTED_CONFIGMAP
 DOC = ROOT / "docs" / "DASHBOARDS.md"
 
 BOARDS = build.dashboards()
-DCGM_BOARDS = build.dashboards(build.Options(dcgm_label_names=True))
+DCGM_BOARDS = build.dashboards(Options(dcgm_label_names=True))
 
 GPU_ONLY_METRICS = {m.name for m in catalog.ALL_METRICS if m.name.startswith("sixdim_gpu_")} | {
     m.name for m in (catalog.WORKLOAD_MEMORY_RESERVED, catalog.WORKLOAD_DEVICE_MEMORY, catalog.WORKLOAD_POWER_CAPPED,
@@ -41,73 +39,19 @@ def all_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in queries.panels(board) if p["type"] != "row"]
 
 
-# --------------------------------------------------------------------------- committed copies
-
-def test_the_committed_json_is_what_the_generator_writes():
-    expected = command.files()
-    present = sorted(p.name for p in JSON_DIR.glob("*.json"))
-    assert present == sorted(expected), (
-        f"{command.COMMITTED_DIR}/ holds {present}, the generator writes {sorted(expected)}: run "
-        f"`{command.REGENERATE}`")
-    for name, text in expected.items():
-        assert (JSON_DIR / name).read_text() == text, (
-            f"{command.COMMITTED_DIR}/{name} is stale (the catalog or dashboards/*.py changed): regenerate with "
-            f"`{command.REGENERATE}` and commit it")
-
-
-def test_the_committed_configmap_is_what_the_generator_writes():
-    assert CONFIGMAP.read_text() == command.configmap(), (
-        f"{command.COMMITTED_CONFIGMAP} is stale: regenerate with `{command.REGENERATE}` and commit it")
-
-
-def _configmap_documents(text: str) -> list[dict[str, Any]]:
-    """The ConfigMaps of the file, read back by a reader of exactly the YAML subset it is written in
-    (no YAML library is a dependency): metadata, labels, annotations and the block-scalar data."""
-    documents = []
-    for chunk in text.split("\n---\n")[1:]:
-        doc: dict[str, Any] = {"labels": {}, "annotations": {}, "data": {}}
-        top, section, key, block = None, None, None, None
-        for line in chunk.splitlines():
-            if block is not None and (line.startswith("    ") or line == ""):
-                block.append(line[4:])
-                continue
-            if block is not None:
-                doc["data"][key] = "\n".join(block) + "\n"
-                block = None
-            indent = len(line) - len(line.lstrip())
-            name, _, value = line.strip().partition(":")
-            value = value.strip()
-            if indent == 0:
-                top = section = name
-                if value:
-                    doc[name] = value
-            elif indent == 2 and top == "metadata":
-                if value:
-                    doc[name] = value
-                else:
-                    section = name
-            elif indent == 2 and top == "data":
-                assert value == "|", line
-                key, block = name, []
-            elif indent == 4 and section in ("labels", "annotations"):
-                doc[section][name] = value.strip('"')
-            else:
-                raise AssertionError(f"unexpected line {line!r}")
-        if block is not None:
-            doc["data"][key] = "\n".join(block).rstrip("\n") + "\n"
-        documents.append(doc)
-    return documents
-
+# --------------------------------------------------------------------------- the ConfigMaps
+# (the committed copies are kept current by `sixdim generate --check`: tests/test_generate.py)
 
 def test_the_configmaps_hold_every_dashboard_labelled_for_the_sidecar():
-    documents = _configmap_documents(command.configmap())
+    documents = [d for d in yaml.safe_load_all(command.configmap()) if d]
     assert [d["kind"] for d in documents] == ["ConfigMap"] * len(BOARDS)
     held = {}
     for doc in documents:
         assert doc["apiVersion"] == "v1"
-        assert doc["labels"]["grafana_dashboard"] == "1"
-        assert doc["annotations"]["grafana_folder"] == "sixdim"
-        assert re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", doc["name"]), doc["name"]
+        assert doc["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert doc["metadata"]["annotations"]["grafana_folder"] == "sixdim"
+        name = doc["metadata"]["name"]
+        assert re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name), name
         (name, text), = doc["data"].items()
         held[name] = json.loads(text)
         # Client-side kubectl apply keeps a copy in an annotation limited to 256 KiB.
@@ -116,7 +60,7 @@ def test_the_configmaps_hold_every_dashboard_labelled_for_the_sidecar():
 
 
 def test_generation_is_deterministic():
-    assert command.files() == command.files(build.Options())
+    assert command.files() == command.files(Options())
     assert command.configmap() == command.configmap()
 
 
@@ -379,7 +323,8 @@ def test_the_fleet_peer_panels_find_the_slow_gpu(tmp_path, promtool):
         series += [{"series": _series(flops, **labels), "values": f"{value}x10"},
                    {"series": _series(shapes, **labels), "values": f"{covered}x10"}]
     device = {catalog.DEVICE_TYPE: "cuda", catalog.GPU: "0", catalog.MODEL_NAME: "H100", catalog.WORKLOAD: "gemm"}
-    spec = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+    (tmp_path / "rules.yml").write_text(rules.render())  # the panels read the recorded peer ratios
+    spec = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,
         "promql_expr_test": [
             {"expr": stat, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]},
@@ -396,7 +341,7 @@ def test_the_fleet_peer_panels_find_the_slow_gpu(tmp_path, promtool):
 # --------------------------------------------------------------------------- the queries and their markers
 
 def test_all_queries_lists_every_target_variable_and_annotation():
-    for name, board in BOARDS.items():
+    for board in BOARDS.values():
         found = queries.all_queries(board)
         targets = sum(len(p["targets"]) for p in all_panels(board))
         annotations = sum(1 for a in board["annotations"]["list"] if "expr" in a)

@@ -122,8 +122,9 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
                     failures.append(f"{where}: no data")
         with capsys.disabled():  # in CI's output too, not only with -s
             print(f"\ndashboards: {len(DASHBOARDS)}, panels with queries: {len(counts['panels'])}, queries run: "
-                  f"{counts['queries']}, with data: {counts['with data']}, empty and marked GPU-only: {counts['gpu-only']}, "
-                  f"empty and marked may-be-empty: {counts['may be empty']}")
+                  f"{counts['queries']}, with data: {counts['with data']}, "
+                  f"empty and marked GPU-only: {counts['gpu-only']}, empty and marked may-be-empty: "
+                  f"{counts['may be empty']}")
             for reason, n in sorted(empty_reasons.items()):
                 print(f"  may be empty, and was: {n} x {reason}")
         assert not failures, "\n".join(failures)

@@ -49,7 +49,7 @@ def test_a_database_locked_by_another_process_loses_no_run_and_never_slows_a_scr
             time.sleep(0.25)
         assert time.monotonic() - locked_at >= LOCK_SECONDS - 1
         # A scrape that waited on the lock would take most of its 20 s; 5 s leaves room for a busy
-        # machine's stalls (the figures for scrape latency are tests/scrape_bench.py's).
+        # machine's stalls (the figures for scrape latency are tests/bench/scrape_bench.py's).
         assert slowest < 5.0, f"a scrape took {slowest:.2f} s while the database was locked"
         assert most_pending >= 1, "runs finished during the lock should have waited in memory"
         assert locked_errors >= 1

@@ -24,12 +24,12 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -501,7 +501,8 @@ def test_the_build_context_has_what_the_install_needs_and_nothing_else():
     packages = list(PYPROJECT["tool"]["setuptools"]["package-dir"].values())  # the folders
     needed = ["pyproject.toml", PYPROJECT["project"]["readme"], "deploy/docker/healthcheck.py"]
     needed += [f"{source_of(package)}/__init__.py" for package in PYPROJECT["tool"]["setuptools"]["packages"]]
-    needed += [f"{source_of(package)}/{name}" for package, names in PYPROJECT["tool"]["setuptools"]["package-data"].items()
+    needed += [f"{source_of(package)}/{name}"
+               for package, names in PYPROJECT["tool"]["setuptools"]["package-data"].items()
                for name in names]
     for path in needed:
         assert (ROOT / path).exists() and sent(path, rules), f"{path} is not in the build context"
@@ -595,6 +596,7 @@ def _check(listen: str, **extra: str) -> subprocess.CompletedProcess:
 
 def test_the_health_check_reads_listen_addresses_as_sixdim_does():
     import deploy_healthcheck as check
+
     from sixdim.config import parse_listen
 
     for listen in ["0.0.0.0:9480", ":9480", "127.0.0.1:1234", "[::]:9480", "[::1]:80", "10.1.2.3:9480",

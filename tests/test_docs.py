@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.core import catalog
 from sixdim.config import OPTIONS, load
+from sixdim.core import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,8 @@ def test_the_architecture_doc_is_a_true_map_of_the_code():
             relative = module.relative_to(ROOT).as_posix()
             if module.name != "__init__.py":
                 assert f"`{relative}`" in text, f"{relative} is not in docs/ARCHITECTURE.md"
-    pattern = re.compile(r"\b((?:%s)/[A-Za-z0-9_./*-]+\.(?:py|toml|json|md))\b" % "|".join(PRODUCT_FOLDERS))
+    folders = "|".join(PRODUCT_FOLDERS)
+    pattern = re.compile(rf"\b((?:{folders})/[A-Za-z0-9_./*-]+\.(?:py|toml|json|md))\b")
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("*/README.md"))]:
         for path in set(pattern.findall(doc.read_text())):
             assert list(ROOT.glob(path)), f"{doc.relative_to(ROOT)} names {path}, which does not exist"
@@ -44,7 +45,8 @@ def test_ci_runs_the_readme_install_and_test_commands():
     blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
     install = next(b.strip() for b in blocks if "pip install" in b)
     test = next(b.strip() for b in blocks if "pytest" in b)
-    assert install.replace("python3 -m pip", "python -m pip") in ci.replace("python -m pip install -q", "python -m pip install")
+    assert install.replace("python3 -m pip", "python -m pip") in ci.replace("python -m pip install -q",
+                                                                           "python -m pip install")
     assert test in ci
 
 

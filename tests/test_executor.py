@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sixdim.http.board import Board
-from sixdim.run.devices import cpu_device, resolve
-from sixdim.run.executor import Executor, GuardSettings
-from sixdim.http.exporter import SixdimCollector
-from sixdim.store.history import History
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from tests.fakenvml import FakeGpu, FakeNvml
-from tests.guard_workloads import spec as sleeping_spec
+from sixdim.http.board import Board
+from sixdim.http.exporter import SixdimCollector
+from sixdim.run.devices import cpu_device, resolve
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.store.history import History
 from sixdim.workloads.context import RunContext, WorkloadOutput
 from sixdim.workloads.spec import Case, Param, WorkloadSpec
+from tests.fakenvml import FakeGpu, FakeNvml
+from tests.guard_workloads import spec as sleeping_spec
 
 
 def by_kind_cases(spec, params, device_type):
@@ -57,8 +57,8 @@ def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_
     details.case_wall (the worker's clock around the case), and sixdim_workload_case_mean_seconds is
     the mean of those spans, not of the worker's (which would count every case at the whole run)."""
     board = Board()
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up, nvml=NvmlCollector("h"),
-                        rapl=None)
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up,
+                        nvml=NvmlCollector("h"), rapl=None)
     records = executor.execute(sleeping_spec("naps", [{"seconds": 0.2}, {"seconds": 1.2}]), {}, cpu_device())
     assert [r.status for r in records] == ["ok", "ok"]
     assert len({r.started_at for r in records}) == 1  # one worker
@@ -66,7 +66,8 @@ def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_
     for r, span, nap in zip(records, spans, (0.2, 1.2)):
         assert r.started_at <= r.details["case_wall"][0] <= r.details["case_wall"][1] <= r.ended_at
         assert nap <= span < r.ended_at - r.started_at  # at least its own sleep, less than the worker's whole run
-        assert r.details["case_wall"][0] <= r.figures["begin_unix"] and r.figures["end_unix"] <= r.details["case_wall"][1]
+        assert (r.details["case_wall"][0] <= r.figures["begin_unix"]
+                and r.figures["end_unix"] <= r.details["case_wall"][1])
     assert records[0].details["case_wall"][1] <= records[1].details["case_wall"][0]  # one after the other
     registry = CollectorRegistry()
     registry.register(SixdimCollector(board, [], "h"))
@@ -222,7 +223,8 @@ def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_
     spec = WorkloadSpec(name="memory_bandwidth", description="test", entry="tests.test_executor:fixed_copy",
                         uses_torch=False, peak_kind="bandwidth", expander=copies)
     fake = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3")])
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h", module=fake), rapl=None, guard=GuardSettings(enabled=False))
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h", module=fake),
+                        rapl=None, guard=GuardSettings(enabled=False))
     d2d, h2d = executor.execute(spec, {}, resolve_devices(["cuda:0"], executor.nvml)[0])
     assert (d2d.kernel_pass, h2d.kernel_pass) == ("d2d", "h2d") and d2d.status == h2d.status == "ok"
     assert d2d.figures["peak_ratio"] == pytest.approx(1.675e12 / 3.35e12)

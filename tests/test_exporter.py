@@ -1,18 +1,18 @@
 """The exporter renders the catalog: names, labels, units, and promtool's lint."""
 
-import pytest
 import pynvml
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sixdim.collectors.host import HostCollector, RaplReader
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core import catalog
 from sixdim.http.board import Board
-from sixdim.verdicts.live import Verdicts
 from sixdim.http.exporter import ReloadStatus, SixdimCollector
 from sixdim.run.runner import STOPPING_REASON
 from sixdim.store.history import History
-from sixdim.collectors.host import HostCollector, RaplReader
-from sixdim.collectors.nvml import NvmlCollector
+from sixdim.verdicts.live import Verdicts
 from tests.conftest import promtool_check
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.helpers import make_record
@@ -30,7 +30,8 @@ def samples(text):
 
 
 def find(text, name, **labels):
-    return [v for (n, ls), v in samples(text).items() if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
+    return [v for (n, ls), v in samples(text).items()
+            if n == name and all(dict(ls).get(k) == x for k, x in labels.items())]
 
 
 def test_result_series_carry_dcgm_join_labels_and_versions():
@@ -42,7 +43,8 @@ def test_result_series_carry_dcgm_join_labels_and_versions():
     assert dict(labels) == {
         "hostname": "node1", "gpu": "0", "UUID": "GPU-a", "model_name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:17:00.0", "device_type": "cuda", "workload": "gemm", "precision": "bf16",
-        "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
+        "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "driver_version": "550.54.15",
+        "cuda_version": "12.4", "torch_version": "2.13.0"}
     assert find(text, "sixdim_workload_seconds") == [0.002]
     assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
     assert find(text, "sixdim_workload_power_watts") == [350.0]
@@ -223,8 +225,8 @@ def test_interrupted_skips_are_never_counted_as_runs_live_from_the_history_or_af
 
 
 def test_skips_are_counted_by_reason_class_and_case_time_by_status_since_start(tmp_path):
-    from sixdim.http.board import skip_class
     from sixdim.core.results import INTERRUPTED
+    from sixdim.http.board import skip_class
 
     assert STOPPING_REASON.startswith(INTERRUPTED)
     history = History(tmp_path / "h.db")

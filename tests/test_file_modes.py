@@ -30,8 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.config import (CONFIG_FILE_ROLE, INSECURE_PERMISSIONS_ENV, INSECURE_PERMISSIONS_FLAG, ConfigError,
-                          check_permissions, load, permission_problem)
+from sixdim.config import (
+    CONFIG_FILE_ROLE,
+    INSECURE_PERMISSIONS_ENV,
+    INSECURE_PERMISSIONS_FLAG,
+    ConfigError,
+    check_permissions,
+    load,
+    permission_problem,
+)
 from sixdim.store.history import History
 from tests.conftest import free_port, required_tool
 from tests.helpers import Locker, make_record
@@ -134,7 +141,8 @@ def test_the_flag_wins_over_the_variable_and_a_bad_variable_is_named(tmp_path):
 def test_a_config_file_others_can_write_is_refused_with_exit_2(tmp_path, cli_env, file_mode, octal):
     config = write(tmp_path / "my config.toml", "[agent]\nlog_level = \"warning\"\n", file_mode)
     assert_refused(sixdim("run", "--config", str(config), *TINY_GEMM, env=cli_env), config, octal)
-    assert_refused(sixdim("serve", "--listen", f"127.0.0.1:{free_port()}", env=dict(cli_env, SIXDIM_CONFIG=str(config))),
+    assert_refused(sixdim("serve", "--listen", f"127.0.0.1:{free_port()}",
+                          env=dict(cli_env, SIXDIM_CONFIG=str(config))),
                    config, octal)
     assert not Path(cli_env["SIXDIM_HISTORY"]).exists()  # refused before anything was opened
 

@@ -44,16 +44,18 @@ hypothesis = pytest.importorskip("hypothesis")  # the 'test' extra installs it; 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sixdim.http import webconfig  # noqa: E402
 from sixdim.cli import main  # noqa: E402
-from tests.certs import encrypt_key, issue, make_ca  # noqa: E402
-from tests.conftest import required_tool  # noqa: E402
 from sixdim.config import MAX_SECONDS, MIN_SECONDS, OPTIONS, ConfigError, load  # noqa: E402
-from sixdim.workloads import command  # noqa: E402
-from sixdim.workloads import registry
+from sixdim.http import webconfig  # noqa: E402
+from sixdim.workloads import (  # noqa: E402
+    command,
+    registry,
+)
 from sixdim.workloads.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
 from sixdim.workloads.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
 from sixdim.workloads.spec import ParamError  # noqa: E402
+from tests.certs import encrypt_key, issue, make_ca  # noqa: E402
+from tests.conftest import required_tool  # noqa: E402
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -205,7 +207,8 @@ config_documents = st.builds(
                                                                                       dict) else {}),
                                              **extra},
     option_tables(), mostly(st.none() | st.lists(suite_tables, min_size=1, max_size=2), hostile),
-    st.none() | st.dictionaries(st.sampled_from(["gemm", "gemm/flops", "seconds", "gemm/tflops", "gemmm"]), good_or([0.02, 0.5])),
+    st.none() | st.dictionaries(st.sampled_from(["gemm", "gemm/flops", "seconds", "gemm/tflops", "gemmm"]),
+                                good_or([0.02, 0.5])),
     mostly(st.just({}), st.dictionaries(st.sampled_from(["agent", "bogus", "suites"]), hostile, max_size=1)),
 )
 
@@ -803,11 +806,14 @@ def test_tls_sections_load_when_sound_and_are_refused_cleanly_when_not(web_dir, 
 HUGE_WEB_DOCUMENTS = {
     "1 MiB of [": b"x: " + b"[" * (webconfig.MAX_FILE_BYTES - 3),
     "flow mappings nested 100,000 deep": b"x: " + b"{a: " * 100_000,
-    "block sequences nested to 1 MiB": "".join(" " * i + "- \n" for i in range(1400)).encode()[:webconfig.MAX_FILE_BYTES],
-    "block mappings nested to 1 MiB": "".join(" " * i + "a:\n" for i in range(1400)).encode()[:webconfig.MAX_FILE_BYTES],
+    "block sequences nested to 1 MiB":
+        "".join(" " * i + "- \n" for i in range(1400)).encode()[:webconfig.MAX_FILE_BYTES],
+    "block mappings nested to 1 MiB":
+        "".join(" " * i + "a:\n" for i in range(1400)).encode()[:webconfig.MAX_FILE_BYTES],
     "80,000 unknown keys": "".join(f"k{i}: {i}\n" for i in range(80_000)).encode()[:webconfig.MAX_FILE_BYTES],
     "a 1 MiB key": b"a" * (webconfig.MAX_FILE_BYTES - 10) + b": 1\n",
-    "a 1 MiB file name": b"tls_server_config:\n  cert_file: " + b"a" * (webconfig.MAX_FILE_BYTES - 60) + b"\n  key_file: x\n",
+    "a 1 MiB file name":
+        b"tls_server_config:\n  cert_file: " + b"a" * (webconfig.MAX_FILE_BYTES - 60) + b"\n  key_file: x\n",
     "one byte too many": b"#" * (webconfig.MAX_FILE_BYTES + 1),
     "200,000 aliases": b"http_server_config: &a {}\nq: [" + b", ".join([b"*a"] * 200_000) + b"]\n",
     "a billion laughs in a refused value": ("tls_server_config: " + laughs(30) + "\n").encode(),
@@ -889,7 +895,8 @@ valid_tls = st.fixed_dictionaries({"cert_file": st.sampled_from(["server.crt", "
 valid_web_documents = st.fixed_dictionaries({}, optional={
     "tls_server_config": valid_tls,
     "http_server_config": st.fixed_dictionaries({}, optional={
-        "headers": st.dictionaries(st.sampled_from(list(webconfig.HEADERS)), st.sampled_from(HEADER_VALUES), max_size=3),
+        "headers": st.dictionaries(st.sampled_from(list(webconfig.HEADERS)), st.sampled_from(HEADER_VALUES),
+                                   max_size=3),
         "http2": st.booleans()}),
     "basic_auth_users": st.dictionaries(st.sampled_from(["prometheus", "grafana", "ünï"]), st.sampled_from(HASHES[:5]),
                                         max_size=2),

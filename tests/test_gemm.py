@@ -9,9 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sixdim.workloads import gemm
-
-from sixdim.workloads import registry
+from sixdim.workloads import gemm, registry
 from sixdim.workloads.context import RunContext
 from sixdim.workloads.stats import deepspark_mean
 
@@ -100,7 +98,7 @@ def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
     """The real path (CLI, worker, daemon-side telemetry, JSON), checked only by what load cannot
     change: how its figures follow from each other and from the measured window.  How its
     seconds compare with an independent timing is the test above (load-robust) and
-    ``python -m tests.compare_kernels`` (the full path, best of alternated runs)."""
+    ``python -m tests.bench.compare_kernels`` (the full path, best of alternated runs)."""
     result = subprocess.run([sys.executable, "-m", "sixdim", "run", "--workload", "gemm", "--device", "cpu", "--json",
                              "-p", "set=square", "-p", "precisions=fp32", "-p", "min_round_seconds=0.2"],
                             capture_output=True, text=True, env=cli_env, timeout=300)

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.http.board import Board
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.run.guard import busy_reason
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.workloads import registry
 
 pytestmark = pytest.mark.gpu
@@ -391,7 +390,8 @@ def test_onnx_runs_on_the_cuda_provider_or_says_why_not(nvml, tmp_path):
               "providers": ["CUDAExecutionProvider"], "cache_dir": str(tmp_path / "onnx"), **ONNX_FAST}
     records = _executor(nvml, tmp_path).execute_many([(registry.get("onnx"), params)], device, timeout=600)
     _dump("onnx", records)
-    assert [r.shape for r in records] == ["model=gpt,size=small,batch=1,ep=CUDA", "model=gpt,size=small,batch=32,ep=CUDA"]
+    assert [r.shape for r in records] == ["model=gpt,size=small,batch=1,ep=CUDA",
+                                          "model=gpt,size=small,batch=32,ep=CUDA"]
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         assert all(r.status == "unsupported" and "sixdim[onnx-gpu]" in r.reason for r in records), \
             [(r.status, r.reason) for r in records]

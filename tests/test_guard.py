@@ -14,12 +14,11 @@ import psutil
 import pynvml
 import pytest
 
-from sixdim.http.board import Board
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.run.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec
 

@@ -21,6 +21,7 @@ from sixdim.http.board import Board
 from sixdim.store.history import History, HistoryError, error_reason
 from tests.helpers import Locker, make_record
 
+
 def rows(path: Path) -> list[tuple[str, str]]:
     with sqlite3.connect(path) as db:
         return db.execute("SELECT uid, status FROM runs ORDER BY id").fetchall()

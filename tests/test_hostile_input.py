@@ -20,11 +20,18 @@ import pytest
 
 from sixdim.cli import main
 from sixdim.config import MAX_SECONDS, ConfigError, is_device_selector, load
-from sixdim.workloads import command
-from sixdim.workloads import registry
+from sixdim.workloads import command, registry
 from sixdim.workloads.dimensions import DimensionsError, compute
-from sixdim.workloads.logparse import (MAX_READING, RegexParser, TrainingLog, make_parsers, parse_ai_rank, parse_lines,
-                                parse_mlperf, read_line)
+from sixdim.workloads.logparse import (
+    MAX_READING,
+    RegexParser,
+    TrainingLog,
+    make_parsers,
+    parse_ai_rank,
+    parse_lines,
+    parse_mlperf,
+    read_line,
+)
 from sixdim.workloads.spec import MAX_MAGNITUDE, ParamError
 
 DEEP = 100_000
@@ -278,7 +285,7 @@ def test_dimensions_not_utf8_exits_2(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_dimensions_nan_and_infinity_literals_exit_2(tmp_path, capsys, literal):
     """Not standard JSON: refused while parsing, with its name."""
-    assert_refused(dimensions(tmp_path, '{"accuracy": %s}' % literal, capsys),
+    assert_refused(dimensions(tmp_path, f'{{"accuracy": {literal}}}', capsys),
                    f"not valid JSON: {literal} is not a JSON number")
 
 
@@ -437,11 +444,10 @@ def test_ignored_lines_are_surfaced_in_the_run_details_and_figures_stay_finite()
 
 def test_a_hostile_log_does_not_crash_the_case(tmp_path):
     """The whole path: a command printing every fault above, read by the real worker."""
-    from sixdim.http.board import Board
+    from sixdim.collectors.nvml import NvmlCollector
     from sixdim.run.devices import cpu_device
     from sixdim.run.executor import Executor
     from sixdim.store.history import History
-    from sixdim.collectors.nvml import NvmlCollector
 
     log = tmp_path / "hostile.txt"
     log.write_text("\n".join([

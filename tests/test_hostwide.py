@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.http.board import Board
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.config import Suite, WorkloadEntry
 from sixdim.run.devices import DeviceLocks, cpu_device, resolve
 from sixdim.run.executor import Executor, GuardSettings
-from sixdim.store.history import History
 from sixdim.run.hostprobe import MultiGpuProbe
 from sixdim.run.scheduler import SuiteScheduler
-from sixdim.collectors.nvml import NvmlCollector
+from sixdim.store.history import History
+from sixdim.workloads import registry
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec
-from sixdim.workloads import registry
 
 GIB = 1024**3
 
@@ -32,8 +31,8 @@ def two_gpus(**second) -> FakeNvml:
 
 
 def make_executor(tmp_path: Path, fake: FakeNvml, guard: bool = True) -> Executor:
-    return Executor(hostname="node1", history=History(tmp_path / "h.db"), nvml=NvmlCollector("node1", module=fake), rapl=None,
-                    guard=GuardSettings(enabled=guard, max_utilization=0.05))
+    return Executor(hostname="node1", history=History(tmp_path / "h.db"), nvml=NvmlCollector("node1", module=fake),
+                    rapl=None, guard=GuardSettings(enabled=guard, max_utilization=0.05))
 
 
 def wait_for(path: Path, seconds: float = 60.0) -> None:

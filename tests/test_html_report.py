@@ -362,8 +362,8 @@ def chromium():
 
 @pytest.fixture(scope="module")
 def demo_page(tmp_path_factory):
-    """The README's demo history (tests/html_report_demo.py), rendered as the command renders it."""
-    from tests import html_report_demo
+    """The README's demo history (tests/bench/html_report_demo.py), rendered as the command renders it."""
+    from tests.bench import html_report_demo
 
     folder = tmp_path_factory.mktemp("demo")
     html_report_demo.write_history(folder / "history.db")

@@ -9,7 +9,6 @@ import urllib.request
 from sixdim.http import server as http
 from sixdim.http.server import HttpServer, make_app
 
-
 TEXT = b"# HELP x test\n# TYPE x gauge\nx 1.0\n"
 
 

@@ -12,9 +12,7 @@ import pytest
 import torch
 
 from sixdim.run.runner import run_worker
-from sixdim.workloads import flags
-from sixdim.workloads import gemm
-from sixdim.workloads import registry
+from sixdim.workloads import flags, gemm, registry
 from sixdim.workloads.context import RunContext
 from sixdim.workloads.report import Measurement
 from sixdim.workloads.timing import Timing, cache_regime, power_phase
@@ -43,7 +41,8 @@ def test_worker_sets_the_cublas_workspace_that_deterministic_mode_needs():
 def test_convergence_deterministic_mode_does_not_leak_into_the_next_case():
     convergence = registry.get("convergence").cases({"runs": 1, "epochs": 2, "target_accuracy": 0.0}, "cpu")[0]
     fp32 = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": ["fp32"], "power_seconds": 0}, "cpu")[0]
-    outcome = run_worker(["sixdim.workloads.convergence:run", "sixdim.workloads.gemm:run", "tests.flag_workloads:reports_environment"],
+    outcome = run_worker(["sixdim.workloads.convergence:run", "sixdim.workloads.gemm:run",
+                          "tests.flag_workloads:reports_environment"],
                          [convergence.params, fp32.params, {}], "cpu", 120)
     assert outcome.cases[0].status == "ok", outcome.cases[0].reason
     assert outcome.cases[0].details["torch_flags"]["deterministic"] is True

@@ -193,7 +193,7 @@ def test_memory_bandwidth_counts_bytes_moved():
 
 
 def test_launch_latency_runs_every_launch():
-    for case, output, ctx in run_cases("launch_latency", launches_per_round=500):
+    for _case, output, ctx in run_cases("launch_latency", launches_per_round=500):
         assert output.status == "ok" and output.figures["max_relative_error"] == 0.0
         rounds = output.details["round_seconds"]
         assert 0 < output.figures["seconds"] == pytest.approx(deepspark_mean(rounds))

@@ -27,10 +27,9 @@ import pytest
 import yaml
 
 import sixdim
-from sixdim import cli
-from sixdim import config
-from sixdim.monitoring import rules
+from sixdim import cli, config
 from sixdim.dashboards import command as dashboards_command
+from sixdim.monitoring import rules
 from sixdim.workloads import registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +63,7 @@ def _missing(message: str) -> None:
     pytest.skip(message)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kustomize() -> tuple[str, ...] | None:
     """The kustomize command line: a kustomize binary's ``build``, else ``kubectl kustomize``."""
     if shutil.which("kustomize"):
@@ -104,7 +103,7 @@ def module(name: str, pip: str) -> Any:
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _render(folder: str) -> tuple[tuple[dict[str, Any], ...], str]:
     command = kustomize()
     result = subprocess.run([*command, str(K8S / folder)], capture_output=True, text=True, timeout=60)
@@ -173,7 +172,7 @@ def resources(c: dict[str, Any], which: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- schemas
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kubernetes_definitions(version: str) -> dict[str, Any]:
     from importlib.resources import files
 
@@ -208,7 +207,7 @@ def strict(schema: Any) -> Any:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _crd_validator(api_version: str, kind: str) -> Any:
     jsonschema = module("jsonschema", "jsonschema")
     schema = strict(yaml.safe_load(CRD_SCHEMAS[(api_version, kind)].read_text()))
@@ -216,7 +215,7 @@ def _crd_validator(api_version: str, kind: str) -> Any:
     return jsonschema.Draft202012Validator(schema)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _object_meta_validator(version: str) -> Any:
     jsonschema = module("jsonschema", "jsonschema")
     referencing = module("referencing", "referencing")
@@ -334,12 +333,6 @@ def test_the_crd_validator_refuses_what_the_operator_would():
 
 # --------------------------------------------------------------------------- generated objects
 
-def test_the_committed_prometheus_rule_is_what_the_generator_writes():
-    committed = ROOT / rules.COMMITTED_PROMETHEUS_RULE
-    assert committed.read_text() == rules.prometheus_rule(), (
-        f"{rules.COMMITTED_PROMETHEUS_RULE} is stale: regenerate it with `{rules.REGENERATE_PROMETHEUS_RULE}`")
-
-
 def test_the_prometheus_rule_holds_exactly_the_rules_file_groups():
     rule = yaml.safe_load((ROOT / rules.COMMITTED_PROMETHEUS_RULE).read_text())
     rules_file = yaml.safe_load((ROOT / rules.COMMITTED).read_text())
@@ -361,11 +354,10 @@ def test_kustomize_passes_the_rules_and_dashboards_through_unchanged(folder):
         assert got["metadata"]["annotations"] == doc["metadata"]["annotations"]
 
 
-def test_the_dashboards_configmap_is_in_the_base_and_current():
+def test_the_dashboards_configmap_is_in_the_base():
+    """(Its content is kept current by `sixdim generate --check`: tests/test_generate.py.)"""
     path = ROOT / dashboards_command.COMMITTED_CONFIGMAP
     assert path.parent == K8S / "base"
-    assert path.read_text() == dashboards_command.configmap(), (
-        f"{dashboards_command.COMMITTED_CONFIGMAP} is stale: run `{dashboards_command.REGENERATE}`")
     base = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
     assert path.name in base["resources"] and Path(rules.COMMITTED_PROMETHEUS_RULE).name in base["resources"]
     assert not (ROOT / "deploy" / "kubernetes").exists()
@@ -380,7 +372,7 @@ def test_rules_prometheus_rule_writes_the_object(tmp_path, capsys):
     options = rules.Options(stale_after=26 * 3600)
     assert plain.read_text() == rules.render(options) and crd.read_text() == rules.prometheus_rule(options)
     assert yaml.safe_load(crd.read_text())["spec"]["groups"] == yaml.safe_load(plain.read_text())["groups"]
-    assert "--stale-after 1d2h" in crd.read_text().splitlines()[4]
+    assert "--stale-after 1d2h" in next(line for line in crd.read_text().splitlines() if line.startswith("# Options:"))
     assert capsys.readouterr().out == ""
 
 

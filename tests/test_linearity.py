@@ -4,20 +4,20 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.http.board import Board
+from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
-from sixdim.http.exporter import SixdimCollector
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.workloads import registry
 from sixdim.workloads.stats import deepspark_mean
 
 
 def test_card_linearity_with_two_gloo_processes(tmp_path):
     board = Board()
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up, nvml=NvmlCollector("h"),
-                        rapl=None)
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up,
+                        nvml=NvmlCollector("h"), rapl=None)
     one, two = executor.execute(registry.get("linearity"), {"counts": [2]}, cpu_device(), timeout=120)
     assert (one.status, two.status) == ("ok", "ok"), (one.reason, two.reason)
     assert (one.params["count"], two.params["count"]) == (1, 2)
@@ -52,7 +52,8 @@ def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = []
     for n in range(2):
-        env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / f"node{n}.db"), "SIXDIM_STATE_DIR": str(tmp_path / f"state{n}")}
+        env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / f"node{n}.db"),
+               "SIXDIM_STATE_DIR": str(tmp_path / f"state{n}")}
         nodes.append(subprocess.Popen(
             [sys.executable, "-m", "sixdim", "run", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--json",
              "-p", "steps_per_window=2", "-p", "windows=3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -6,8 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.workloads.logparse import (HIGHER_IS_BETTER, LOWER_IS_BETTER, MLPERF_BENCHMARKS, Metric, RegexParser,
-                                TrainingLog, make_parsers, parse_ai_rank, parse_lines, parse_mlperf, read_line)
+from sixdim.workloads.logparse import (
+    HIGHER_IS_BETTER,
+    LOWER_IS_BETTER,
+    MLPERF_BENCHMARKS,
+    Metric,
+    RegexParser,
+    TrainingLog,
+    make_parsers,
+    parse_ai_rank,
+    parse_lines,
+    parse_mlperf,
+    read_line,
+)
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from sixdim.http.board import Board
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
 from tests.fakenvml import MAX_MIG_DEVICES, FakeGpu, FakeNvml
 from tests.guard_workloads import spec
 
@@ -59,7 +58,8 @@ def test_a_failure_listing_mig_instances_keeps_nvml_available_and_the_gpu_marked
     gpu = mig_gpu([MIG_A], errors={"nvmlDeviceGetMigDeviceHandleByIndex": pynvml.NVML_ERROR_NO_PERMISSION})
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(uuid="GPU-other"), gpu]))
     assert nvml.availability().available and len(nvml.gpus) == 2
-    assert nvml.gpu(1).mig_enabled and nvml.gpu(1).mig_error == "cannot list its MIG instances: Insufficient Permissions"
+    assert (nvml.gpu(1).mig_enabled
+            and nvml.gpu(1).mig_error == "cannot list its MIG instances: Insufficient Permissions")
     [device] = resolve(["cuda:1"], nvml)
     assert "GPU 1 is in MIG mode, with no MIG instance created (cannot list its MIG instances: " \
            "Insufficient Permissions)" in device.mig_reason

@@ -29,8 +29,7 @@ def test_model_training_samples_per_second_matches_its_step_timing(model):
 
 
 def test_inference_reports_latency_percentiles(monkeypatch):
-    from sixdim.workloads import models
-    from sixdim.workloads import report
+    from sixdim.workloads import models, report
 
     asked = []
 

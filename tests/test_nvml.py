@@ -3,15 +3,15 @@
 import pynvml
 import pytest
 
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core import catalog
 from sixdim.http.board import Board
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.run.guard import busy_reason
 from sixdim.store.history import History
-from sixdim.collectors.nvml import NvmlCollector
-from tests.fakenvml import FakeGpu, FakeNvml
 from sixdim.workloads import registry
+from tests.fakenvml import FakeGpu, FakeNvml
 
 
 def values(samples, metric, **labels):

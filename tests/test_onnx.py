@@ -20,18 +20,19 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed: pip 
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from sixdim.http.board import Board  # noqa: E402
+from sixdim.collectors.nvml import NvmlCollector  # noqa: E402
 from sixdim.config import ConfigError, load  # noqa: E402
 from sixdim.run.devices import cpu_device  # noqa: E402
 from sixdim.run.executor import Executor  # noqa: E402
-from sixdim.store.history import History  # noqa: E402
 from sixdim.run.worker import run_case  # noqa: E402
-from sixdim.collectors.nvml import NvmlCollector  # noqa: E402
-from sixdim.workloads import onnx_export  # noqa: E402
-from sixdim.workloads import onnx_info
-from sixdim.workloads import onnx_inputs
-from sixdim.workloads import registry
+from sixdim.store.history import History  # noqa: E402
 from sixdim.workloads import onnx as onnx_workload  # noqa: E402
+from sixdim.workloads import (  # noqa: E402
+    onnx_export,
+    onnx_info,
+    onnx_inputs,
+    registry,
+)
 from sixdim.workloads.context import RunContext  # noqa: E402
 from sixdim.workloads.spec import ParamError  # noqa: E402
 from sixdim.workloads.stats import deepspark_mean  # noqa: E402
@@ -182,7 +183,7 @@ def test_a_users_file_runs_from_a_toml_configuration_alone(tmp_path, cli_env):
         workloads = [
             {{name = "onnx", params = {{model = "{model}", vocab_size = 50, sequence_length = 6, latency_batches = [1, 3], throughput_batches = [], rounds = 3, min_round_seconds = 0.01, warmup_seconds = 0.01, latency_samples = 10, power_seconds = 0}}}},
         ]
-    """))
+    """))  # noqa: E501 - a TOML inline table cannot span lines
     [suite] = load(str(config)).suites
     assert [w.name for w in suite.workloads] == ["onnx"]
     result = subprocess.run([sys.executable, "-m", "sixdim", "run", "--config", str(config), "--suite", "my-model",

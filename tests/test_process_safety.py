@@ -23,11 +23,10 @@ import bcrypt
 import pytest
 
 from sixdim.run import proctree
-from sixdim.run.devices import cpu_device
-from sixdim.store.history import History
+from sixdim.run.devices import DeviceLocks, cpu_device
 from sixdim.run.instance import DeviceFileLocks, InstanceError
-from sixdim.run.devices import DeviceLocks
 from sixdim.run.runner import run_worker
+from sixdim.store.history import History
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.fault_workloads import ESCAPE_SCRIPT, run_pids
@@ -261,8 +260,9 @@ def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_run
         assert daemon.process.poll() is None
         # the running web configuration still wants the credentials; the reload's outcome is rendered at
         # the next refresh (about a second), not at the end of the live part's 5 s timer
-        request = urllib.request.Request(f"http://127.0.0.1:{daemon.port}/metrics",
-                                         headers={"Authorization": "Basic " + base64.b64encode(b"prom:secret").decode()})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{daemon.port}/metrics",
+            headers={"Authorization": "Basic " + base64.b64encode(b"prom:secret").decode()})
         deadline = time.monotonic() + 15
         while True:
             with urllib.request.urlopen(request, timeout=5) as response:
@@ -394,9 +394,8 @@ def test_a_stop_while_waiting_for_another_process_holds_nothing(tmp_path):
 def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_history(tmp_path):
     """A record left by a dead `sixdim run` on history A: a sixdim on history B stops its processes
     and leaves it; the next sixdim on history A records it."""
-    from sixdim.http.board import Board
-    from sixdim.run.executor import Executor
     from sixdim.collectors.nvml import NvmlCollector
+    from sixdim.run.executor import Executor
     from sixdim.workloads import registry
 
     def executor(history: Path) -> Executor:

@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
-from tests.helpers import prometheus_query as query, start_prometheus
+from tests.helpers import prometheus_query as query
+from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow
 

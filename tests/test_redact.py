@@ -17,16 +17,23 @@ import textwrap
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_params,
+    redact_shell,
+    scrub,
+    secret_values,
+)
 from sixdim.http.board import Board
+from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
-from sixdim.http.exporter import SixdimCollector
 from sixdim.store.history import History
-from sixdim.core.redact import (REDACTED, is_secret_name, redact_argv, redact_env, redact_params, redact_shell, scrub,
-                          secret_values)
-from sixdim.collectors.nvml import NvmlCollector
-from sixdim.workloads import command
-from sixdim.workloads import registry
+from sixdim.workloads import command, registry
 from sixdim.workloads.context import RunContext, WorkloadOutput
 from sixdim.workloads.spec import Case, Param, WorkloadSpec
 

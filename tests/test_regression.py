@@ -4,9 +4,9 @@ import random
 
 import pytest
 
+from sixdim.core.results import RunRecord
 from sixdim.verdicts import detector as rg
 from sixdim.verdicts.detector import Detector, Settings
-from sixdim.core.results import RunRecord
 
 
 def noisy(n, level=1.0, sd=0.01, seed=1):

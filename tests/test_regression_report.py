@@ -230,7 +230,8 @@ def test_report_without_a_kind_prints_help_and_exits_2(capsys):
 
 def test_the_command_line_loads_no_numpy_until_a_report_runs(cli_env, history):
     """``import sixdim.cli`` stays light; the command itself works end to end in a child."""
-    probe = "import sys, sixdim.cli; sixdim.cli.build_parser(); print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))"
+    probe = ("import sys, sixdim.cli; sixdim.cli.build_parser(); "
+             "print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))")
     light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env, timeout=60)
     assert light.stdout.strip() == "[]", light.stderr
     cli_env = {**cli_env, "SIXDIM_HISTORY": history["path"]}

@@ -8,14 +8,13 @@ GPU) capture and replay the real thing.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
 
-from sixdim.workloads import flags
-
-from sixdim.workloads import registry
+from sixdim.workloads import flags, registry
 from sixdim.workloads.context import RunContext, WorkloadOutput
 from sixdim.workloads.rnn import GATES, Recurrence, recurrence, run
 

@@ -80,7 +80,8 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         # had reported it is recorded by the restart (before it serves), and may be the newest.
         [latest] = History(history).latest_ok()
         [flops] = daemon.samples("sixdim_workload_flops")
-        assert (flops.labels["shape"], flops.value) == ("m=128,n=128,k=128,op=NN", pytest.approx(latest.figures["flops"]))
+        assert (flops.labels["shape"], flops.value) == ("m=128,n=128,k=128,op=NN",
+                                                        pytest.approx(latest.figures["flops"]))
         [ended] = daemon.samples("sixdim_workload_last_run_timestamp_seconds")
         assert ended.value == pytest.approx(latest.ended_at)
         ok_runs = [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["status"] == "ok"]

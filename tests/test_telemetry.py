@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sixdim.run.telemetry import CpuProbe, Sampler, TelemetrySample, integral, summarize_window, value_at
 from sixdim.collectors import host
 from sixdim.collectors.host import HostCollector, RaplReader
+from sixdim.run.telemetry import CpuProbe, Sampler, TelemetrySample, integral, summarize_window, value_at
 
 
 def series(fn, start=0.0, stop=10.0, step=0.1, **extra):

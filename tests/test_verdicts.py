@@ -6,15 +6,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sixdim.core import catalog
-
-from sixdim.verdicts import detector as regression
-from sixdim.http.board import Board
 from sixdim.config import ConfigError, load
-from sixdim.verdicts.detector import settings_from
+from sixdim.core import catalog
+from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
 from sixdim.store.history import History
-from sixdim.verdicts.detector import Settings
+from sixdim.verdicts import detector as regression
+from sixdim.verdicts.detector import Settings, settings_from
 from sixdim.verdicts.live import Verdicts, feed
 from tests.helpers import make_record
 
@@ -99,7 +97,8 @@ def test_a_driver_change_names_the_versions_and_the_change_ratio():
     assert change.changes == {"driver": ("550.54.15", "560.28.03")}
     assert change.state == regression.REGRESSION and change.ratio == pytest.approx(0.93, abs=0.01)
     percent = f"{(1 - change.ratio) * 100:.1f}"
-    assert change.describe().startswith(f"driver 550.54.15 \u2192 560.28.03: bf16 gemm m=8,n=8,k=8 \u2212{percent}% (p = ")
+    assert change.describe().startswith(f"driver 550.54.15 \u2192 560.28.03: bf16 gemm m=8,n=8,k=8 "
+                                        f"\u2212{percent}% (p = ")
     [exported] = find(scrape(board), "sixdim_version_change_ratio", figure="flops")
     assert exported.labels["component"] == "driver"
     assert (exported.labels["from"], exported.labels["to"]) == ("550.54.15", "560.28.03")
@@ -160,7 +159,8 @@ def test_verdicts_restored_from_the_history_equal_those_of_the_agent_that_record
 
     assert shown(restored) == shown(live)
     assert shown(live)[(records[0].key(), "flops")][0] == regression.REGRESSION
-    assert {s.record.key(): s.changes for s in restored.snapshot()} == {s.record.key(): s.changes for s in live.snapshot()}
+    assert ({s.record.key(): s.changes for s in restored.snapshot()}
+            == {s.record.key(): s.changes for s in live.snapshot()})
     # only the last runs of each series are read back: a tracker never needs more
     read = list(history.recent_per_series(restored.restore_runs))
     assert len(read) == restored.restore_runs + 20 and all(r.details == {} for r in read)
@@ -190,7 +190,7 @@ def test_runs_recorded_while_the_restore_runs_are_fed_after_it_in_order(tmp_path
 
 
 def test_restoring_a_long_history_reads_each_series_last_runs_only(tmp_path):
-    """Its time is measured by tests/measure_daemon.py (docs/BENCHMARKS.md), not bounded here."""
+    """Its time is measured by tests/bench/measure_daemon.py (docs/BENCHMARKS.md), not bounded here."""
     history = History(tmp_path / "h.db")
     rng = random.Random(7)
     batch = []

@@ -21,8 +21,8 @@ bcrypt = pytest.importorskip("bcrypt")
 pytest.importorskip("yaml")
 
 from sixdim.config import ConfigError  # noqa: E402
-from sixdim.http.server import HttpServer, make_app  # noqa: E402
 from sixdim.http import webconfig  # noqa: E402
+from sixdim.http.server import HttpServer, make_app  # noqa: E402
 from tests.certs import encrypt_key, issue, make_ca, self_signed  # noqa: E402
 from tests.conftest import free_port, required_tool  # noqa: E402
 

@@ -40,10 +40,18 @@ import time
 from typing import Any
 
 from sixdim.core.redact import redact_argv, redact_shell, scrub, secret_values
-from sixdim.workloads.lines import bounded_lines, stream_chunks
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.logparse import (INFERENCE_CHECKS, INFERENCE_RATES, Metric, Quality, TrainingLog, describe_formats,
-                                make_parsers, read_line)
+from sixdim.workloads.lines import bounded_lines, stream_chunks
+from sixdim.workloads.logparse import (
+    INFERENCE_CHECKS,
+    INFERENCE_RATES,
+    Metric,
+    Quality,
+    TrainingLog,
+    describe_formats,
+    make_parsers,
+    read_line,
+)
 from sixdim.workloads.stats import deepspark_mean
 
 DEEPSPARK_MINIMUM = 5
@@ -99,7 +107,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     ctx.mark_window_end()
     elapsed = time.monotonic() - started
     if code != 0:
-        last = scrub(next((l for l in reversed(tail) if l.strip()), ""), secrets)  # before it is cut
+        last = scrub(next((line for line in reversed(tail) if line.strip()), ""), secrets)  # before it is cut
         raise CommandFailed(f"command exited with code {code}" + (f"; last output: {last[-300:]}" if last else ""))
     return dimensions(log, elapsed, lines, params)
 

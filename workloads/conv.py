@@ -49,7 +49,8 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     y = F.conv2d(x, weight, stride=stride, padding=padding)
     p, q = y.shape[2], y.shape[3]
     grad_y = torch.randn(y.shape, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
-    mask = {"forward": None, "backward_data": [True, False, False], "backward_weight": [False, True, False]}[kernel_pass]
+    mask = {"forward": None, "backward_data": [True, False, False],
+            "backward_weight": [False, True, False]}[kernel_pass]
 
     def kernel() -> torch.Tensor:
         # Returned, not kept: holding the last output alive while timing defeats the allocator's

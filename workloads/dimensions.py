@@ -166,8 +166,8 @@ def compute(observations: Any) -> dict[str, float | None]:
         multi = _number("linearity.multi", raw["multi"], "a number >= 0", 0.0)
         count = raw["count"]
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
-            raise DimensionsError("linearity.count", f"a whole number of cards or nodes, 1 or more and at most {MAX_COUNT}",
-                                  count)
+            raise DimensionsError("linearity.count",
+                                  f"a whole number of cards or nodes, 1 or more and at most {MAX_COUNT}", count)
         result["linearity"] = _finite("linearity", linearity(single, multi, count), "ratio (multi / count) / single")
     for key in ("power_watts", "memory_mib"):
         if key in observations:

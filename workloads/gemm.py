@@ -22,8 +22,8 @@ Imports torch: the worker process only.
 from __future__ import annotations
 
 import time
-
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -46,7 +46,8 @@ def require(precision: str, device: torch.device) -> None:
     if device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)
         if precision in ("tf32", "bf16") and capability < (8, 0):
-            raise Unsupported(f"{precision} needs compute capability 8.0+, this GPU has {capability[0]}.{capability[1]}")
+            raise Unsupported(f"{precision} needs compute capability 8.0+, "
+                              f"this GPU has {capability[0]}.{capability[1]}")
         if precision == "fp8":
             if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
                 raise Unsupported(f"fp8 needs torch with float8 and _scaled_mm; torch {torch.__version__} lacks them")

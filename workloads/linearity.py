@@ -69,7 +69,9 @@ def _train(rank: int, local_rank: int, world: int, local_world: int, backend: st
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))  # local ranks share the cores
     try:
-        wrap = (lambda m: DistributedDataParallel(m, device_ids=[local_rank] if use_cuda else None))
+        def wrap(m: torch.nn.Module) -> torch.nn.Module:
+            return DistributedDataParallel(m, device_ids=[local_rank] if use_cuda else None)
+
         step, batch, _ = training_step(params, device, training=True, wrap=wrap)
         sync = (lambda: torch.cuda.synchronize(device)) if use_cuda else (lambda: None)
         for _ in range(params["warmup_steps"]):

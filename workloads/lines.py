@@ -7,7 +7,8 @@ newline, or redraw a progress bar with carriage returns forever; neither may gro
 
 from __future__ import annotations
 
-from typing import IO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import IO
 
 
 def bounded_lines(chunks: Iterable[bytes], limit: int) -> Iterator[str]:

@@ -34,8 +34,9 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 AI_RANK = re.compile(r"AI-Rank-log\s+(\d+(?:\.\d+)?)\s+(.*)")
 MLLOG = re.compile(r":::MLLOG\s+(\{.*)")  # the JSON runs to the line's end: checked in _parse_mllog
@@ -250,7 +251,7 @@ class TrainingLog:
                     or self.time_to_train is not None or self.total_time is not None or self.latencies
                     or self.stopped or self.inference.get("validity") or self.inference.get("rates"))
 
-    def qualities(self) -> list["Quality"]:
+    def qualities(self) -> list[Quality]:
         """Every quality metric, resolved to its reported unit, in the order first logged."""
         resolved = (_resolve(metric, evaluations, self) for metric, evaluations in self.series.values())
         return [q for q in resolved if q is not None]

@@ -30,11 +30,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from sixdim.workloads import onnx_inputs
-
-from sixdim.workloads import onnx_session
+from sixdim.workloads import onnx_inputs, onnx_session
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 
 TOLERANCES = {"fp64": 1e-6, "fp32": 1e-3, "tf32": 2e-2, "fp16": 5e-2, "bf16": 1e-1}

@@ -39,15 +39,14 @@ import shutil
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from sixdim.workloads import models
-
-from sixdim.workloads import registry
+from sixdim.workloads import models, registry
 
 MODELS = registry.ONNX_MODELS
 EXPORT_FORMAT = 1

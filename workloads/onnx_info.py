@@ -104,7 +104,7 @@ class _Reader:
             else:  # groups (3, 4) are not used by ONNX; anything else is not protobuf
                 raise OnnxInfoError(f"unexpected protobuf wire type {wire}")
 
-    def sub(self, span: tuple[int, int]) -> "_Reader":
+    def sub(self, span: tuple[int, int]) -> _Reader:
         return _Reader(self.data, span[0], span[1])
 
     def text(self, span: tuple[int, int]) -> str:

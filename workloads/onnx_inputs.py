@@ -17,7 +17,8 @@ onnxruntime (:mod:`sixdim.workloads.onnx_info` reads the declarations):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from sixdim.workloads.onnx_info import TensorInfo
 

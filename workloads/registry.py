@@ -7,7 +7,8 @@ else in the agent changes.  Everything here is torch-free.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sixdim.workloads import shapes
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
@@ -102,7 +103,8 @@ GEMM = WorkloadSpec(
     ) + TIMING_PARAMS + (SELF_TEST, SLOWDOWN),
     expander=_gemm_cases,
     peak_kind="flops",
-    shapes_help=f"square: 8192³; quick: {len(shapes.GEMM_QUICK)} shapes; training: DeepBench's {len(shapes.GEMM_TRAINING)} "
+    shapes_help=f"square: 8192³; quick: {len(shapes.GEMM_QUICK)} shapes; "
+                f"training: DeepBench's {len(shapes.GEMM_TRAINING)} "
                 f"(NN, TN, NT); inference: DeepBench's {len(shapes.GEMM_INFERENCE)} server shapes",
 )
 
@@ -471,9 +473,7 @@ def _onnx_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceT
     failed run later (one that cannot be read yet is the worker's to report)."""
     import os
 
-    from sixdim.workloads import onnx_info
-
-    from sixdim.workloads import onnx_inputs
+    from sixdim.workloads import onnx_info, onnx_inputs
 
     model = params["model"].strip()
     try:

@@ -9,8 +9,9 @@ Imports torch (through the timing module): the worker process only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

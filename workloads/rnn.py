@@ -57,7 +57,8 @@ Imports torch: the worker process only.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

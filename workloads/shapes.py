@@ -12,9 +12,8 @@ code path in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Iterable
-
 
 # ----------------------------------------------------------------------------- GEMM
 

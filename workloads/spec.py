@@ -12,8 +12,9 @@ cases of a run, so torch is imported once; each case becomes its own result.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 DeviceType = Literal["cpu", "cuda"]
 
@@ -146,7 +147,7 @@ class Case:
     """``forward``, ``backward_data``, ``backward_weight``, ``backward``, or a workload's own name."""
 
 
-def single_case(spec: "WorkloadSpec", params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+def single_case(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     """The default expansion: the resolved parameters are the one case."""
     return [Case(params=params, precision=spec.precision(params), shape=spec.params_label(params))]
 
@@ -163,7 +164,7 @@ class WorkloadSpec:
     """Which parameter names the numeric precision (exported as the ``precision`` label)."""
     label_params: tuple[str, ...] = ()
     """Parameters that identify the measurement (shape); the rest (repetitions) do not."""
-    expander: Callable[["WorkloadSpec", dict[str, Any], DeviceType], list[Case]] = single_case
+    expander: Callable[[WorkloadSpec, dict[str, Any], DeviceType], list[Case]] = single_case
     shapes_help: str = ""
     """What ``sixdim list`` says about the shape sets."""
     peak_kind: str | None = None

@@ -340,7 +340,8 @@ VERSION_CHANGE_RATIO = MetricDef(
     "sixdim_version_change_ratio", "gauge",
     "The latest software change of a series among its recent runs: median of the first runs after it divided by "
     "the median of the last runs before it, ratio.  component names what changed (driver, cuda_runtime, cudnn, "
-    "nccl, torch, vbios, and onnxruntime for the onnx workload; several joined by '+'), from and to the versions, verdict regression, improvement, ok or "
+    "nccl, torch, vbios, and onnxruntime for the onnx workload; several joined by '+'), from and to the versions, "
+    "verdict regression, improvement, ok or "
     "insufficient_data (two-sided rank test and minimum effect).",
     VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))
 WORKLOAD_LAST_SUCCESS = MetricDef(
@@ -368,7 +369,8 @@ RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SAMPLES_PER_JOULE, WORKLOAD_MEMORY, WORKLOAD_MEMORY_RESERVED, WORKLOAD_DEVICE_MEMORY,
     WORKLOAD_SM_CLOCK, WORKLOAD_POWER_CAPPED, WORKLOAD_THERMAL_SLOWDOWN, WORKLOAD_HARDWARE_SLOWDOWN,
     WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
-    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P90, WORKLOAD_LATENCY_P99,
+    WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P90,
+    WORKLOAD_LATENCY_P99,
     WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
     WORKLOAD_LINEARITY,
     WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,
@@ -417,7 +419,8 @@ HOST_RAPL_ENERGY = MetricDef(
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
-    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING, HISTORY_WRITE_ERRORS,
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING,
+    HISTORY_WRITE_ERRORS,
     CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Iterable, Sequence, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeGuard, TypeVar, cast
 
 REDACTED = "<redacted>"
 """What a secret value is replaced with: visibly not the value, and not a plausible one."""
@@ -110,7 +111,7 @@ def scrub(obj: T, values: Iterable[str]) -> T:
     ordered = sorted({value for value in values if value}, key=len, reverse=True)
     if not ordered:
         return obj
-    return _scrub(obj, re.compile("|".join(map(re.escape, ordered))))
+    return cast(T, _scrub(obj, re.compile("|".join(map(re.escape, ordered)))))
 
 
 def _scrub(obj: Any, pattern: re.Pattern[str]) -> Any:
@@ -127,7 +128,8 @@ def _scrub(obj: Any, pattern: re.Pattern[str]) -> Any:
 
 def _params(params: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """:func:`redact_params` and the secret values it took out (one walk serves both)."""
-    redacted, found = dict(params), set()
+    redacted: dict[str, Any] = dict(params)
+    found: set[str] = set()
     argv = params.get("argv")
     if _strings(argv):
         if params.get("shell"):
@@ -148,7 +150,7 @@ def _params(params: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     return redacted, found
 
 
-def _strings(value: Any) -> bool:
+def _strings(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 

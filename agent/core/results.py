@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 
 from sixdim.core import catalog
 
-
 INTERRUPTED = "interrupted"
 """The start of the reason of cases a shutdown, or the death of their agent, stopped before they ran
 or finished (agent/run/runner.py, agent/run/orphans.py): kept in the history, but neither counted as runs

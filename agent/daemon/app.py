@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sixdim.http.board import Board
-from sixdim.config import Config
-from sixdim.verdicts.detector import settings_from
-from sixdim.run.executor import Executor, GuardSettings
-from sixdim.store.history import History
-from sixdim.verdicts.live import Verdicts
 from sixdim.collectors.host import HostCollector
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.config import Config
+from sixdim.http.board import Board
+from sixdim.run.executor import Executor, GuardSettings
+from sixdim.store.history import History
+from sixdim.verdicts.detector import settings_from
+from sixdim.verdicts.live import Verdicts
 
 
 @dataclass
@@ -34,8 +34,8 @@ def build(config: Config, *, verdicts: bool = False, command: str = "sixdim serv
     board = Board.from_history(history, Verdicts(settings_from(config)) if verdicts else None)
     nvml = nvml or NvmlCollector(config.hostname)
     host = HostCollector(config.hostname)
-    executor = Executor(hostname=config.hostname, history=history, nvml=nvml, on_recorded=board.catch_up, rapl=host.rapl,
-                        sample_hz=config.sample_hz,
+    executor = Executor(hostname=config.hostname, history=history, nvml=nvml, rapl=host.rapl,
+                        on_recorded=board.catch_up, sample_hz=config.sample_hz,
                         guard=GuardSettings(config.guard_enabled, config.guard_max_utilization),
                         state_dir=config.state_dir, command=command, wait_for_devices=wait_for_devices)
     return Components(config, history, board, nvml, host, executor)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sixdim.run import devices
-from sixdim.config import Config, ConfigError
-from sixdim.run.scheduler import suite_trigger
-from sixdim.daemon.serve import load_web_config
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.config import Config, ConfigError
+from sixdim.daemon.serve import load_web_config
+from sixdim.run import devices
+from sixdim.run.scheduler import suite_trigger
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError
 

@@ -25,32 +25,29 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import logging
+import os
 import select
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
 
-from sixdim.daemon import app
-
-from sixdim.run import devices
-
-from sixdim.http import webconfig
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.config import Config, ConfigError
+from sixdim.daemon import app
+from sixdim.http import webconfig
+from sixdim.http.exporter import ReloadStatus, SixdimCollector
+from sixdim.http.exposition import Exposition
+from sixdim.http.server import HttpServer, make_app
+from sixdim.run import devices
 from sixdim.run.devices import DeviceError
 from sixdim.run.executor import GuardSettings
-from sixdim.http.exporter import ReloadStatus, SixdimCollector
 from sixdim.run.instance import AgentLock
-from sixdim.http.exposition import Exposition
-from sixdim.store.history import History
-from sixdim.http.server import HttpServer, make_app
 from sixdim.run.scheduler import SuiteScheduler
-from sixdim.collectors.nvml import NvmlCollector
+from sixdim.store.history import History
 
 log = logging.getLogger("sixdim")
 
@@ -87,7 +84,7 @@ class _Running:
     exposition: Exposition
 
 
-def _serve(config: Config, web: "webconfig.WebConfig | None", reload_config: Callable[[], Config] | None,
+def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Callable[[], Config] | None,
            nvml: NvmlCollector, plan: list) -> int:
     parts = app.build(config, verdicts=True, nvml=nvml)
     recovered = parts.executor.recover_left_behind()  # before anything runs on the devices
@@ -163,7 +160,7 @@ class _SignalWakeup:
     (:func:`signal.set_wakeup_fd`) after the C-level handler runs, so ``wait`` returns once the
     Python handler has run, without waking on a timer."""
 
-    def __enter__(self) -> "_SignalWakeup":
+    def __enter__(self) -> _SignalWakeup:
         self._reader, self._writer = os.pipe()
         os.set_blocking(self._reader, False)
         os.set_blocking(self._writer, False)
@@ -184,7 +181,7 @@ class _SignalWakeup:
         os.close(self._writer)
 
 
-def _log_web(web: "webconfig.WebConfig | None") -> None:
+def _log_web(web: webconfig.WebConfig | None) -> None:
     if web is not None:
         log.info("web config %s: TLS %s, client certificates: %s, basic auth: %s (/healthz stays open)", web.source,
                  f"on (min {web.min_version})" if web.tls else "off", web.client_auth_type if web.tls else "-",
@@ -252,7 +249,7 @@ def _prune_daily(history: History, config: Config, stop: threading.Event) -> Non
             log.warning("history: pruning failed (%s); it will be tried again in a day", exc)
 
 
-def load_web_config(config: Config) -> "webconfig.WebConfig | None":
+def load_web_config(config: Config) -> webconfig.WebConfig | None:
     """The web configuration file named by ``agent.web_config_file`` (None when unset: plain HTTP,
     no auth); a bad one raises :class:`ConfigError` (exit code 2)."""
     path = config.web_config_file

@@ -22,8 +22,8 @@ import sqlite3
 import threading
 
 from sixdim.core import catalog
-from sixdim.store.history import History
 from sixdim.core.results import RunRecord, counts_as_run
+from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
 
 log = logging.getLogger("sixdim")
@@ -72,7 +72,7 @@ class Board:
         """Incremented on every change of what the board shows."""
 
     @classmethod
-    def from_history(cls, history: History, verdicts: Verdicts | None = None) -> "Board":
+    def from_history(cls, history: History, verdicts: Verdicts | None = None) -> Board:
         """The board of what the history holds; ``verdicts`` are restored from it in the
         background (the runs up to the last one read here; the board feeds the later ones)."""
         board = cls(verdicts)

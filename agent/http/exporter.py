@@ -14,20 +14,19 @@ import importlib.metadata
 import logging
 import platform
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
 from sixdim import __version__
-
+from sixdim.collectors.base import Availability, Collector, Sample
 from sixdim.core import catalog
+from sixdim.core.results import RunRecord
 from sixdim.http.board import Board
 from sixdim.store.history import History
 from sixdim.verdicts.detector import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
-from sixdim.core.results import RunRecord
 from sixdim.verdicts.summary import summarize
-from sixdim.collectors.base import Availability, Collector, Sample
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class SixdimCollector(PromCollector):
 
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
                  history: History | None = None, *, part: str = "all",
-                 shape_suites: Iterable[str] | None = None, reloads: "ReloadStatus | None" = None):
+                 shape_suites: Iterable[str] | None = None, reloads: ReloadStatus | None = None):
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}, not {part!r}")
         self._board = board
@@ -221,7 +220,7 @@ class SixdimCollector(PromCollector):
             if record.status == "ok":
                 newest = last_ok.setdefault((device, record.workload), [labels, record.ended_at])
                 newest[1] = max(newest[1], record.ended_at)
-        for (_, workload, status), (labels, count) in totals.items():
+        for (_, _workload, status), (labels, count) in totals.items():
             yield Sample(catalog.WORKLOAD_RUNS, {**labels, catalog.STATUS: status}, float(count))
         for labels, ended in last_ok.values():
             yield Sample(catalog.WORKLOAD_LAST_SUCCESS, labels, ended)

@@ -24,7 +24,7 @@ import gzip
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -65,7 +65,7 @@ class Exposition:
         self.refresh()  # the first scrape already has everything
         self._thread = threading.Thread(target=self._loop, daemon=True, name="exposition")
 
-    def start(self) -> "Exposition":
+    def start(self) -> Exposition:
         self._thread.start()
         return self
 

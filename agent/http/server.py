@@ -33,8 +33,9 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -180,7 +181,7 @@ class _PooledServer(WSGIServer):
     request_queue_size = QUEUED  # the listen backlog
 
     tls: ssl.SSLContext | None = None
-    web: "WebConfig | None" = None
+    web: WebConfig | None = None
     read_timeout: float = READ_TIMEOUT_SECONDS
 
     def __init__(self, *args: object, **kwargs: object):
@@ -223,7 +224,7 @@ class _PooledServer(WSGIServer):
             self._slots.release()
 
     def _handshake(self, request: socket.socket, client_address: object, tls: ssl.SSLContext,
-                   web: "WebConfig | None") -> ssl.SSLSocket | None:
+                   web: WebConfig | None) -> ssl.SSLSocket | None:
         """TLS on an accepted connection, on this pool thread: the socket wrapped, or None when the
         connection was refused (and closed): not TLS, a failed handshake, a SAN not allowed."""
         request.settimeout(self.read_timeout)
@@ -295,7 +296,7 @@ def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
     return app
 
 
-def protect(app: Callable, current: Callable[[], "WebConfig | None"]) -> Callable:
+def protect(app: Callable, current: Callable[[], WebConfig | None]) -> Callable:
     """The app behind basic auth (all paths but :data:`OPEN_PATHS`) and with the configured
     response headers on every answer, as the web configuration ``current()`` says at each request
     (a reload replaces it; None: neither)."""
@@ -325,7 +326,7 @@ class HttpServer:
     the web configuration (SIGHUP): connections accepted after it use the new one."""
 
     def __init__(self, host: str, port: int, app: Callable, *, read_timeout: float = READ_TIMEOUT_SECONDS,
-                 web: "WebConfig | None" = None):
+                 web: WebConfig | None = None):
         server_class = _PooledServer6 if ":" in host else _PooledServer
         server_class = type(server_class.__name__, (server_class,), {"read_timeout": read_timeout})
         handler = type("_Handler", (_QuietHandler,), {"timeout": read_timeout})
@@ -336,7 +337,7 @@ class HttpServer:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="http")
         self._thread.start()
 
-    def set_web(self, web: "WebConfig | None") -> None:
+    def set_web(self, web: WebConfig | None) -> None:
         """TLS, client certificates, basic auth and headers from now on as ``web`` says (None: plain
         HTTP, no auth).  The context and the configuration are swapped together, each a single
         attribute store, so a connection sees one configuration or the other."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from sixdim.core.figures import WATCHED
 from sixdim.core.results import SeriesKey

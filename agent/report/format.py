@@ -103,9 +103,7 @@ def si(value: float, unit: str) -> str:
     if value == 0:
         return f"0 {unit}".strip()
     magnitude = abs(value)
-    for scale, prefix in _PREFIXES:
-        if magnitude >= scale * 0.99995:
-            break
+    scale, prefix = next(((s, p) for s, p in _PREFIXES if magnitude >= s * 0.99995), _PREFIXES[-1])
     text = f"{value / scale:.4g}"
     if "e" in text:  # beyond the prefixes
         text = f"{value:.3g}"

@@ -44,8 +44,8 @@ from typing import Any
 
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core.durations import EXAMPLES, duration_argument
-from sixdim.verdicts.detector import settings_from
 from sixdim.core.files import write_atomically
+from sixdim.verdicts.detector import settings_from
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

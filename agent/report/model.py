@@ -6,12 +6,25 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sixdim.core.results import SeriesKey
 from sixdim.report.data import Data, record_of
-from sixdim.report.format import (BUCKETS, DASHES, MARK_CLUSTER_SECONDS, MAX_MARKS, MAX_POINTS, MIN_MULTI_SHAPE_BUCKET,
-                                 MIN_SIDE_RUNS, PALETTE, RESTATING, SPEED_FIGURES, change_label, gpu_order)
+from sixdim.report.format import (
+    BUCKETS,
+    DASHES,
+    MARK_CLUSTER_SECONDS,
+    MAX_MARKS,
+    MAX_POINTS,
+    MIN_MULTI_SHAPE_BUCKET,
+    MIN_SIDE_RUNS,
+    PALETTE,
+    RESTATING,
+    SPEED_FIGURES,
+    change_label,
+    gpu_order,
+)
 
 # ---------------------------------------------------------------------------- the model of the page
 
@@ -248,7 +261,7 @@ class Report:
             speed = self.group_speed(group) or next((f for f in SPEED_FIGURES if f in newest[3]), None)
             values: dict[str, float | None] = {}
 
-            def of(figure: str) -> list[float]:
+            def of(figure: str, members: list[Any] = members) -> list[float]:
                 return [float(m[3][figure]) for m in members
                         if isinstance(m[3].get(figure), (int, float)) and not isinstance(m[3].get(figure), bool)]
 
@@ -340,8 +353,8 @@ class Report:
     def change_points(self) -> list[dict[str, Any]]:
         """The change points of the whole history (``report regressions``), less the figures that
         restate a shift of the series' speed, at or after the cutoff, newest first."""
-        from sixdim.verdicts.detector import WATCHED
         from sixdim.report.regressions import OkRuns, analyse
+        from sixdim.verdicts.detector import WATCHED
 
         with_rate, without = {}, {}
         for key, s in self.data.series.items():

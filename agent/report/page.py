@@ -5,13 +5,35 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sixdim.core.results import SeriesKey
-from sixdim.report.format import (CHART_HEIGHT, COMPONENTS, DATE_TICKS, FONT, MAX_CHANGE_POINTS, MAX_CHARTS,
-                                 MAX_SHAPE_ROWS, MAX_SUSPICIOUS_SHOWN, MAX_VERDICT_ROWS, RESTATING,
-                                 TRANSITION_COLOURS, change_label, duration, esc, figure_name, fmt, fmt_pair,
-                                 gpu_order, p_value_text, percent, short_uuid, unit_of, utc)
+from sixdim.report.format import (
+    CHART_HEIGHT,
+    COMPONENTS,
+    DATE_TICKS,
+    FONT,
+    MAX_CHANGE_POINTS,
+    MAX_CHARTS,
+    MAX_SHAPE_ROWS,
+    MAX_SUSPICIOUS_SHOWN,
+    MAX_VERDICT_ROWS,
+    RESTATING,
+    TRANSITION_COLOURS,
+    change_label,
+    duration,
+    esc,
+    figure_name,
+    fmt,
+    fmt_pair,
+    gpu_order,
+    p_value_text,
+    percent,
+    short_uuid,
+    unit_of,
+    utc,
+)
 from sixdim.report.model import Report, rounded
 
 # ---------------------------------------------------------------------------- the page
@@ -463,7 +485,8 @@ class Page:
             top = high + 0.06 * span
             top += (top - bottom) * headroom / (1 - headroom)
             views.append({"figure": figure, "start": first, "end": len(traces), "tick": tick,
-                          "title": self._axis_title(figure, shapes, group[1]), "range": [rounded(bottom), rounded(top)]})
+                          "title": self._axis_title(figure, shapes, group[1]),
+                          "range": [rounded(bottom), rounded(top)]})
         shapes_layout, annotations = [], []
         for i, mark in enumerate(marks):
             x = int(round(mark["at"] * 1000))
@@ -533,8 +556,8 @@ class Page:
                  "host that did not upgrade does not blur it) and the change. Components that changed at the same "
                  "moment are one change: nothing tells their effects apart. A plain grouping by one component's "
                  "version would not do: it would blame, say, a torch version for a driver change made while it was in "
-                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%, or the workload's own "
-                 "in [regression.effects]) is coloured: red slower, green faster.</p>"]
+                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%, or the "
+                 "workload's own in [regression.effects]) is coloured: red slower, green faster.</p>"]
         groups = sorted({g for t in comparison for g in t["cells"]}, key=lambda g: r.group_labels[g])
         traces = []
         for n, t in enumerate(comparison):
@@ -580,7 +603,8 @@ class Page:
                     continue
                 cls = self.direction_class(cell["figure"], cell["ratio"], group[0])
                 cells.append(self.td(
-                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> {esc(figure_name(cell["figure"], group[1]))}'
+                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> '
+                    f'{esc(figure_name(cell["figure"], group[1]))}'
                     f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after'], group[1]))}"
                     f"<br>{cell['series']} series, "
                     f"{cell['runs_before']:,} | {cell['runs_after']:,} runs</small>", num=True, raw=True))
@@ -652,8 +676,10 @@ class Page:
                 crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
                             + self.td(change_label(old, new), cls="wrapok") + self.device_cell(record.key().device)
                             + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
-                            + self.td(percent(c.ratio), num=True, cls=self.direction_class(c.figure, c.ratio, record.workload))
-                            + self.td(p_value_text(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True) + "</tr>")
+                            + self.td(percent(c.ratio), num=True,
+                                      cls=self.direction_class(c.figure, c.ratio, record.workload))
+                            + self.td(p_value_text(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True)
+                            + "</tr>")
             parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
                                      ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
                                      ("p", True), ("Runs", True)], crow))

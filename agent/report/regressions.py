@@ -24,11 +24,11 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core.durations import EXAMPLES, duration_argument

@@ -9,14 +9,14 @@ not benchmarked, rather than the device vanishing), but it carries its MIG state
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
-from sixdim.core import catalog
-from sixdim.run.instance import DeviceFileLocks
 from sixdim.collectors.host import cpu_model_name
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core import catalog
+from sixdim.run.instance import DeviceFileLocks
 
 
 class DeviceError(ValueError):

@@ -26,25 +26,33 @@ import os
 import shutil
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from sixdim import __version__
-from sixdim.run import orphans
-from sixdim.run.devices import Device, DeviceLocks, host_gpus
-from sixdim.run.guard import Guard, RunWatch
-from sixdim.store.history import History
-from sixdim.run.hostprobe import MultiGpuProbe
+from sixdim.collectors.host import RaplReader
+from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core.peaks import peak_ratio
 from sixdim.core.redact import redact_params, scrub, secret_values
 from sixdim.core.results import RunRecord
+from sixdim.run import orphans
+from sixdim.run.devices import Device, DeviceLocks, host_gpus
+from sixdim.run.guard import Guard, RunWatch
+from sixdim.run.hostprobe import MultiGpuProbe
 from sixdim.run.instance import DeviceFileLocks
-from sixdim.run.runner import (RESULTS_FILE, STOPPING_REASON, CaseResult, WorkerOutcome, new_tag, read_results,
-                          run_worker)
+from sixdim.run.runner import (
+    RESULTS_FILE,
+    STOPPING_REASON,
+    CaseResult,
+    WorkerOutcome,
+    new_tag,
+    read_results,
+    run_worker,
+)
 from sixdim.run.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
-from sixdim.collectors.host import RaplReader
-from sixdim.collectors.nvml import NvmlCollector
+from sixdim.store.history import History
 from sixdim.workloads import registry
 from sixdim.workloads.spec import Case, WorkloadSpec
 
@@ -274,8 +282,9 @@ class Executor:
             environment = self._environment(device, outcome)
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
-                return self._record(item[0], item[1], device, suite, result, sampled, environment, started_at,
-                                    ended_at)
+                # called only within this iteration (by _outcome_records below), so the loop's values hold
+                return self._record(item[0], item[1], device, suite, result, sampled, environment,  # noqa: B023
+                                    started_at, ended_at)  # noqa: B023
 
             batch, remaining = _outcome_records(remaining, outcome, record, ended_at)
             try:

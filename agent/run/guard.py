@@ -43,9 +43,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Callable
 
 import psutil
 
@@ -215,7 +214,7 @@ class Guard:
                     return reason
             self._sleep(min(self._poll, deadline - now))
 
-    def watch(self, gpu_indices: Collection[int]) -> "RunWatch":
+    def watch(self, gpu_indices: Collection[int]) -> RunWatch:
         """A watch over one worker's run on these GPUs (see :class:`RunWatch`)."""
         return RunWatch(self, self._nvml, list(gpu_indices))
 

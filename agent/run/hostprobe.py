@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sixdim.run.telemetry import TelemetrySample
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.run.telemetry import TelemetrySample
 
 
 def _total(values: Sequence[float | None]) -> float | None:

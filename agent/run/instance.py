@@ -19,8 +19,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sixdim.core.files import make_folders
 
@@ -112,7 +113,7 @@ class AgentLock:
                        (FileLock(str(history) + ".lock"), f"the history {history}")]
         self._holder = _me("sixdim serve", listen=listen, history=str(history))
 
-    def acquire(self) -> "AgentLock":
+    def acquire(self) -> AgentLock:
         """Take both locks, or raise :class:`InstanceError` naming the other instance (holding none)."""
         for lock, what in self._locks:
             try:

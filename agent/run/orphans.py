@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sixdim.run import proctree
 from sixdim.core.results import INTERRUPTED
+from sixdim.run import proctree
 from sixdim.run.devices import Device
 from sixdim.run.instance import STATE_DIR_MODE, ensure_state_dir
 from sixdim.workloads.spec import Case, WorkloadSpec

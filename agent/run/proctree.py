@@ -24,8 +24,8 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 PROC = "/proc"
 TAG_VARIABLE = "SIXDIM_WORKER_TAG"

@@ -27,11 +27,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from sixdim.run import proctree
 from sixdim.core.results import INTERRUPTED
+from sixdim.run import proctree
 from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX, WORKER_MODULE
 from sixdim.workloads.lines import bounded_lines, stream_chunks
 

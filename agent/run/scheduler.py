@@ -32,9 +32,9 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from sixdim.config import EMBEDDED_SOURCE, Suite
+from sixdim.core.results import RunRecord
 from sixdim.run.devices import Device
 from sixdim.run.executor import Executor
-from sixdim.core.results import RunRecord
 from sixdim.workloads import registry
 
 log = logging.getLogger(__name__)

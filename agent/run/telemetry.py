@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -145,7 +146,7 @@ class Sampler:
             next_time += self._period
             self._stop.wait(max(0.0, next_time - time.monotonic()))
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._thread.start()
         return self
 

@@ -43,7 +43,6 @@ from typing import IO, Any
 
 from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
 
-
 PARENT_POLL_SECONDS = 0.1
 """How often the worker checks that its agent is still alive."""
 
@@ -150,9 +149,7 @@ def _end_torch_case(ctx: Any, result: dict[str, Any], worker_memory: bool = True
     """Record the case's flags and memory, then put the worker back as it was before the case."""
     import gc
 
-    from sixdim.workloads import flags
-
-    from sixdim.workloads import timing
+    from sixdim.workloads import flags, timing
 
     if result["status"] in ("ok", "incorrect"):
         result["details"]["torch_flags"] = flags.current()
@@ -185,8 +182,7 @@ def _run_request(request_path: str, results_path: str) -> int:
     with open(results_path, "a") as results:
         try:
             if uses_torch:
-                from sixdim.workloads import energy
-                from sixdim.workloads import flags
+                from sixdim.workloads import energy, flags
 
                 flags.remember_defaults()  # also sets CUBLAS_WORKSPACE_CONFIG before cuBLAS starts
                 meter = energy.meter_for(request["device"], request.get("gpu_uuids"))

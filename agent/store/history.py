@@ -48,13 +48,14 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from sixdim.core.files import make_folders
-from sixdim.core.results import INTERRUPTED, RunRecord, SERIES_FIELDS, counts_as_run
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, RunRecord, counts_as_run
 
 log = logging.getLogger("sixdim")
 
@@ -461,7 +462,7 @@ class History:
 
     def last_id(self) -> int:
         with self._lock:
-            return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
+            return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0])
 
     def after(self, last_id: int, limit: int | None = None) -> list[RunRecord]:
         """Runs recorded after the one with ``last_id``, oldest first (at most ``limit``)."""
@@ -545,9 +546,10 @@ class History:
             if row["status"] != "ok" and not counts_as_run(row["status"], row["reason"]):
                 continue  # an interrupted skip was never counted: pruning it changes no count
             series = tuple(row[c] for c in _SERIES_COLUMNS)
-            previous = counts.get((*series, row["status"]))
-            counts[(*series, row["status"])] = [(previous[0] if previous else 0) + 1, row["model_name"],
-                                                row["pci_bus_id"], row["suite"], row["ended_at"]]
+            key = (*series, row["status"])
+            previous = counts.get(key)
+            counts[key] = [(previous[0] if previous else 0) + 1, row["model_name"], row["pci_bus_id"],
+                           row["suite"], row["ended_at"]]
             if row["status"] != "ok":
                 continue
             environment = json.loads(row["environment"])

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sixdim.core.results import SERIES_FIELDS
 from sixdim.store.history import HistoryError

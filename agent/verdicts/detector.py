@@ -2,7 +2,7 @@
 
 Pure Python (no numpy, no torch): the daemon evaluates one series after each of its runs and
 must stay light, so this module imports only the standard library.  See docs/REGRESSIONS.md
-for the method and tests/regression_sim.py for the simulation that chose the defaults.
+for the method and tests/bench/regression_sim.py for the simulation that chose the defaults.
 
 What the exporter calls:
 
@@ -18,11 +18,15 @@ run statuses and the segment break points, so it is unit-testable without record
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from sixdim.core.figures import DOWN as DOWN, RATES as RATES, UP as UP, WATCHED as WATCHED  # re-exported
+from sixdim.core.figures import DOWN as DOWN  # re-exported
+from sixdim.core.figures import RATES as RATES
+from sixdim.core.figures import UP as UP
+from sixdim.core.figures import WATCHED as WATCHED
 
 if TYPE_CHECKING:
     from sixdim.config import Config
@@ -75,7 +79,7 @@ INCORRECT = "incorrect"
 
 @dataclass(frozen=True)
 class Settings:
-    """Detector parameters; the defaults are the point tests/regression_sim.py chose (see
+    """Detector parameters; the defaults are the point tests/bench/regression_sim.py chose (see
     docs/REGRESSIONS.md for the trade-off curve behind each)."""
 
     window: int = 40

@@ -25,13 +25,13 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from sixdim.verdicts import detector as regression
-from sixdim.store.history import History
-from sixdim.verdicts.detector import (INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict)
 from sixdim.core.results import RunRecord
+from sixdim.store.history import History
+from sixdim.verdicts import detector as regression
+from sixdim.verdicts.detector import INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict
 
 log = logging.getLogger("sixdim")
 
@@ -79,7 +79,7 @@ class SeriesWatch:
             if not self.trackers:
                 figure = regression.primary_figure(record.figures)
                 self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
-            for figure, tracker in self.trackers.items():
+            for tracker in self.trackers.values():
                 tracker.update(None, INCORRECT)
             return
         if record.status != "ok":

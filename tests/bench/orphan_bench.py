@@ -9,7 +9,7 @@ orphaned grandchild).  For each trial:
 - **timeout**: the same run with a 1 s timeout, timed from the timeout's expiry to run_worker's
   return (SIGTERM to every process, 3 s grace since the worker ignores it, freeze and kill).
 
-Run: ``python tests/orphan_bench.py [--trials 10]``.  Prints the median and the worst of each.
+Run: ``python tests/bench/orphan_bench.py [--trials 10]``.  Prints the median and the worst of each.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sixdim.run import proctree  # noqa: E402

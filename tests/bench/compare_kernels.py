@@ -1,12 +1,12 @@
 """Compare sixdim's GEMM and convolution figures with torch.utils.benchmark (and triton's do_bench, cold).
 
-Usage: python -m tests.compare_kernels [--device cpu|cuda:0] [--gemm 256,512,1024,2048] [--repeat 3] [--threads N]
+Usage: python -m tests.bench.compare_kernels [--device cpu|cuda:0] [--gemm 256,512,1024,2048] [--repeat 3] [--threads N]
 
 Same machine, same run, same shapes: sixdim runs each case through its real path
 (child worker, calibrated rounds, DeepSpark rule); the reference tools time the
 same operation (sixdim's GEMM is ``torch.mm(a, b, out=d)``) in this process, under the
 torch flags sixdim's worker reports for the case.  Prints Markdown tables for
-docs/BENCHMARKS.md.  ``tests/gpu_bench.py compare`` is the fuller GPU comparison (every
+docs/BENCHMARKS.md.  ``tests/bench/gpu_bench.py compare`` is the fuller GPU comparison (every
 precision, cache regimes matched, do_bench_cudagraph for short kernels).
 
 This is where sixdim's times are compared with other tools' (the test suite checks only what
@@ -31,12 +31,11 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
-from sixdim.http.board import Board
+from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core.results import RunRecord
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.store.history import History
-from sixdim.core.results import RunRecord
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.workloads import registry
 
 
@@ -109,7 +108,8 @@ def main() -> None:
                             rapl=None, guard=GuardSettings(enabled=False))
         print(f"machine: {platform.node()}, {device.model_name}, torch {torch.__version__}, "
               f"{torch.get_num_threads()} threads; each figure the best of {args.repeat} alternated run(s)")
-        print("\n| GEMM M=N=K (D = A·B) | dtype | sixdim s (regime) | torch.utils.benchmark s | ratio | do_bench s | ratio |")
+        print("\n| GEMM M=N=K (D = A·B) | dtype | sixdim s (regime) | torch.utils.benchmark s | ratio "
+              "| do_bench s | ratio |")
         print("|---|---|---|---|---|---|---|")
         for n in (int(s) for s in args.gemm.split(",")):
             records, references = [], []

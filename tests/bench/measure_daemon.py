@@ -2,8 +2,8 @@
 
 Usage:
 
-    python -m tests.measure_daemon [--seconds 60]                        # idle between runs (CPU GEMM)
-    python -m tests.measure_daemon --during quick [--device cuda:0] [--fast] [--out DIR]
+    python -m tests.bench.measure_daemon [--seconds 60]                        # idle between runs (CPU GEMM)
+    python -m tests.bench.measure_daemon --during quick [--device cuda:0] [--fast] [--out DIR]
 
 Idle mode starts ``sixdim serve`` with a schedule that runs GEMM once at start, waits for that run
 to finish, then measures over the given time while Prometheus-style scrapes hit /metrics every 15 s
@@ -111,7 +111,7 @@ def measure_idle(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         if args.history_runs:
-            from tests.scrape_bench import synthetic_history
+            from tests.bench.scrape_bench import synthetic_history
 
             synthetic_history(Path(tmp) / "h.db", args.history_runs, 500)
         config = write_config(Path(tmp) / "c.toml", Path(tmp) / "h.db", SUITE)
@@ -183,8 +183,8 @@ def suite_config(suite: str, device: str, fast: bool) -> str:
 
 def expected_cases(suite: str, device: str, fast: bool) -> int:
     """How many records the run will write: the executor's own expansion, per resolved device."""
-    from sixdim.run.devices import resolve
     from sixdim.collectors.nvml import NvmlCollector
+    from sixdim.run.devices import resolve
     from sixdim.workloads import registry
 
     nvml = NvmlCollector("measure")
@@ -211,7 +211,7 @@ def _history_count(path: Path) -> int:
 
 
 def measure_during(args: argparse.Namespace) -> dict[str, Any]:
-    from tests import gpu_smi
+    from tests.bench import gpu_smi
 
     expected = expected_cases(args.during, args.device, args.fast)
     smi = gpu_smi.smi() is not None
@@ -335,7 +335,8 @@ def measure_during(args: argparse.Namespace) -> dict[str, Any]:
         print(f"guard skips ({len(guard_skips)}): {guard_skips[:3]}")
     print(f"window: {elapsed:.1f} s, {len(samples)} samples every {args.sample_seconds:g} s, {scrapes} scrapes")
     print(f"daemon cpu: {cpu_seconds:.2f} s used = {result['cpu_percent_of_one_core']:.2f}% of one core "
-          f"(median interval {result['cpu_percent_median_interval']:.2f}%, max {result['cpu_percent_max_interval']:.1f}%)"
+          f"(median interval {result['cpu_percent_median_interval']:.2f}%, "
+          f"max {result['cpu_percent_max_interval']:.1f}%)"
           if samples else "daemon cpu: no samples")
     if rss:
         print(f"daemon rss: first {rss[0] / 2**20:.1f} MiB, mean {statistics.fmean(rss) / 2**20:.1f} MiB, "

@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
 
-    python -m tests.scrape_bench [--runs 10000] [--series 500] [--scrapers 50] [--seconds 60]
+    python -m tests.bench.scrape_bench [--runs 10000] [--series 500] [--scrapers 50] [--seconds 60]
                                  [--lock-seconds 20] [--gzip] [--out FILE]
 
 It writes a history of ``--runs`` synthetic runs spread over ``--series`` series (kernel-like
@@ -39,12 +39,12 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.store.history import History, _row  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.daemon import Daemon, write_config  # noqa: E402
 from tests.helpers import Locker  # noqa: E402

@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
 
-    python -m tests.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR] [--out FILE]
+    python -m tests.bench.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR] [--out FILE]
 
 It writes a history of ``--series`` x ``--runs-per-series`` synthetic runs (default 100,000) in a
 temporary folder, in the history's own row format, with a fixed seed:
@@ -25,7 +25,7 @@ counts the change points found against the injected ones: a shift counts as foun
 of any figure is unexpected.
 
 Last (unless ``--sim-series 0``), the detector alone (:func:`sixdim.verdicts.changepoints.find_change_points`)
-on synthetic series with the noise kinds of tests/regression_sim.py: change points in no-change
+on synthetic series with the noise kinds of tests/bench/regression_sim.py: change points in no-change
 series of 2,000 runs, and steps of 5%, 3% and 2% found at the right run.
 """
 
@@ -47,14 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from sixdim.store.history import History, _row  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
 
 INTERVAL = 900.0
 """Seconds between two runs of one series."""
@@ -175,8 +175,9 @@ def score(shifts: list[Shift], specs: list[SeriesSpec], found: list[dict[str, An
 
     matched = set()
     hits = []
-    for n, sh in enumerate(shifts):
-        near = [k for k, cp in enumerate(found) if series_of(cp) == sh.series and abs(run_of(cp, sh.series) - sh.run) <= 2]
+    for _n, sh in enumerate(shifts):
+        near = [k for k, cp in enumerate(found)
+                if series_of(cp) == sh.series and abs(run_of(cp, sh.series) - sh.run) <= 2]
         matched.update(near)
         secs = [found[k] for k in near if found[k]["figure"] == "seconds"]
         hits.append({"series": sh.series, "run": sh.run, "why": sh.why, "found": bool(secs),
@@ -192,7 +193,7 @@ def score(shifts: list[Shift], specs: list[SeriesSpec], found: list[dict[str, An
                                 for cp in unexpected]}
 
 
-def noise(kind: str, rng: "np.random.Generator", n: int) -> "np.ndarray":
+def noise(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
     """Relative noise of one series: ``gauss`` sd 1%; ``t3`` Student t (3 dof) scaled to sd 1%;
     ``spiky`` 1% Gaussian plus 1% of runs 20% slow; ``gauss5`` sd 5%."""
     if kind == "gauss":

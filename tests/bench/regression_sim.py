@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
 
-    python -m tests.regression_sim [--runs 1000000] [--trials 4000] [--workers 2]
+    python -m tests.bench.regression_sim [--runs 1000000] [--trials 4000] [--workers 2]
         [--set window=40] [--no-sweep] [--out FILE]
 
 Synthetic run histories of one ``seconds`` figure (larger is worse) at level 1.0 with 1% noise of
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 

@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
 
-    python -m tests.series_budget [--gpus 8] [--hosts 1000]
+    python -m tests.bench.series_budget [--gpus 8] [--hosts 1000]
 
 For each configuration it expands every suite's workloads into the cases a GPU runs (the
 registry's GPU defaults: DeepBench's full shapes), makes one ``ok`` result per case carrying the
@@ -25,14 +25,14 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.http.board import Board  # noqa: E402
 from sixdim.config import Suite, preset_entries  # noqa: E402
-from sixdim.http.exporter import SixdimCollector  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
+from sixdim.http.board import Board  # noqa: E402
+from sixdim.http.exporter import SixdimCollector  # noqa: E402
 from sixdim.verdicts.live import Verdicts  # noqa: E402
 from sixdim.workloads import registry  # noqa: E402
 

@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
 
-    python -m tests.html_report_demo [--out report.html] [--history FILE] [--screenshot PNG]
+    python -m tests.bench.html_report_demo [--out report.html] [--history FILE] [--screenshot PNG]
 
 The data are synthetic (a fixed seed), and the page says so.  One host, ``gpu-node-07``, with two
 H100 SXM GPUs, three weeks of runs (2026-10-30 to 2026-11-20 UTC):
@@ -20,7 +20,7 @@ With ``--screenshot`` it also opens the page in headless Chromium (Debian's ``ch
 writes a PNG of the top of it, 1400 px wide (the README's is docs/images/html-report.png).
 
 ``--bench SERIES RUNS`` instead times ``python -m sixdim report html`` (a child, end to end, 3 times)
-over tests/report_bench.py's fleet history of SERIES x RUNS runs (``--bench 50 2000``: 100,000 runs;
+over tests/bench/report_bench.py's fleet history of SERIES x RUNS runs (``--bench 50 2000``: 100,000 runs;
 ``--bench 2000 50``: as many runs over 1,648 series), the figures docs/REPORT.md quotes.
 """
 
@@ -38,12 +38,12 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.store.history import History, _row  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
+from sixdim.store.history import History, _row  # noqa: E402
 
 START = datetime(2026, 10, 30, tzinfo=timezone.utc).timestamp()
 DAYS = 21
@@ -53,7 +53,7 @@ GPUS = (("0", "GPU-3f1c9a52-7d0e-4b1a-9c55-1e2f3a4b5c6d", "00000000:18:00.0", 1.
         ("1", "GPU-8a2e4c71-0b3d-4f6e-8a12-9b8c7d6e5f4a", "00000000:2A:00.0", 0.98))
 TORCH_CHANGE = START + 5.5 * 86400
 DRIVER_CHANGE = START + 12.4 * 86400
-NOTE = ("Synthetic demo data (tests/html_report_demo.py): one host with two H100 GPUs, three weeks; a torch "
+NOTE = ("Synthetic demo data (tests/bench/html_report_demo.py): one host with two H100 GPUs, three weeks; a torch "
         "upgrade on day 6 made resnet50 3% faster and a driver upgrade on day 13 made bf16 GEMM 7% slower.")
 
 
@@ -176,7 +176,8 @@ def bench(series: int, runs: int, keep: str | None = None) -> int:
     import os
     import resource
 
-    from tests.report_bench import build_series, write_history as write_fleet
+    from tests.bench.report_bench import build_series
+    from tests.bench.report_bench import write_history as write_fleet
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(keep or scratch)

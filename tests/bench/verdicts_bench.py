@@ -1,6 +1,6 @@
 """What the live regression verdicts cost the daemon: per-run update, restore at start, rendering.
 
-Usage: python tests/verdicts_bench.py [--series 400] [--runs 1000] [--figures 3]
+Usage: python tests/bench/verdicts_bench.py [--series 400] [--runs 1000] [--figures 3]
 
 Builds a history of ``series`` GEMM series with ``runs`` runs each (1% Gaussian noise; ``figures``
 watched figures per run: flops, power_watts, memory_bytes), then measures
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
@@ -84,7 +84,8 @@ def main() -> int:
         print(f"restore: {read} runs read ({verdicts.restore_runs} per series) in {restore:.2f} s "
               f"({read / restore:,.0f} runs/s)")
         rng = random.Random(1)
-        new = [make_record(seconds=0.01 * (1 + rng.gauss(0, 0.01)), ended_at=2e6 + i, shape=f"m={i % args.series},n=8,k=8",
+        new = [make_record(seconds=0.01 * (1 + rng.gauss(0, 0.01)), ended_at=2e6 + i,
+                           shape=f"m={i % args.series},n=8,k=8",
                            **{name: 300.0 for name in FIGURES[:args.figures - 1]}) for i in range(2000)]
         started = time.perf_counter()
         for record in new:

@@ -1,15 +1,18 @@
-"""Check the import layers with import-linter, on the package as it installs.
+"""The static checks CI runs (through tests/test_static_checks.py), on the package as it installs.
 
-``python -m tests.layers`` (CI runs it through tests/test_layers.py).  ``python -m tests.layers
---lay-out DIR`` only lays the package out in DIR, for a machine where sixdim cannot be installed
-(tests/gpu_kit.sh: then ``PYTHONPATH=DIR``).  The contracts are in
-pyproject.toml (``[tool.importlinter]``); docs/ARCHITECTURE.md draws them.
+    python -m tests.static_checks imports       # import-linter: the layers of docs/ARCHITECTURE.md
+    python -m tests.static_checks types         # mypy, strict over the core and store layers
+    python -m tests.static_checks lay-out DIR   # only lay the package out in DIR (tests/bench/gpu_kit.sh)
 
-Why not plain ``lint-imports``: sixdim installs as one package, ``sixdim``, whose sub-packages
-come from four folders (``agent/`` is ``sixdim`` itself; ``workloads/``, ``collectors/`` and
-``dashboards/`` are mapped into it by ``[tool.setuptools.package-dir]``).  import-linter's graph
-builder (grimp) reads one folder per top-level package, so it would not see the mapped three.
-This lays the sources out as the wheel does, in a temporary folder, and runs import-linter there.
+The settings are in pyproject.toml (``[tool.importlinter]``, ``[tool.mypy]``).  ``ruff check .``
+needs nothing of this: it reads the checkout as it is.
+
+Why a layout: sixdim installs as one package, ``sixdim``, whose sub-packages come from four
+folders (``agent/`` is ``sixdim`` itself; ``workloads/``, ``collectors/`` and ``dashboards/`` are
+mapped into it by ``[tool.setuptools.package-dir]``).  import-linter's graph builder (grimp) and
+mypy read one folder per top-level package and follow no editable-install finder, so both would
+miss the mapped three.  This copies the sources into a temporary folder as the wheel lays them out
+and runs the tools there.
 """
 
 from __future__ import annotations
@@ -55,11 +58,24 @@ def lint(verbose: bool = False, *, laid_out: Path | None = None) -> subprocess.C
         return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
+def types() -> subprocess.CompletedProcess:
+    """mypy with ``[tool.mypy]`` of pyproject.toml (strict for the packages it names) over the layout."""
+    with tempfile.TemporaryDirectory(prefix="sixdim-types-") as folder:
+        lay_out(Path(folder))
+        command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                   "--cache-dir", str(Path(folder) / ".mypy_cache")]
+        return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+
+
 def main() -> int:
-    if "--lay-out" in sys.argv:
-        lay_out(Path(sys.argv[sys.argv.index("--lay-out") + 1]))
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "lay-out" and len(sys.argv) == 3:
+        lay_out(Path(sys.argv[2]))
         return 0
-    result = lint(verbose="--verbose" in sys.argv)
+    if what not in ("imports", "types"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    result = lint(verbose="--verbose" in sys.argv) if what == "imports" else types()
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode

@@ -12,8 +12,8 @@ On the CPU: ``CPUExecutionProvider`` against eager. On a GPU (``--device cuda``)
 no switch for it) against eager; a provider this onnxruntime lacks, or that does not initialise,
 is skipped with the reason. Prints a Markdown table with the machine and the versions:
 
-    python tests/onnx_bench.py                       # CPU, small models, batches 1, 2, 4, 8
-    python tests/onnx_bench.py --device cuda --size full --batches 1,2,4,32,128
+    python tests/bench/onnx_bench.py                       # CPU, small models, batches 1, 2, 4, 8
+    python tests/bench/onnx_bench.py --device cuda --size full --batches 1,2,4,32,128
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sixdim.workloads.report import percentile  # noqa: E402
 
@@ -83,13 +84,7 @@ def engines(name: str, size: str, device: str, batch: int, cache_dir: str,
     import onnxruntime as ort
     import torch
 
-    from sixdim.workloads import flags
-
-    from sixdim.workloads import onnx_export
-
-    from sixdim.workloads import onnx_inputs
-
-    from sixdim.workloads import onnx_session
+    from sixdim.workloads import flags, onnx_export, onnx_inputs, onnx_session
 
     flags.apply("fp32")  # IEEE fp32 in eager (TF32 off), as the CUDA provider is set up below
     path, _ = onnx_export.exported(name, size, "fp32", cache_dir=cache_dir)

@@ -5,15 +5,15 @@
 # session, 10 a command), so everything it needs is fetched here beforehand, and each step there is
 # one command.
 #
-#   tests/gpu_kit.sh prepare          # here, with the network: wheels and Prometheus's .deb into .whl/
-#   . tests/gpu_kit.sh setup          # there, first in every command (sourced): install them, set paths
-#   tests/gpu_kit.sh versions         # there: the versions docs/BENCHMARKS.md names, one per line
+#   tests/bench/gpu_kit.sh prepare          # here, with the network: wheels and Prometheus's .deb into .whl/
+#   . tests/bench/gpu_kit.sh setup          # there, first in every command (sourced): install them, set paths
+#   tests/bench/gpu_kit.sh versions         # there: the versions docs/BENCHMARKS.md names, one per line
 #
 # The device calls themselves, each with carry [".whl"] (docs/BENCHMARKS.md, "A GPU session"):
-#   1. . tests/gpu_kit.sh setup && tests/gpu_kit.sh versions | tee $OUT/versions.txt &&
+#   1. . tests/bench/gpu_kit.sh setup && tests/bench/gpu_kit.sh versions | tee $OUT/versions.txt &&
 #      python -m pytest -rs tests/test_gpu.py 2>&1 | tee $OUT/test_gpu.log
-#   2. . tests/gpu_kit.sh setup && tests/gpu_kit.sh quick $OUT
-#   3. . tests/gpu_kit.sh setup && python tests/gpu_bench.py all --out $OUT
+#   2. . tests/bench/gpu_kit.sh setup && tests/bench/gpu_kit.sh quick $OUT
+#   3. . tests/bench/gpu_kit.sh setup && python tests/bench/gpu_bench.py all --out $OUT
 # Options only when run, not when sourced: they would stay set in the caller's shell.
 [ "${BASH_SOURCE[0]}" = "$0" ] && set -uo pipefail
 
@@ -37,7 +37,7 @@ kit_prepare() {
 }
 
 kit_setup() {
-    [ -d "$KIT_DIR" ] || { echo "no $KIT_DIR here: run 'tests/gpu_kit.sh prepare' on the development machine and carry .whl" >&2; return 1; }
+    [ -d "$KIT_DIR" ] || { echo "no $KIT_DIR here: run 'tests/bench/gpu_kit.sh prepare' on the development machine and carry .whl" >&2; return 1; }
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         "$KIT_DIR"/*.whl || return 1
     if ! command -v promtool >/dev/null 2>&1; then
@@ -47,7 +47,7 @@ kit_setup() {
     # This checkout laid out as the wheel installs it (the package `sixdim`, from agent/, workloads/,
     # collectors/ and dashboards/; nothing can be pip-installed there), then the repository root for
     # `tests`, then the kit's packages.
-    rm -rf /tmp/kit-src && python3 -m tests.layers --lay-out /tmp/kit-src || return 1
+    rm -rf /tmp/kit-src && python3 -m tests.static_checks lay-out /tmp/kit-src || return 1
     export PYTHONPATH="/tmp/kit-src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
     # `sixdim` as a command, as the README's install gives it.
     mkdir -p /tmp/kit-bin

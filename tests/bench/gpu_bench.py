@@ -3,10 +3,10 @@
 
 Usage (from the repository root):
 
-    python tests/gpu_bench.py all --out DIR            # every subcommand, budgeted to about 8 minutes
-    python tests/gpu_bench.py compare --out DIR        # or one subcommand: compare, peak, repeat,
+    python tests/bench/gpu_bench.py all --out DIR            # every subcommand, budgeted to about 8 minutes
+    python tests/bench/gpu_bench.py compare --out DIR        # or one subcommand: compare, peak, repeat,
                                                        # power, memory, models
-    python tests/gpu_bench.py all --out DIR --quick    # shrunk (automatic where there is no GPU)
+    python tests/bench/gpu_bench.py all --out DIR --quick    # shrunk (automatic where there is no GPU)
 
 Subcommands:
 
@@ -56,16 +56,17 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch's cuda:N = nvidia-smi's and NVML's index N
 
-from tests import gpu_smi  # noqa: E402  (torch-free)
+from tests.bench import gpu_smi  # noqa: E402  (torch-free)
 
 ORDER = ("power", "peak", "compare", "memory", "repeat", "models")
 BUDGETS = {"power": 30.0, "peak": 30.0, "compare": 135.0, "memory": 55.0, "repeat": 120.0, "models": 95.0}
@@ -165,8 +166,8 @@ class Budget:
 
 
 def host_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"hostname": platform.node(), "machine": platform.machine(), "python": platform.python_version(),
-                            "cpus": os.cpu_count()}
+    info: dict[str, Any] = {"hostname": platform.node(), "machine": platform.machine(),
+                            "python": platform.python_version(), "cpus": os.cpu_count()}
     cells, reason = gpu_smi.query(["name", "driver_version", "uuid"], 0)
     info["nvidia_smi"] = dict(zip(("name", "driver_version", "uuid"), cells)) if cells else reason
     return info
@@ -457,12 +458,16 @@ def build_kernel(workload: str, params: dict[str, Any], details: dict[str, Any] 
 
             def fp8() -> Any:
                 return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-            return fp8, [a, bt, one], {"call": "torch._scaled_mm(a, b, one, one, out_dtype=bf16)", "shape": [pm, pn, pk]}
+            return fp8, [a, bt, one], {"call": "torch._scaled_mm(a, b, one, one, out_dtype=bf16)",
+                                       "shape": [pm, pn, pk]}
         dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-        a = torch.randn(k, m, dtype=dtype, device=device).t() if op[0] == "T" else torch.randn(m, k, dtype=dtype, device=device)
-        b = torch.randn(n, k, dtype=dtype, device=device).t() if op[1] == "T" else torch.randn(k, n, dtype=dtype, device=device)
+        a = (torch.randn(k, m, dtype=dtype, device=device).t() if op[0] == "T"
+             else torch.randn(m, k, dtype=dtype, device=device))
+        b = (torch.randn(n, k, dtype=dtype, device=device).t() if op[1] == "T"
+             else torch.randn(k, n, dtype=dtype, device=device))
         d = torch.empty(m, n, dtype=dtype, device=device)
-        return (lambda: torch.mm(a, b, out=d)), [a, b, d], {"call": f"torch.mm(a, b, out=d) op={op}", "shape": [m, n, k]}
+        return (lambda: torch.mm(a, b, out=d)), [a, b, d], {"call": f"torch.mm(a, b, out=d) op={op}",
+                                                            "shape": [m, n, k]}
     if workload == "conv":
         dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[params["dtype"]]
         fmt = torch.channels_last if params.get("layout") == "channels_last" else torch.contiguous_format
@@ -775,7 +780,8 @@ def summary_compare(result: dict[str, Any]) -> str:
                      fmt_s(get(r, "timer", "seconds")), fmt_s(get(r, "do_bench", "seconds")),
                      fmt_s(get(r, "do_bench_cudagraph", "seconds")),
                      fmt_ratio(r.get("ratio")) + (f" ({r['reference_tool']})" if r.get("reference_tool") else ""),
-                     "-" if within is None else ("yes" if within else "NO") + ("" if status == "ok" else f" [{status}]"),
+                     "-" if within is None
+                     else ("yes" if within else "NO") + ("" if status == "ok" else f" [{status}]"),
                      clock_pair(r)])
     s = result.get("summary") or {}
     return (table(rows) + f"\n{s.get('within_2pct', 0)} of {s.get('compared', 0)} compared cases within 2% of the "
@@ -897,7 +903,8 @@ def summary_peak(result: dict[str, Any]) -> str:
                      fmt_ratio(part.get("fraction_of_peak"))])
     peak = result.get("peak_flops")
     return (table(rows) + f"\nbf16 {result.get('size')}³ on {result.get('device_name')}; dense peak "
-            f"{fmt_num((peak or float('nan')) / 1e12, 5)} TFLOP/s ({result.get('peak_entry') or 'no entry in agent/core/peaks.toml'})")
+            f"{fmt_num((peak or float('nan')) / 1e12, 5)} TFLOP/s "
+            f"({result.get('peak_entry') or 'no entry in agent/core/peaks.toml'})")
 
 
 # ----------------------------------------------------------------------------- repeat
@@ -932,7 +939,8 @@ def cmd_repeat(args: argparse.Namespace, result: dict[str, Any], save: Callable[
                          config_text=config)
         last = cli.get("seconds") or last
         result["runs"].append({"seconds_wall": cli.get("seconds"), "returncode": cli.get("returncode"),
-                               "error": cli.get("error"), "stderr_tail": cli.get("stderr_tail") if cli.get("error") else "",
+                               "error": cli.get("error"),
+                               "stderr_tail": cli.get("stderr_tail") if cli.get("error") else "",
                                "cases": [{"workload": r["workload"], "shape": r["shape"], "precision": r["precision"],
                                           "pass": r["kernel_pass"], "status": r["status"], "reason": r["reason"],
                                           "seconds": get(r, "figures", "seconds"),
@@ -1053,7 +1061,8 @@ def cmd_power(args: argparse.Namespace, result: dict[str, Any], save: Callable[[
     if figures.get("flop_per_joule"):
         result["sixdim"]["gflop_per_joule"] = figures["flop_per_joule"] / 1e9
     if record is None or get(record, "status") != "ok":
-        result["problems"] = [f"sixdim run: {cli.get('error') or get(record, 'status')} {get(record, 'reason') or ''}".strip()]
+        result["problems"] = [(f"sixdim run: {cli.get('error') or get(record, 'status')} "
+                               f"{get(record, 'reason') or ''}").strip()]
     elif cuda and not figures.get("power_watts"):
         result["problems"] = [f"no power_watts on a GPU: {details.get('power_note')}"]
 
@@ -1062,16 +1071,19 @@ def summary_power(result: dict[str, Any]) -> str:
     s = result.get("sixdim") or {}
     comparison = result.get("comparison") or {}
     rows = [["source", "mean W over power phase", "second half W", "samples", "sixdim / source", "GFLOP/J"]]
-    rows.append(["sixdim (energy counter)", fmt_num(s.get("power_watts"), 4), "-", str(get(s, "power", "readings") or "-"),
-                 "1" if s.get("power_watts") else "-", fmt_num(s.get("gflop_per_joule"), 4)])
+    rows.append(["sixdim (energy counter)", fmt_num(s.get("power_watts"), 4), "-",
+                 str(get(s, "power", "readings") or "-"), "1" if s.get("power_watts") else "-",
+                 fmt_num(s.get("gflop_per_joule"), 4)])
     for field in result.get("smi_fields", []) or []:
         entry = comparison.get(field) or {}
         rows.append([f"nvidia-smi {field}", fmt_num(entry.get("mean_watts"), 4),
                      fmt_num(entry.get("second_half_mean_watts"), 4), str(entry.get("samples", "-")),
                      fmt_ratio(entry.get("sixdim_over_smi")), fmt_num(entry.get("gflop_per_joule_from_smi"), 4)])
     phase = s.get("power") or {}
-    return (table(rows) + f"\ngemm {result.get('size')}³ {result.get('precision')}: {fmt_s(s.get('seconds'))} per GEMM, "
-            f"{fmt_num((s.get('flops') or float('nan')) / 1e12, 4)} TFLOP/s, peak ratio {fmt_ratio(s.get('peak_ratio'))}; "
+    return (table(rows) + f"\ngemm {result.get('size')}³ {result.get('precision')}: "
+            f"{fmt_s(s.get('seconds'))} per GEMM, "
+            f"{fmt_num((s.get('flops') or float('nan')) / 1e12, 4)} TFLOP/s, "
+            f"peak ratio {fmt_ratio(s.get('peak_ratio'))}; "
             f"power phase {fmt_num(phase.get('seconds'), 3)} s, {phase.get('calls', '-')} calls, "
             f"{fmt_num(s.get('energy_joules'), 4)} J" +
             (f"; {s.get('power_note')}" if s.get("power_note") else "") +
@@ -1148,7 +1160,8 @@ def run_probe(spec: dict[str, Any], device: str, timeout: float) -> dict[str, An
     env = dict(os.environ)
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what sixdim's worker sets, so workspaces match
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "_memory-probe", "--device", device, "--spec", json.dumps(spec)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "_memory-probe", "--device", device,
+           "--spec", json.dumps(spec)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
     except subprocess.TimeoutExpired:
@@ -1262,7 +1275,8 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
             row.update(status=out["status"], reason=out.get("reason"), sixdim={
                 "samples_per_second": figures.get("samples_per_second"), "seconds": figures.get("seconds"),
                 "power_watts": figures.get("power_watts"), "samples_per_joule": figures.get("samples_per_joule"),
-                "memory_bytes": figures.get("memory_bytes"), "memory_reserved_bytes": figures.get("memory_reserved_bytes"),
+                "memory_bytes": figures.get("memory_bytes"),
+                "memory_reserved_bytes": figures.get("memory_reserved_bytes"),
                 "batch": details.get("batch"), "steps_per_window": details.get("steps_per_window"),
                 "power_note": details.get("power_note"), "torch_flags": details.get("torch_flags"),
                 "amp_dtype": details.get("amp_dtype")})
@@ -1354,7 +1368,8 @@ def summary_models(result: dict[str, Any]) -> str:
              "sixdim memory", "hand memory"]]
     for r in result.get("cases", []):
         rows.append([r["model"], r["mode"], r["precision"], r.get("status", "-"),
-                     fmt_num(get(r, "sixdim", "samples_per_second"), 5), fmt_num(get(r, "hand", "samples_per_second"), 5),
+                     fmt_num(get(r, "sixdim", "samples_per_second"), 5),
+                     fmt_num(get(r, "hand", "samples_per_second"), 5),
                      fmt_ratio(r.get("sixdim_over_hand")), fmt_num(get(r, "sixdim", "power_watts"), 4),
                      fmt_bytes(get(r, "sixdim", "memory_bytes")), fmt_bytes(get(r, "hand", "memory_bytes"))])
     return table(rows) + f"\nsize={result.get('size')}; energy meter: {result.get('energy_meter', '-')}"
@@ -1483,7 +1498,8 @@ def default_device() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in ("all",) + ORDER:
         sub = commands.add_parser(name, help=f"run {name}" if name != "all" else "every subcommand, each in a child")

@@ -1,4 +1,4 @@
-"""nvidia-smi helpers for the GPU scripts (tests/gpu_bench.py, tests/measure_daemon.py).
+"""nvidia-smi helpers for the GPU scripts (tests/bench/gpu_bench.py, tests/bench/measure_daemon.py).
 
 Torch-free and read-only: these only query the GPU (``--query-gpu``, ``--query-compute-apps``);
 nothing here changes a GPU setting.  Where ``nvidia-smi`` is missing every helper says so
@@ -39,7 +39,8 @@ def parse_timestamp(text: str) -> float | None:
         return None
 
 
-def query(fields: list[str] | tuple[str, ...], index: int | str = 0, timeout: float = 15.0) -> tuple[list[str] | None, str]:
+def query(fields: list[str] | tuple[str, ...], index: int | str = 0,
+          timeout: float = 15.0) -> tuple[list[str] | None, str]:
     """One ``--query-gpu`` line split into cells, or (None, why)."""
     path = smi()
     if path is None:
@@ -81,7 +82,7 @@ class PowerSampler:
         self._process: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "PowerSampler":
+    def start(self) -> PowerSampler:
         path = smi()
         if path is None:
             raise RuntimeError("nvidia-smi not found on PATH")

@@ -1,0 +1,363 @@
+"""The alert rules, generated from the metric catalog and one set of options.
+
+Every metric and label name comes from :mod:`sixdim.core.catalog`, so a rename there changes the
+rules too (and the committed files fail their currency test until they are regenerated).  The
+layout follows the monitoring mixins (kubernetes-mixin, node-mixin): CamelCase alert names with the
+``Sixdim`` prefix, a ``severity`` label (critical, warning or info) and ``summary``,
+``description`` and ``runbook_url`` annotations, the runbook being a section of docs/ALERTS.md.
+
+One alert per incident: the rules aggregate per GPU and workload, so a GPU that regressed on 40
+shapes raises one ``SixdimRegression`` whose value (and description) is 40; the Alertmanager
+example (deploy/alertmanager/alertmanager.yml) then groups by host and workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sixdim.core import catalog
+from sixdim.core.durations import format_duration
+from sixdim.monitoring import recording
+from sixdim.monitoring.options import Options
+from sixdim.monitoring.promql import (
+    INSTANCE,
+    JOB,
+    PROCESS_START_TIME,
+    PROMETHEUS_UP,
+    REGRESSION,
+    REGRESSION_CODE,
+    indent,
+    label,
+    quote,
+    status,
+)
+
+SLOWDOWN_WINDOW = 3600
+"""Seconds a thermal or hardware slowdown keeps its alert after the result that showed it was replaced."""
+PEER_FOR = "1h"
+AGENT_DOWN_FOR = "5m"
+HISTORY_DOWN_FOR = "10m"
+CONFIG_RELOAD_FAILED_FOR = "10m"
+"""How long a failed configuration reload must last before it pages (a fix and another SIGHUP usually
+follow within minutes)."""
+HISTORY_LOSS_WINDOW = 3600
+STALE_KEEP = 86400
+"""A benchmark whose last-success series disappears (the agent down, a lost history) keeps its stale
+alert this long past the stale threshold: the lookback is ``stale_after`` plus this.  The agent-down
+alert looks as far back for the host name the target last reported, so that it can inhibit those
+stale alerts of its host for as long as they last."""
+
+
+class Alerts:
+    """The alerts for one set of options."""
+
+    def __init__(self, options: Options) -> None:
+        options.validate()
+        self.o = options
+        self.model = catalog.exported_label(catalog.MODEL_NAME, options.dcgm_label_names)
+        self.device = tuple(catalog.exported_label(name, options.dcgm_label_names) for name in catalog.DEVICE_LABELS)
+        self.versions = catalog.VERSION_LABELS
+
+    # --- helpers
+    def by(self, *labels: str) -> str:
+        return ", ".join(labels)
+
+    def lab(self, name: str) -> str:
+        """A label's value in a template."""
+        return "{{ $labels." + catalog.exported_label(name, self.o.dcgm_label_names) + " }}"
+
+    def gpu_ref(self) -> str:
+        """The GPU in words: GPU 3 (NVIDIA H100 80GB HBM3, GPU-...) on host-a."""
+        return (f"GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, {self.lab(catalog.UUID)}) "
+                f"of {self.lab(catalog.HOSTNAME)}")
+
+    def versions_in_labels(self) -> str:
+        return (f"driver {self.lab(catalog.DRIVER_VERSION)}, CUDA {self.lab(catalog.CUDA_VERSION)}, "
+                f"torch {self.lab(catalog.TORCH_VERSION)}")
+
+    def versions_now(self) -> str:
+        """For alerts whose series carry no versions: the driver and torch the agent reports now."""
+        gpu_info = (f"{catalog.GPU_INFO.name}{{{label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
+                    f"{label(catalog.GPU_INFO, catalog.UUID)}=%q}}")
+        build_info = f"{catalog.BUILD_INFO.name}{{{label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
+        return ("Now running"
+                f"{{{{ with query (printf `{gpu_info}` $labels.{catalog.HOSTNAME} $labels.{catalog.UUID}) }}}}"
+                f" driver {{{{ . | first | label \"{label(catalog.GPU_INFO, catalog.DRIVER_VERSION)}\" }}}}"
+                "{{ end }}"
+                f"{{{{ with query (printf `{build_info}` $labels.{catalog.HOSTNAME}) }}}}"
+                f" with torch {{{{ . | first | label \"{label(catalog.BUILD_INFO, catalog.TORCH_VERSION)}\" }}}}"
+                "{{ end }}.")
+
+    def runbook(self, alert: str) -> str:
+        return f"{self.o.runbook_base}#{alert.lower()}"
+
+    def alert(self, name: str, expr: str, severity: str, summary: str, description: str,
+              for_: str | None = None) -> dict[str, Any]:
+        rule: dict[str, Any] = {"alert": name, "expr": expr}
+        if for_:
+            rule["for"] = for_
+        rule["labels"] = {"severity": severity}
+        rule["annotations"] = {"summary": summary, "description": description, "runbook_url": self.runbook(name)}
+        return rule
+
+    def runs_added(self, statuses: tuple[str, ...], window: int) -> str:
+        """Runs of the given statuses added to ``sixdim_workload_runs_total`` within the window, exactly.
+
+        The counter comes from the history (it survives restarts and never goes down), so the runs
+        added are its value minus its smallest value in the window.  A series that first appeared in
+        the window (a device's first failed run creates its ``status="failed"`` series at 1) counts
+        from 0, but only if it appeared while the agent was already being scraped (fewer samples
+        than the host's ``sixdim_history_up``): an agent back after a long absence re-exports old
+        counts as new series all at once, and those are not new runs."""
+        runs = catalog.WORKLOAD_RUNS
+        matcher = "|".join(status(s) for s in statuses)
+        op = "=~" if len(statuses) > 1 else "="
+        x = f"{runs.name}{{{label(runs, catalog.STATUS)}{op}{quote(matcher)}}}"
+        w = format_duration(window)
+        host = label(catalog.HISTORY_UP, catalog.HOSTNAME)
+        return (f"(\n"
+                f"    {x}\n"
+                f"  unless\n"
+                f"    {x} offset {w}\n"
+                f")\n"
+                f"and\n"
+                f"(\n"
+                f"    count_over_time({x}[{w}])\n"
+                f"  < on ({host}) group_left ()\n"
+                f"    max by ({host}) (count_over_time({catalog.HISTORY_UP.name}[{w}]))\n"
+                f")\n"
+                f"or\n"
+                f"  {x}\n"
+                f"-\n"
+                f"  min_over_time({x}[{w}])")
+
+    # --- the alerts
+    def regression(self) -> dict[str, Any]:
+        state = catalog.REGRESSION_STATE
+        group = self.device + (label(state, catalog.WORKLOAD), label(state, catalog.PRECISION)) + self.versions
+        case = group + (label(state, catalog.SHAPE), label(state, catalog.MODE), label(state, catalog.PASS))
+        expr = (f"count by ({self.by(*group)}) (\n"
+                f"  count by ({self.by(*case)}) (\n"
+                f"    {state.name} == {REGRESSION_CODE}\n"
+                f"  )\n"
+                f")")
+        figure = label(state, catalog.FIGURE)
+        figures_query = (f"count by ({figure}) ({state.name}{{{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
+                         f"{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} == {REGRESSION_CODE})")
+        figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` $labels.{catalog.HOSTNAME} "
+                   f"$labels.{catalog.UUID} $labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) "
+                   f"| sortByLabel \"{figure}\" }}}}{{{{ if $i }}}}, {{{{ end }}}}"
+                   f"{{{{ $s.Labels.{figure} }}}}{{{{ end }}}}")
+        return self.alert(
+            "SixdimRegression", expr, "warning",
+            f"{self.lab(catalog.WORKLOAD)} regressed on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} regressed on "
+            f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
+            f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
+            f"runs against the series' own baseline.")
+
+    def incorrect(self) -> dict[str, Any]:
+        runs = catalog.WORKLOAD_RUNS
+        group = self.device + (label(runs, catalog.WORKLOAD),)
+        w = format_duration(self.o.incorrect_window)
+        expr = (f"sum by ({self.by(*group)}) (\n"
+                f"{indent(self.runs_added(('incorrect',), self.o.incorrect_window), 2)}\n"
+                f") > 0")
+        return self.alert(
+            "SixdimIncorrectResult", expr, "critical",
+            f"Incorrect {self.lab(catalog.WORKLOAD)} results on {self.lab(catalog.HOSTNAME)} "
+            f"GPU {self.lab(catalog.GPU)}",
+            f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} produced {{{{ $value }}}} result(s) in the last {w} "
+            f"whose output failed its check against a float64 reference: the GPU may be computing wrong "
+            f"results silently. {self.versions_now()}")
+
+    def stale(self) -> dict[str, Any]:
+        last = catalog.WORKLOAD_LAST_SUCCESS
+        group = self.device + (label(last, catalog.WORKLOAD),)
+        lookback = format_duration(self.o.stale_after + STALE_KEEP)
+        expr = (f"time()\n"
+                f"-\n"
+                f"  max by ({self.by(*group)}) (\n"
+                f"    last_over_time({last.name}[{lookback}])\n"
+                f"  )\n"
+                f"> {self.o.stale_after}")
+        return self.alert(
+            "SixdimBenchmarkStale", expr, "warning",
+            f"No successful {self.lab(catalog.WORKLOAD)} run on {self.lab(catalog.HOSTNAME)} "
+            f"GPU {self.lab(catalog.GPU)}",
+            f"The newest ok run of {self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} ended "
+            f"{{{{ $value | humanizeDuration }}}} ago (threshold {format_duration(self.o.stale_after)}): its "
+            f"results and verdicts are not current. {self.versions_now()}")
+
+    def failing(self) -> dict[str, Any]:
+        runs = catalog.WORKLOAD_RUNS
+        group = self.device + (label(runs, catalog.WORKLOAD),)
+        w = format_duration(self.o.failure_window)
+        expr = (f"sum by ({self.by(*group)}) (\n"
+                f"{indent(self.runs_added(('failed', 'timeout'), self.o.failure_window), 2)}\n"
+                f") >= {self.o.failures}")
+        return self.alert(
+            "SixdimBenchmarkFailing", expr, "warning",
+            f"{self.lab(catalog.WORKLOAD)} keeps failing on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"{{{{ $value }}}} run(s) of {self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} failed or timed out in "
+            f"the last {w} (threshold {self.o.failures}). {self.versions_now()}")
+
+    def slowdown(self, name: str, metric: catalog.MetricDef, summary: catalog.MetricDef, what: str) -> dict[str, Any]:
+        """Per-shape flags (suites exported per shape) or summary flags (every suite)."""
+        group = self.device + self.versions
+        w = format_duration(SLOWDOWN_WINDOW)
+        expr = (f"count by ({self.by(*group)}) (\n"
+                f"  max_over_time({metric.name}[{w}]) == 1\n"
+                f"  or\n"
+                f"  max_over_time({summary.name}[{w}]) == 1\n"
+                f")")
+        return self.alert(
+            name, expr, "warning",
+            f"{what.capitalize()} during benchmarks on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"A {what} held the clocks of {self.gpu_ref()} down during the measured window of "
+            f"{{{{ $value }}}} benchmark result(s) in the last {w}, under {self.versions_in_labels()}. "
+            f"Results measured under it understate the GPU.")
+
+    def peers(self) -> dict[str, Any]:
+        """Each GPU's summary speed against its peers' median, among the summaries that cover the
+        group's shapes: the recorded ratios (:mod:`sixdim.monitoring.recording`), where the peer
+        group is large enough."""
+        peers = recording.peers_by(self.o.dcgm_label_names)
+        arms = []
+        for metric in recording.PEER_METRICS:
+            arms.append(f"(\n"
+                        f"    {recording.peer_ratio(metric).name} < {self.o.peer_ratio}\n"
+                        f"  and on ({peers})\n"
+                        f"    {recording.peer_count(metric).name} >= {self.o.min_peers}\n"
+                        f")")
+        group = self.device + (catalog.WORKLOAD,) + self.versions
+        expr = (f"min by ({self.by(*group)}) (\n"
+                + indent("\nor\n".join(arms), 2) + "\n)")
+        return self.alert(
+            "SixdimSlowerThanPeers", expr, "warning",
+            f"{self.lab(catalog.WORKLOAD)} on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)} is slower "
+            f"than its peers",
+            f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} runs at {{{{ $value | humanizePercentage }}}} of the "
+            f"median of its peers in its slowest suite, precision, mode and pass (FLOP/s or samples/s, "
+            f"geometric mean over the suite's shapes; peers: every GPU of the same model with the same "
+            f"suite, precision, mode, pass and versions whose mean covers as many shapes as most do, at least "
+            f"{self.o.min_peers} GPUs; threshold "
+            f"{self.o.peer_ratio:g}), under {self.versions_in_labels()}.", for_=PEER_FOR)
+
+    def version_change(self) -> dict[str, Any]:
+        change = catalog.VERSION_CHANGE_RATIO
+        names = (catalog.WORKLOAD, catalog.FIGURE, catalog.CHANGE_COMPONENT, catalog.CHANGE_FROM, catalog.CHANGE_TO)
+        group = self.device + tuple(label(change, name) for name in names)
+        verdict = f"{label(change, catalog.CHANGE_VERDICT)}={quote(REGRESSION)}"
+        expr = (f"quantile by ({self.by(*group)}) (\n"
+                f"  0.5, {change.name}{{{verdict}}}\n"
+                f")")
+        count_query = (f"count({change.name}{{{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,"
+                       f"{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,{catalog.CHANGE_FROM}=%q,"
+                       f"{catalog.CHANGE_TO}=%q,{verdict}}})")
+        count = (f"{{{{ with query (printf `{count_query}` $labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
+                 f"$labels.{catalog.WORKLOAD} $labels.{catalog.FIGURE} $labels.{catalog.CHANGE_COMPONENT} "
+                 f"$labels.{catalog.CHANGE_FROM} $labels.{catalog.CHANGE_TO}) }}}}"
+                 f"{{{{ . | first | value }}}}{{{{ end }}}}")
+        return self.alert(
+            "SixdimVersionChangeRegression", expr, "warning",
+            f"{self.lab(catalog.CHANGE_COMPONENT)} {self.lab(catalog.CHANGE_FROM)} to {self.lab(catalog.CHANGE_TO)} "
+            f"made {self.lab(catalog.WORKLOAD)} worse on {self.lab(catalog.HOSTNAME)}",
+            f"After {self.lab(catalog.CHANGE_COMPONENT)} changed from {self.lab(catalog.CHANGE_FROM)} to "
+            f"{self.lab(catalog.CHANGE_TO)} on {self.gpu_ref()}, {self.lab(catalog.WORKLOAD)}'s "
+            f"{self.lab(catalog.FIGURE)} is {{{{ $value | humanizePercentage }}}} of its value before the change "
+            f"(median over the {count} result series the agent judged worse).")
+
+    def agent_down(self) -> dict[str, Any]:
+        job = quote(self.o.job)
+        up = f"{PROMETHEUS_UP}{{{JOB}={job}}}"
+        build = catalog.BUILD_INFO
+        host = label(build, catalog.HOSTNAME)
+        lookback = format_duration(self.o.stale_after + STALE_KEEP)
+        expr = (f"(\n"
+                f"    ({up} == 0)\n"
+                f"  * on ({JOB}, {INSTANCE}) group_left ({host})\n"
+                f"    max by ({JOB}, {INSTANCE}, {host}) (\n"
+                f"      topk by ({JOB}, {INSTANCE}) (1, last_over_time({build.name}{{{JOB}={job}}}[{lookback}]))\n"
+                f"    )\n"
+                f")\n"
+                f"or on ({JOB}, {INSTANCE})\n"
+                f"  {up} == 0")
+        return self.alert(
+            "SixdimAgentDown", expr, "warning",
+            f"sixdim agent {{{{ $labels.{INSTANCE} }}}} is down",
+            f"Prometheus cannot scrape the sixdim agent at {{{{ $labels.{INSTANCE} }}}} (job {{{{ $labels.{JOB} }}}}"
+            f"{{{{ with $labels.{host} }}}}, host {{{{ . }}}}{{{{ end }}}}) for {AGENT_DOWN_FOR}: no benchmarks "
+            f"are recorded or exported from it, and its other alerts cannot fire.", for_=AGENT_DOWN_FOR)
+
+    def history_down(self) -> dict[str, Any]:
+        host = label(catalog.HISTORY_UP, catalog.HOSTNAME)
+        pending = catalog.HISTORY_PENDING
+        expr = (f"max by ({host}) ({pending.name})\n"
+                f"and on ({host})\n"
+                f"max by ({host}) ({catalog.HISTORY_UP.name}) == 0")
+        return self.alert(
+            "SixdimHistoryDown", expr, "warning",
+            f"sixdim on {self.lab(catalog.HOSTNAME)} cannot write its history",
+            f"The last write to the history database of the agent on {self.lab(catalog.HOSTNAME)} failed, and "
+            f"writes have not recovered for {HISTORY_DOWN_FOR}; {{{{ $value }}}} result(s) wait in memory and in the "
+            f"spool file. They are written once the database accepts writes again.", for_=HISTORY_DOWN_FOR)
+
+    def history_loss(self) -> dict[str, Any]:
+        """Dropped or corrupt history errors within the window.
+
+        ``increase`` alone misses the usual corrupt case: a power loss, the host back after more
+        than the window, the broken file found at start, so the counter's first sample is already
+        1 and ``increase`` has nothing before it to compare with.  An agent process that started
+        within the window counted all of its errors within the window, so for such a process its
+        counter's value counts whole; the alert takes the larger of the two."""
+        errors = catalog.HISTORY_WRITE_ERRORS
+        host, reason = label(errors, catalog.HOSTNAME), label(errors, "reason")
+        w = format_duration(HISTORY_LOSS_WINDOW)
+        series = f"{errors.name}{{{reason}=~\"dropped|corrupt\"}}"
+        increase = f"sum by ({host}, {reason}) (increase({series}[{w}]))"
+        young = (f"sum by ({host}, {reason}) (\n"
+                 f"    {series}\n"
+                 f"  and on ({JOB}, {INSTANCE})\n"
+                 f"    time() - {PROCESS_START_TIME} < {HISTORY_LOSS_WINDOW}\n"
+                 f")")
+        arms = (indent(young, 4), "  >=", indent(increase, 4), "  or", indent(increase, 4), "  or", indent(young, 4))
+        expr = "(\n" + "\n".join(arms) + "\n) > 0"
+        return self.alert(
+            "SixdimHistoryDataLoss", expr, "warning",
+            f"sixdim on {self.lab(catalog.HOSTNAME)} lost history data",
+            f"The agent on {self.lab(catalog.HOSTNAME)} counted about {{{{ printf \"%.0f\" $value }}}} history write "
+            f"error(s) of reason {{{{ $labels.{reason} }}}} in the last {w}: dropped means results waiting for the "
+            f"database were dropped because too many waited; corrupt means a broken database file was moved "
+            f"aside at start and a new one begun.")
+
+    def config_reload_failed(self) -> dict[str, Any]:
+        success, last = catalog.CONFIG_RELOAD_SUCCESS, catalog.CONFIG_LAST_RELOAD
+        host = label(success, catalog.HOSTNAME)
+        expr = (f"time() - max by ({host}) ({last.name})\n"
+                f"and on ({host})\n"
+                f"max by ({host}) ({success.name}) == 0")
+        return self.alert(
+            "SixdimConfigReloadFailed", expr, "warning",
+            f"sixdim on {self.lab(catalog.HOSTNAME)} runs an old configuration",
+            f"The last configuration reload (SIGHUP) of the agent on {self.lab(catalog.HOSTNAME)} failed at least "
+            f"{CONFIG_RELOAD_FAILED_FOR} ago: it still runs the configuration it loaded "
+            f"{{{{ humanizeDuration $value }}}} ago, and would refuse the file on disk at its next restart.",
+            for_=CONFIG_RELOAD_FAILED_FOR)
+
+    def groups(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "sixdim-results", "rules": [
+                self.regression(),
+                self.incorrect(),
+                self.version_change(),
+                self.slowdown("SixdimThermalSlowdown", catalog.WORKLOAD_THERMAL_SLOWDOWN,
+                              catalog.SUMMARY_THERMAL_SLOWDOWN, "thermal slowdown"),
+                self.slowdown("SixdimHardwareSlowdown", catalog.WORKLOAD_HARDWARE_SLOWDOWN,
+                              catalog.SUMMARY_HARDWARE_SLOWDOWN, "hardware slowdown"),
+            ]},
+            {"name": "sixdim-fleet", "rules": [self.peers()]},
+            {"name": "sixdim-runs", "rules": [self.stale(), self.failing()]},
+            {"name": "sixdim-agent", "rules": [self.agent_down(), self.history_down(), self.history_loss(),
+                                               self.config_reload_failed()]},
+        ]

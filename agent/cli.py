@@ -33,6 +33,7 @@ from sixdim.config import (
     parse_bool,
     preset_entries,
 )
+from sixdim.core import catalog, exits, text
 from sixdim.core.results import RunRecord
 from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
@@ -40,8 +41,6 @@ from sixdim.store.history import HistoryError
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError, brief
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_BUSY = 0, 1, 2, 3
-EXIT_SIGNAL_BASE = 128
 """A command stopped by signal N exits with 128 + N, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
 
 _RUN_OPTION_KEYS = ("agent.history", "agent.state_dir", "agent.hostname", "agent.log_level", "agent.sample_hz",
@@ -215,10 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(parser, args)
     except BrokenPipeError:  # `sixdim list | head`: the reader left, which is fine
         sys.stderr.close()
-        return EXIT_OK
+        return exits.OK
     except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling: nothing to clean up
         print("sixdim: interrupted", file=sys.stderr)
-        return EXIT_SIGNAL_BASE + signal.SIGINT
+        return exits.SIGNAL_BASE + signal.SIGINT
 
 
 class _BriefFormatter(logging.Formatter):
@@ -246,7 +245,7 @@ def _setup_logging(command: str, level: str) -> None:
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command is None:
         parser.print_help()
-        return EXIT_USAGE
+        return exits.USAGE
     try:
         if args.command == "list":
             return command_list(args)
@@ -263,7 +262,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
             lines = ("  " + line for line in check(config))
             print("\n".join(["sixdim: configuration OK (nothing was started):", *lines]))
-            return EXIT_OK
+            return exits.OK
         if args.command == "serve":
             from sixdim.daemon.serve import serve
 
@@ -271,12 +270,12 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return command_run(args, config)
     except InstanceError as exc:  # another agent, or (--no-wait) a run holding the device
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if args.command == "serve" else EXIT_BUSY
+        return exits.USAGE if args.command == "serve" else exits.BUSY
     except (ConfigError, DeviceError, HistoryError, ParamError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             raise
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
 
 
 # ---------------------------------------------------------------------------- list
@@ -290,7 +289,7 @@ def command_list(args: argparse.Namespace) -> int:
                         "cuda_default": p.cuda_default, "choices": list(p.choices) if p.choices else None,
                         "help": p.help} for p in spec.params],
         } for spec in registry.WORKLOADS.values()], indent=2))
-        return EXIT_OK
+        return exits.OK
     for spec in registry.WORKLOADS.values():
         print(f"{spec.name}: {spec.description}")
         if spec.shapes_help:
@@ -299,7 +298,7 @@ def command_list(args: argparse.Namespace) -> int:
         for p in spec.params:
             meaning = p.help + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
             rows.append((p.name, _show(p.cpu_default), _show(p.cuda_default), meaning))
-        print(_table(rows, indent="  "))
+        print(text.table(rows, indent="  "))
         print()
         if args.shapes:
             _print_shapes(spec)
@@ -308,7 +307,7 @@ def command_list(args: argparse.Namespace) -> int:
         parts = [f"{workload}({', '.join(f'{k}={_show(v)}' for k, v in params.items())})"
                  for workload, params in entries]
         print(f"  {name}: {'; '.join(parts)}")
-    return EXIT_OK
+    return exits.OK
 
 
 def _print_shapes(spec: Any) -> None:
@@ -355,17 +354,17 @@ def command_dimensions(args: argparse.Namespace) -> int:
                 data = handle.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         print(f"sixdim: error: {source}: no such file", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     except OSError as exc:
         print(f"sixdim: error: {source}: cannot read it: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     try:
         output = to_json(compute(read_json(data)))
     except (InputError, DimensionsError) as exc:
         print(f"sixdim: error: {source}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     print(output)
-    return EXIT_OK
+    return exits.OK
 
 
 # ---------------------------------------------------------------------------- run
@@ -431,7 +430,7 @@ class _StopOnSignal:
     @property
     def exit_code(self) -> int:
         """128 + the signal's number, as a shell reports a command a signal ended."""
-        return EXIT_SIGNAL_BASE + (self.received or 0)
+        return exits.SIGNAL_BASE + (self.received or 0)
 
 
 def _node_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -503,16 +502,19 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     targets = devices.resolve([args.device], nvml, where="--device")  # before any file is made
     parts = app.build(config, command="sixdim run", wait_for_devices=not no_wait, nvml=nvml)
     parts.executor.recover_left_behind()
-    progress = _Progress(sys.stderr)
+    progress = text.Progress(sys.stderr)
     records: list[RunRecord] = []
     with _StopOnSignal(parts.executor.stop) as interrupt:
         for device in targets:
             if parts.executor.stop.is_set():
                 break  # the devices not begun are not run, nor recorded as skipped
-            progress.prefix = f"{', '.join(dict.fromkeys(spec.name for spec, _ in entries))} on {device.name}"
-            progress.update("starting worker")
+            prefix = f"[{', '.join(dict.fromkeys(spec.name for spec, _ in entries))} on {device.name}] "
+            progress.update(prefix + "starting worker")
+            def show(message: str, prefix: str = prefix) -> None:
+                progress.update(prefix + message)
+
             records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
-                                                       on_progress=progress.update))
+                                                       on_progress=show))
             progress.clear()
         waiting = parts.history.retry_pending()
         parts.history.close()
@@ -525,7 +527,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         print(f"sixdim: stopped by {signal.Signals(interrupt.received).name}; the cases above that finished are "
               f"recorded", file=sys.stderr)
         return interrupt.exit_code
-    return EXIT_RUN_FAILED if any(r.status in ("failed", "timeout") for r in records) else EXIT_OK
+    return exits.FAILED if any(r.status in ("failed", "timeout") for r in records) else exits.OK
 
 
 def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> None:
@@ -542,58 +544,17 @@ def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> 
         print(f"\nrecorded in {config.history}")
 
 
-class _Progress:
-    """One status line on a terminal (stderr), rewritten in place; silent when not a terminal.
-
-    A log line written to the same terminal first clears the status line (a logging filter on the
-    root logger's handlers), so that ``sixdim: info: ...`` never lands at the end of a half-written
-    progress line; the next update draws it again."""
-
-    def __init__(self, stream: Any):
-        self._stream = stream
-        self._tty = stream.isatty()
-        self._shown = False
-        self.prefix = ""
-        if self._tty:
-            for handler in logging.getLogger().handlers:
-                if getattr(handler, "stream", None) is stream:
-                    handler.addFilter(self._before_log)
-
-    def _before_log(self, record: logging.LogRecord) -> bool:
-        self.clear()
-        return True  # a filter that only clears: every record is still emitted
-
-    def update(self, message: str) -> None:
-        if self._tty:
-            self._stream.write(f"\r\033[K[{self.prefix}] {message}")
-            self._stream.flush()
-            self._shown = True
-
-    def clear(self) -> None:
-        if self._tty and self._shown:
-            self._stream.write("\r\033[K")
-            self._stream.flush()
-            self._shown = False
-
-
 def _si(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
+    return "-" if value is None else text.si(value, unit, digits=3)
 
 
 def _rate(r: RunRecord) -> str:
     """The record's main rate: FLOP/s for kernels (OP/s for integer ones), bytes/s for copies,
     samples/s for models."""
-    operations = "OP/s" if r.precision in registry.INTEGER_PRECISIONS else "FLOP/s"
-    for figure, unit in (("flops", operations), ("bytes_per_second", "B/s"), ("samples_per_second", "samples/s")):
+    integer = r.precision in registry.INTEGER_PRECISIONS
+    for figure in catalog.RATES:
         if r.value(figure) is not None:
-            return _si(r.value(figure), unit)
+            return _si(r.value(figure), catalog.figure_unit(figure, integer))
     return "-"
 
 
@@ -615,12 +576,10 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-TRAINING_COLUMNS: tuple[tuple[str, str, Any], ...] = (
-    ("accuracy", "accuracy", _number),
-    ("time_to_train_seconds", "time to train", _duration),
-    ("linearity_ratio", "linearity", _number),
-    ("stability_ratio", "stability", _number),
-)
+TRAINING_COLUMNS: tuple[tuple[str, str, Any], ...] = tuple(
+    (figure, catalog.figure_name(figure), show) for figure, show in (
+        ("accuracy", _number), ("time_to_train_seconds", _duration), ("linearity_ratio", _number),
+        ("stability_ratio", _number)))
 """Figures of training runs (convergence, a user's command, linearity), each a column only when a
 row has it, so a kernel table stays as narrow as before."""
 
@@ -642,13 +601,7 @@ def _results_table(records: list[RunRecord]) -> str:
     for note in notes:
         counted[note] = counted.get(note, 0) + 1
     lines = [note + (f" (x{n})" if n > 1 else "") for note, n in counted.items()]
-    return _table(rows) + ("\n\n" + "\n".join(lines) if lines else "")
-
-
-def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-                     for row in rows)
+    return text.table(rows) + ("\n\n" + "\n".join(lines) if lines else "")
 
 
 if __name__ == "__main__":

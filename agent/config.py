@@ -31,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from sixdim.core.figures import WATCHED
+from sixdim.core.catalog import WATCHED
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError, brief
 

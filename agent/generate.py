@@ -17,13 +17,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from sixdim.core import exits
 from sixdim.core.files import write_atomically
 from sixdim.dashboards import command as dashboards
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring import rules
 from sixdim.monitoring.options import Options
-
-EXIT_OK, EXIT_STALE, EXIT_USAGE = 0, 1, 2
 
 
 def artefacts(options: Options) -> dict[str, str]:
@@ -63,13 +62,13 @@ def command_generate(args: argparse.Namespace) -> int:
     root = Path(args.root)
     if not root.is_dir():
         print(f"sixdim: error: --root {args.root}: not a folder", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     try:
         options = monitoring_options.from_args(args)
         files = artefacts(options)
     except ValueError as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     if args.check:
         behind = stale(root, options)
         for path in behind:
@@ -77,14 +76,14 @@ def command_generate(args: argparse.Namespace) -> int:
         if behind:
             print(f"sixdim: {len(behind)} of {len(files)} generated files are stale: run 'sixdim generate"
                   f"{' ' + options.as_flags() if options != Options() else ''}'", file=sys.stderr)
-            return EXIT_STALE
+            return exits.FAILED
         print(f"all {len(files)} generated files are current")
-        return EXIT_OK
+        return exits.OK
     for path, text in files.items():
         try:
             write_atomically(root / path, text)
         except OSError as exc:
             print(f"sixdim: error: cannot write {root / path}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return exits.USAGE
     print(f"wrote {len(files)} files under {root}")
-    return EXIT_OK
+    return exits.OK

@@ -97,11 +97,9 @@ _MAPPING_YES_NO = [{"type": "value", "options": {
 _MAPPING_UP = [{"type": "value", "options": {
     "0": {"text": "down", "color": "red", "index": 0},
     "1": {"text": "up", "color": "green", "index": 1}}}]
-_STATE_COLORS = {"improvement": "blue", "ok": "green", "insufficient_data": "text", "suspicious": "orange",
-                 "regression": "red"}
 _MAPPING_STATES = [{"type": "value", "options": {
-    str(code): {"text": name, "color": _STATE_COLORS[name], "index": i}
-    for i, (name, code) in enumerate(catalog.REGRESSION_STATE_VALUES)}}]
+    str(state.code): {"text": state.name, "color": state.colour, "index": i}
+    for i, state in enumerate(catalog.VERDICT_STATES)}}]
 
 _HIDDEN = ("__name__", catalog.UUID, catalog.PCI_BUS_ID) + TARGET_LABELS
 

@@ -13,14 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sixdim.core import exits
 from sixdim.core.files import write_atomically
 from sixdim.dashboards import build
 from sixdim.dashboards.grafana import dumps
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring import yamltext
 from sixdim.monitoring.options import Options
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 COMMITTED_DIR = "dashboards/json"
 COMMITTED_CONFIGMAP = "deploy/k8s/base/grafana-dashboards-configmap.yaml"
@@ -92,29 +91,29 @@ def command_dashboards(args: argparse.Namespace) -> int:
         boards: dict[str, Any] = build.dashboards(options)
     except ValueError as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     if not args.out and not args.configmap:
         for name, board in boards.items():
             count = sum(1 for p in board["panels"] if p["type"] != "row")
             print(f"{name}  {board['title']} ({count} panels)")
         print("write them with --out DIR, or as Kubernetes ConfigMaps with --configmap FILE")
-        return EXIT_OK
+        return exits.OK
     if args.out:
         folder = Path(args.out)
         if folder.exists() and not folder.is_dir():
             print(f"sixdim: error: --out {args.out}: not a folder", file=sys.stderr)
-            return EXIT_USAGE
+            return exits.USAGE
         try:
             for name, board in boards.items():
                 write_atomically(folder / name, dumps(board))
         except OSError as exc:
             print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return exits.USAGE
     if args.configmap:
         try:
             write_atomically(args.configmap, configmap(options))
         except OSError as exc:
             print(f"sixdim: error: cannot write --configmap {args.configmap}: {exc.strerror or exc}",
                   file=sys.stderr)
-            return EXIT_USAGE
-    return EXIT_OK
+            return exits.USAGE
+    return exits.OK

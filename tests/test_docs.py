@@ -39,6 +39,15 @@ def test_the_architecture_doc_is_a_true_map_of_the_code():
             assert list(ROOT.glob(path)), f"{doc.relative_to(ROOT)} names {path}, which does not exist"
 
 
+def test_every_result_figure_is_defined_once_in_the_catalog():
+    """A result metric's figure is one of the catalog's FIGURES (its name, unit and verdict come from
+    there), but for the run's end time and a summary's shape count, which are bookkeeping."""
+    keys = {m.figure for m in catalog.ALL_METRICS if m.figure} - {"ended_at", "shapes"}
+    assert keys <= set(catalog.FIGURES_BY_KEY), sorted(keys - set(catalog.FIGURES_BY_KEY))
+    assert len(catalog.FIGURES) == len(catalog.FIGURES_BY_KEY)  # no key twice
+    assert set(catalog.WATCHED) <= set(catalog.FIGURES_BY_KEY) and set(catalog.RATES) <= set(catalog.WATCHED)
+
+
 def test_ci_runs_the_readme_install_and_test_commands():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()

@@ -5,7 +5,7 @@ import torch
 
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.models import ResNet50, run
+from sixdim.workloads.models import SEQUENCE_MODELS, SIZES, ResNet50, run
 from sixdim.workloads.stats import deepspark_mean
 
 
@@ -26,6 +26,12 @@ def test_model_training_samples_per_second_matches_its_step_timing(model):
             assert sum(steps) <= window
         assert ctx.window_end - ctx.window_start >= sum(d["window_seconds"]) * 0.99
         assert d["amp_dtype"] == ("bfloat16" if case.precision == "amp" else None)
+        # a sequence model's throughput in tokens: its samples times its sequence length, nothing else
+        if model in SEQUENCE_MODELS:
+            seq = SIZES[model][case.params["size"]]["seq"]
+            assert output.figures["tokens_per_second"] == pytest.approx(output.figures["samples_per_second"] * seq)
+        else:
+            assert "tokens_per_second" not in output.figures
 
 
 def test_inference_reports_latency_percentiles(monkeypatch):

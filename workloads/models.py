@@ -198,6 +198,10 @@ def _forward(model: nn.Module, name: str, batch: tuple[torch.Tensor, ...]) -> to
 # ----------------------------------------------------------------------------- measuring
 
 
+SEQUENCE_MODELS = ("bert_large", "gpt")
+"""The models whose samples are sequences of tokens: their throughput is also given in tokens/s."""
+
+
 def training_step(params: dict[str, Any], device: torch.device, training: bool,
                   wrap: Callable[[nn.Module], nn.Module] | None = None) -> tuple[Callable[[], None], int, nn.Module]:
     """A step of the model on its synthetic batch (training or inference), its batch size, and the model.
@@ -270,6 +274,8 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     figures = {"samples_per_second": deepspark_mean(throughputs),
                "seconds": deepspark_mean([seconds / steps for seconds in window_seconds]),
                "seconds_iqr_ratio": summarize(window_seconds)["iqr_ratio"]}
+    if name in SEQUENCE_MODELS:
+        figures["tokens_per_second"] = figures["samples_per_second"] * SIZES[name][params["size"]]["seq"]
     details = {"batch": batch_size, "steps_per_window": steps, "window_seconds": window_seconds,
                "window_samples_per_second": throughputs, "parameters": sum(p.numel() for p in model.parameters()),
                "amp_dtype": step.amp_dtype}

@@ -63,6 +63,125 @@ RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped", "unsuppor
 ``incorrect``: the output failed its check against a float64 reference: the worst regression."""
 
 
+# --- What each figure of a run means -----------------------------------------------------------
+# A run's figures (``RunRecord.figures``) are defined here once, beside the metrics that export them:
+# the verdicts, the summaries, the reports and the command line derive their tables from FIGURES.
+
+UP = 1
+"""A larger value is worse (time, power, memory)."""
+DOWN = -1
+"""A smaller value is worse (rates, efficiency, accuracy)."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure a run can report: how to name and print it, and how to judge it."""
+
+    key: str
+    """The key in ``RunRecord.figures`` (and a result metric's ``figure``)."""
+    name: str
+    """What a person reads: ``time``, ``FLOP/s``, ``latency p50``."""
+    unit: str = ""
+    """The unit printed after the number (``s``, ``FLOP/s``, ``B``); empty for ratios."""
+    style: str = "si"
+    """How a number prints: ``si`` (SI prefix), ``count`` (thousands separators), ``binary`` (KiB,
+    MiB), ``watts``, ``percent``, ``ratio``."""
+    worse: int = 0
+    """:data:`UP` or :data:`DOWN`: which way is a regression (a verdict is kept); 0: never judged."""
+    speed: int = 0
+    """Rank as a series' speed figure, 1 first (its first reported one is its speed); 0: not a speed."""
+    rate: bool = False
+    """A rate of the work ``seconds`` times: where a run has it, ``seconds`` (its reciprocal) and
+    ``peak_ratio`` (a constant times it) would give the same verdict again."""
+    restates_rate: bool = False
+    """No verdict of its own where the run has a rate (it restates that rate exactly)."""
+    echoes_speed: bool = False
+    """Left out of a series' change points when it has a rate: a shift of it repeats one of the
+    speed's, or of power's, that the list already shows."""
+    summarised: bool = False
+    """In the suite summaries: the geometric mean over a suite's shapes."""
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("seconds", "time", "s", worse=UP, speed=4, restates_rate=True, summarised=True),
+    Figure("latency_p50_seconds", "latency p50", "s", worse=UP, echoes_speed=True),
+    Figure("latency_p99_seconds", "latency p99", "s", worse=UP),
+    Figure("time_to_train_seconds", "time to train", "s", worse=UP),
+    Figure("flops", "FLOP/s", "FLOP/s", worse=DOWN, speed=1, rate=True, summarised=True),
+    Figure("samples_per_second", "samples/s", "samples/s", "count", worse=DOWN, speed=2, rate=True,
+           summarised=True),
+    Figure("bytes_per_second", "bytes/s", "B/s", worse=DOWN, speed=3, rate=True, summarised=True),
+    Figure("bus_bytes_per_second", "bus bytes/s", "B/s", worse=DOWN),
+    Figure("power_watts", "power", "W", "watts", worse=UP),
+    Figure("flop_per_joule", "FLOP/J", "FLOP/J", worse=DOWN, echoes_speed=True),
+    Figure("samples_per_joule", "samples/J", "samples/J", "count", worse=DOWN, echoes_speed=True),
+    Figure("memory_bytes", "memory", "B", "binary", worse=UP),
+    Figure("accuracy", "accuracy", "", "percent", worse=DOWN),
+    Figure("stability_ratio", "stability", "", "ratio", worse=DOWN),
+    Figure("peak_ratio", "fraction of peak", "", "percent", worse=DOWN, restates_rate=True, summarised=True),
+    Figure("linearity_ratio", "linearity", "", "ratio"),
+    Figure("linearity_count", "devices", "", "plain"),
+    Figure("energy_joules", "energy", "J"),
+    Figure("device_memory_bytes", "device memory", "B", "binary"),
+    Figure("memory_reserved_bytes", "memory reserved", "B", "binary"),
+    Figure("latency_p90_seconds", "latency p90", "s"),
+    Figure("tokens_per_second", "tokens/s", "tokens/s", "count", worse=DOWN, restates_rate=True),
+    Figure("seconds_iqr_ratio", "spread", "", "ratio"),
+    Figure("max_relative_error", "max relative error", "", "plain"),
+    Figure("speedup", "speedup", "", "ratio"),
+    Figure("sm_clock_hertz", "SM clock", "Hz"),
+    Figure("power_capped", "power capped", "", "plain"),
+    Figure("thermal_slowdown", "thermal slowdown", "", "plain"),
+    Figure("hardware_slowdown", "hardware slowdown", "", "plain"),
+    Figure("quality", "quality", "", "plain"),
+)
+"""Every figure a run reports, in the order tables and verdicts list them.  A new figure is one entry
+here and its metric below (``figure=`` its key); the workload that measures it puts it in its
+figures.  tests/test_docs.py checks that every result metric's figure is here."""
+FIGURES_BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}
+
+WATCHED: dict[str, int] = {f.key: f.worse for f in FIGURES if f.worse}
+"""The figures that get a verdict, with the direction that is a regression.  Power is watched "for
+the same work": a series key fixes workload, shape and precision, so it is."""
+RATES: tuple[str, ...] = tuple(f.key for f in FIGURES if f.rate)
+SPEED_FIGURES: tuple[str, ...] = tuple(f.key for f in sorted((f for f in FIGURES if f.speed), key=lambda f: f.speed))
+"""A series' speed is the first of these it reports."""
+SUMMARY_FIGURES: tuple[str, ...] = tuple(f.key for f in FIGURES if f.summarised)
+RESTATING: tuple[str, ...] = tuple(f.key for f in FIGURES if f.restates_rate or f.echoes_speed)
+"""Figures left out of a series' change points when it has a rate."""
+
+
+def figure_unit(key: str, integer: bool = False) -> str:
+    """A figure's unit; an integer precision's operations are OP, not FLOP."""
+    unit = FIGURES_BY_KEY[key].unit if key in FIGURES_BY_KEY else ""
+    return unit.replace("FLOP", "OP") if integer else unit
+
+
+def figure_name(key: str, integer: bool = False) -> str:
+    """A figure's name as a person reads it (its key where it has none)."""
+    name = FIGURES_BY_KEY[key].name if key in FIGURES_BY_KEY else key
+    return name.replace("FLOP", "OP") if integer else name
+
+
+# --- Verdict states ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VerdictState:
+    """A regression verdict's state: its name, its value in ``sixdim_regression_state`` (worse is
+    larger, so ``== 3`` is a regression and ``>= 2`` deserves a look) and its Grafana colour."""
+
+    name: str
+    code: int
+    colour: str
+
+
+VERDICT_STATES: tuple[VerdictState, ...] = (
+    VerdictState("improvement", -1, "blue"), VerdictState("ok", 0, "green"),
+    VerdictState("insufficient_data", 1, "text"), VerdictState("suspicious", 2, "orange"),
+    VerdictState("regression", 3, "red"))
+STATE_CODES: dict[str, int] = {s.name: s.code for s in VERDICT_STATES}
+
+
 @dataclass(frozen=True)
 class MetricDef:
     """One exported metric: its full name, type, help text and label names."""
@@ -189,6 +308,11 @@ WORKLOAD_SAMPLES = MetricDef(
     "windows less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
     "run's; for a command what its log reports.",
     RESULT_LABELS, figure="samples_per_second")
+WORKLOAD_TOKENS = MetricDef(
+    "sixdim_workload_tokens_per_second", "gauge",
+    "Tokens a sequence model processes per second (BERT-large layers and the GPT decoder): samples/s times "
+    "the sequence length, the throughput LLM benchmarks (MLPerf) quote.",
+    RESULT_LABELS, figure="tokens_per_second")
 WORKLOAD_ACCURACY = MetricDef(
     "sixdim_workload_accuracy", "gauge",
     "Accuracy a training run reached, ratio in [0, 1]: the convergence runs' median; a command's final "
@@ -312,10 +436,8 @@ FIGURE = "figure"
 ``power_watts``, ``memory_bytes``, ...)."""
 VERDICT_LABELS: tuple[str, ...] = RESULT_LABELS + (FIGURE,)
 """A verdict's series: the result series it judges (with the versions of its newest run) and the figure."""
-REGRESSION_STATE_VALUES: tuple[tuple[str, int], ...] = (
-    ("improvement", -1), ("ok", 0), ("insufficient_data", 1), ("suspicious", 2), ("regression", 3))
-"""``sixdim_regression_state``'s values: worse is larger, so ``== 3`` is a regression and ``>= 2``
-deserves a look.  agent/verdicts/detector.py's STATE_CODES is checked against this by a test."""
+REGRESSION_STATE_VALUES: tuple[tuple[str, int], ...] = tuple((s.name, s.code) for s in VERDICT_STATES)
+"""``sixdim_regression_state``'s values (name, code), from :data:`VERDICT_STATES`."""
 REGRESSION_STATE = MetricDef(
     "sixdim_regression_state", "gauge",
     "Regression verdict of a figure of a result series after its latest run: -1 improvement, 0 ok, "
@@ -371,7 +493,7 @@ RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SPREAD, WORKLOAD_BANDWIDTH,
     WORKLOAD_BUS_BANDWIDTH, WORKLOAD_SPEEDUP, WORKLOAD_ERROR, WORKLOAD_LATENCY_P50, WORKLOAD_LATENCY_P90,
     WORKLOAD_LATENCY_P99,
-    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
+    WORKLOAD_PEAK_RATIO, WORKLOAD_SAMPLES, WORKLOAD_TOKENS, WORKLOAD_ACCURACY, WORKLOAD_QUALITY, WORKLOAD_TIME_TO_TRAIN,
     WORKLOAD_LINEARITY,
     WORKLOAD_STABILITY, WORKLOAD_LAST_RUN,
 )

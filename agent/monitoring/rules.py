@@ -14,13 +14,12 @@ import argparse
 import sys
 from typing import Any
 
+from sixdim.core import exits
 from sixdim.core.files import write_atomically
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring import recording, yamltext
 from sixdim.monitoring.alerts import Alerts
 from sixdim.monitoring.options import Options
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 COMMITTED = "deploy/prometheus/sixdim-rules.yml"
 """Where the rules generated with the default options are committed (a test keeps it current)."""
@@ -115,10 +114,10 @@ def command_rules(args: argparse.Namespace) -> int:
         crd_text = prometheus_rule(options) if args.prometheus_rule else ""
     except ValueError as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     if not args.out and not args.prometheus_rule:
         sys.stdout.write(text)
-        return EXIT_OK
+        return exits.OK
     for flag, path, content in (("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text)):
         if not path:
             continue
@@ -126,5 +125,5 @@ def command_rules(args: argparse.Namespace) -> int:
             write_atomically(path, content)
         except OSError as exc:
             print(f"sixdim: error: cannot write {flag} {path}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return EXIT_OK
+            return exits.USAGE
+    return exits.OK

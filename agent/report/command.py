@@ -18,9 +18,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sixdim.core import exits
 from sixdim.report import html, regressions
-
-EXIT_USAGE = 2
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -80,4 +79,4 @@ def legacy_argv(argv: Sequence[str]) -> list[str]:
 def _no_kind(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     print("sixdim: error: report: give a report: 'html FILE' or 'regressions'", file=sys.stderr)
-    return EXIT_USAGE
+    return exits.USAGE

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sixdim.core.figures import WATCHED
+from sixdim.core.catalog import WATCHED
 from sixdim.core.results import SeriesKey
 from sixdim.report.format import EXTRA_FIGURES
 from sixdim.store import reader

@@ -9,6 +9,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from sixdim.core import catalog, text
 from sixdim.workloads.registry import INTEGER_PRECISIONS
 
 MAX_CHARTS = 24
@@ -46,11 +47,6 @@ MIN_SIDE_RUNS = 3
 TRANSITION_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#72b7b2", "#eeca3b", "#ff9da6")
 EXTRA_FIGURES = ("linearity_ratio", "linearity_count")
 """Figures read besides the watched ones (the six dimensions need them)."""
-SPEED_FIGURES = ("flops", "samples_per_second", "bytes_per_second", "seconds")
-"""The speed figure of a series: the first of these it reports (``regression.primary_figure``)."""
-RESTATING = ("seconds", "peak_ratio", "flop_per_joule", "samples_per_joule", "latency_p50_seconds")
-"""Figures left out of the change points of a series that has a rate: they restate a shift of its
-speed (or of its power) that the list already shows."""
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd",
@@ -60,55 +56,20 @@ DASHES = ("solid", "dash", "dot", "dashdot")
 FONT = ('system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", '
         '"Liberation Sans", sans-serif')
 
-_UNIT = {
-    "flops": ("FLOP/s", "si"), "samples_per_second": ("samples/s", "count"), "bytes_per_second": ("B/s", "si"),
-    "bus_bytes_per_second": ("B/s", "si"), "seconds": ("s", "si"), "latency_p50_seconds": ("s", "si"),
-    "latency_p99_seconds": ("s", "si"), "time_to_train_seconds": ("s", "si"), "power_watts": ("W", "watts"),
-    "flop_per_joule": ("FLOP/J", "si"), "samples_per_joule": ("samples/J", "count"),
-    "memory_bytes": ("B", "binary"), "accuracy": ("", "percent"), "stability_ratio": ("", "ratio"),
-    "peak_ratio": ("", "percent"), "linearity_ratio": ("", "ratio"),
-}
-_FIGURE_NAMES = {
-    "flops": "FLOP/s", "samples_per_second": "samples/s", "bytes_per_second": "bytes/s",
-    "bus_bytes_per_second": "bus bytes/s", "seconds": "time", "latency_p50_seconds": "latency p50",
-    "latency_p99_seconds": "latency p99", "time_to_train_seconds": "time to train", "power_watts": "power",
-    "flop_per_joule": "FLOP/J", "samples_per_joule": "samples/J", "memory_bytes": "memory",
-    "accuracy": "accuracy", "stability_ratio": "stability", "peak_ratio": "fraction of peak",
-}
-
-
 def unit_of(figure: str, precision: str = "") -> tuple[str, str]:
-    """A figure's unit and how to print it; an integer precision's operations are OP, not FLOP."""
-    unit, kind = _UNIT.get(figure, ("", "plain"))
-    return (unit.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else unit), kind
+    """A figure's unit and how to print it (the catalog's); an integer precision's operations are OP."""
+    style = catalog.FIGURES_BY_KEY[figure].style if figure in catalog.FIGURES_BY_KEY else "plain"
+    return catalog.figure_unit(figure, precision in INTEGER_PRECISIONS), style
 
 
 def figure_name(figure: str, precision: str = "") -> str:
-    name = _FIGURE_NAMES.get(figure, figure)
-    return name.replace("FLOP", "OP") if precision in INTEGER_PRECISIONS else name
+    return catalog.figure_name(figure, precision in INTEGER_PRECISIONS)
 
 
 # ---------------------------------------------------------------------------- formatting
 
 def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
-
-
-_PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
-             (1e-3, "m"), (1e-6, "\u00b5"), (1e-9, "n"))
-
-
-def si(value: float, unit: str) -> str:
-    """4 significant digits with an SI prefix: ``612.3 TFLOP/s``, ``1.250 ms``."""
-    if value == 0:
-        return f"0 {unit}".strip()
-    magnitude = abs(value)
-    scale, prefix = next(((s, p) for s, p in _PREFIXES if magnitude >= s * 0.99995), _PREFIXES[-1])
-    text = f"{value / scale:.4g}"
-    if "e" in text:  # beyond the prefixes
-        text = f"{value:.3g}"
-        prefix = ""
-    return f"{text} {prefix}{unit}".strip()
 
 
 def count(value: float, unit: str) -> str:
@@ -135,7 +96,7 @@ def fmt(figure: str, value: float | None, precision: str = "") -> str:
         return "\u2014"
     unit, kind = unit_of(figure, precision)
     if kind == "si":
-        return si(value, unit)
+        return text.si(value, unit)
     if kind == "count":
         return count(value, unit)
     if kind == "binary":

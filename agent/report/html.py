@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
+from sixdim.core import exits
 from sixdim.core.durations import EXAMPLES, duration_argument
 from sixdim.core.files import write_atomically
 from sixdim.verdicts.detector import settings_from
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 INSTALL_HINT = "pip install -e '.[report]' in a checkout, or pip install 'sixdim[report]' from a wheel"
 """What to install when plotly is missing (the optional extra)."""
@@ -81,24 +80,24 @@ def command(args: argparse.Namespace) -> int:
         _plotly()
     except MissingExtra as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     config = load(args.config, flags=args)
     folder = Path(args.file).parent
     if not folder.is_dir():  # said before the history is read, not after
         why = "is a file, not a folder" if folder.exists() else "does not exist"
         print(f"sixdim: error: cannot write {args.file}: {folder} {why}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     started = time.perf_counter()
     page, facts = build(config.history, since=args.since, settings=settings_from(config))
     try:
         write_atomically(args.file, page, make_folder=False)
     except OSError as exc:
         print(f"sixdim: error: cannot write {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     seconds = time.perf_counter() - started
     print(f"wrote {args.file} ({len(page.encode()) / 1e6:.1f} MB): {facts['charts']} chart(s), "
           f"{facts['runs']:,} runs of {facts['series']} series from {config.history} in {seconds:.1f} s")
-    return EXIT_OK
+    return exits.OK
 
 
 def _plotly() -> tuple[Any, Any]:

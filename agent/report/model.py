@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sixdim.core.catalog import RESTATING, SPEED_FIGURES
 from sixdim.core.results import SeriesKey
 from sixdim.report.data import Data, record_of
 from sixdim.report.format import (
@@ -20,8 +21,6 @@ from sixdim.report.format import (
     MIN_MULTI_SHAPE_BUCKET,
     MIN_SIDE_RUNS,
     PALETTE,
-    RESTATING,
-    SPEED_FIGURES,
     change_label,
     gpu_order,
 )

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sixdim.core.catalog import RESTATING
 from sixdim.core.results import SeriesKey
 from sixdim.report.format import (
     CHART_HEIGHT,
@@ -19,7 +20,6 @@ from sixdim.report.format import (
     MAX_SHAPE_ROWS,
     MAX_SUSPICIOUS_SHOWN,
     MAX_VERDICT_ROWS,
-    RESTATING,
     TRANSITION_COLOURS,
     change_label,
     duration,

@@ -31,8 +31,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
+from sixdim.core import exits, text
+from sixdim.core.catalog import WATCHED
 from sixdim.core.durations import EXAMPLES, duration_argument
-from sixdim.core.figures import WATCHED
 from sixdim.core.results import SeriesKey
 from sixdim.store import reader
 from sixdim.verdicts.detector import settings_from
@@ -286,29 +287,7 @@ def table(shifts: list[dict[str, Any]]) -> str:
                      label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"],
                      f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}",
                      f"{s['runs_before']} | {s['runs_after']}", _versions(s)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
-class _Progress:
-    """'analysing series k/N' on stderr, rewritten in place, only on a terminal."""
-
-    def __init__(self, stream: Any):
-        self.stream = stream
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.shown = 0.0
-
-    def __call__(self, number: int, total: int) -> None:
-        now = time.monotonic()
-        if self.tty and (now - self.shown >= 0.2 or number == total):
-            self.shown = now
-            self.stream.write(f"\r\033[Ksixdim: analysing series {number}/{total}")
-            self.stream.flush()
-
-    def clear(self) -> None:
-        if self.tty and self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+    return text.table(rows)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -316,11 +295,15 @@ def command(args: argparse.Namespace) -> int:
     config = load(args.config, flags=args)
     started = time.perf_counter()
     history = read_history(config.history, args.workload)
-    progress = _Progress(sys.stderr)
+    line = text.Progress(sys.stderr, min_interval=0.2)
+
+    def progress(number: int, total: int) -> None:
+        line.update(f"sixdim: analysing series {number}/{total}", force=number == total)
+
     try:
         shifts = analyse(history, settings=settings_from(config), figures=args.figure, progress=progress)
     finally:
-        progress.clear()
+        line.clear()
     if args.since is not None:
         cutoff = time.time() - args.since
         shifts = [s for s in shifts if s["at"] >= cutoff]
@@ -328,18 +311,18 @@ def command(args: argparse.Namespace) -> int:
         shifts = [s for s in shifts if s["state"] == args.state]
     if args.json:
         print(json.dumps(shifts, indent=2))
-        return 0
+        return exits.OK
     seconds = time.perf_counter() - started
     scope = f" since {_ago(args.since)}" if args.since is not None else ""
     examined = f"{history.runs} ok runs of {len(history.series)} series in {config.history} ({seconds:.1f} s)"
     if not shifts:
         print(f"no shifts found{scope}: {examined}")
-        return 0
+        return exits.OK
     regressions = sum(s["state"] == "regression" for s in shifts)
     print(table(shifts))
     print(f"\n{len(shifts)} shift(s){scope}: {regressions} regression(s), {len(shifts) - regressions} improvement(s); "
           f"{examined}")
-    return 0
+    return exits.OK
 
 
 def _ago(seconds: float) -> str:

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sixdim.core.figures import DOWN as DOWN  # re-exported
-from sixdim.core.figures import RATES as RATES
-from sixdim.core.figures import UP as UP
-from sixdim.core.figures import WATCHED as WATCHED
+from sixdim.core.catalog import DOWN as DOWN  # re-exported: the detector's figures, as the catalog defines them
+from sixdim.core.catalog import FIGURES_BY_KEY, SPEED_FIGURES
+from sixdim.core.catalog import RATES as RATES
+from sixdim.core.catalog import STATE_CODES as STATE_CODES
+from sixdim.core.catalog import UP as UP
+from sixdim.core.catalog import WATCHED as WATCHED
 
 if TYPE_CHECKING:
     from sixdim.config import Config
@@ -39,11 +41,8 @@ SUSPICIOUS = "suspicious"
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 STATES: tuple[str, ...] = (OK, INSUFFICIENT_DATA, SUSPICIOUS, REGRESSION, IMPROVEMENT)
-STATE_CODES: dict[str, int] = {IMPROVEMENT: -1, OK: 0, INSUFFICIENT_DATA: 1, SUSPICIOUS: 2, REGRESSION: 3}
-"""Numeric encoding for the ``sixdim_regression_state`` gauge: worse is larger, so an alert is
-``== 3`` (regression) and ``>= 2`` means "look at it"; an improvement is the one negative value."""
 
-# --- What is watched, and which way is worse: defined with the figures (sixdim.core.figures) -----
+# --- What is watched, and which way is worse: the catalog's FIGURES (sixdim.core.catalog) --------
 
 def watched_figures(figures: Mapping[str, Any]) -> list[str]:
     """The figures of one run that get a verdict of their own: the watched ones it reports, less
@@ -51,17 +50,14 @@ def watched_figures(figures: Mapping[str, Any]) -> list[str]:
     distinct question: speed, power, efficiency, memory, accuracy, stability."""
     present = [f for f in WATCHED if isinstance(figures.get(f), (int, float)) and not isinstance(figures.get(f), bool)]
     if any(f in present for f in RATES):
-        present = [f for f in present if f not in ("seconds", "peak_ratio")]
+        present = [f for f in present if not FIGURES_BY_KEY[f].restates_rate]
     return present
 
 
 def primary_figure(figures: Mapping[str, Any]) -> str:
     """The figure that carries a series' speed: the verdict an ``incorrect`` run turns to regression
     when the series has no verdict yet."""
-    for figure in (*RATES, "seconds"):
-        if figure in figures:
-            return figure
-    return "seconds"
+    return next((figure for figure in SPEED_FIGURES if figure in figures), "seconds")
 
 
 VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime")

@@ -23,10 +23,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sixdim.core.catalog import SUMMARY_FIGURES  # each where every result of the group that has it has it positive
 from sixdim.core.results import RunRecord
-
-SUMMARY_FIGURES: tuple[str, ...] = ("flops", "samples_per_second", "bytes_per_second", "peak_ratio", "seconds")
-"""The figures summarised, each where every result of the group that has it has it positive."""
 
 SUMMARY_FLAGS: tuple[str, ...] = ("thermal_slowdown", "hardware_slowdown")
 """0/1 flags summarised as their maximum: 1 if any shape's measured window had it (a geometric mean of

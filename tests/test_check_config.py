@@ -64,6 +64,7 @@ def test_it_prints_what_serve_would_run_and_starts_nothing(tmp_path, cli_env):
     assert not Path(cli_env["SIXDIM_HISTORY"] + ".lock").exists()
 
 
+@pytest.mark.slow
 def test_it_runs_beside_the_daemon_it_checks_for_and_leaves_it_alone(tmp_path, cli_env):
     config = write_config(tmp_path / "sixdim.toml", tmp_path / "history.db", FAST_GEMM_SUITE.replace(
         "interval_seconds = 2", "interval_seconds = 3600\nrun_at_start = false"))
@@ -131,6 +132,7 @@ def test_a_gpu_the_host_does_not_have_is_refused(tmp_path):
         check(config, nvml)
 
 
+@pytest.mark.slow
 def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(tmp_path, cli_env):
     """No NVML here: cuda:3 is refused, in one line naming where it was asked for."""
     config = write_config(tmp_path / "sixdim.toml", tmp_path / "history.db",

@@ -6,6 +6,8 @@ import pty
 import subprocess
 import sys
 
+import pytest
+
 from sixdim import __version__
 
 
@@ -47,6 +49,7 @@ def test_no_command_prints_help_and_exits_2(cli_env):
     assert result.returncode == 2 and "serve" in result.stdout and "run" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_shows_progress_on_a_terminal(cli_env):
     leader, follower = pty.openpty()
     result = subprocess.run(
@@ -87,6 +90,7 @@ def test_list_shapes_lists_every_workload_the_command_one_included(cli_env):
     assert command.startswith("  cases: made from the parameters you give it (") and "argv" in command
 
 
+@pytest.mark.slow
 def test_help_names_what_serve_runs_and_every_built_in_suite(cli_env):
     from sixdim.workloads import registry
 
@@ -108,6 +112,7 @@ def test_help_names_what_serve_runs_and_every_built_in_suite(cli_env):
             assert len(line.split("  ")) > 2 or (following and following[0].startswith(" " * 10)), line
 
 
+@pytest.mark.slow
 def test_run_warns_once_and_briefly_and_leaves_no_temporary_folder(cli_env):
     result = run("run", "-w", "gemm", "-d", "cpu", "-p", "m=32", "-p", "n=32", "-p", "k=32", "-p", "precisions=fp32",
                  "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01", env=cli_env)
@@ -149,6 +154,7 @@ def test_results_table_shows_training_figures_and_int8_in_op_per_second():
     assert "0.93" in by_workload["linearitybf16"]
 
 
+@pytest.mark.slow
 def test_a_path_through_a_file_is_named_as_such_by_every_command(tmp_path, cli_env):
     """A file where a folder should be (a typo, a stale mount point): one line naming that part of
     the path, exit 2, never "[Errno 20]" or "File exists" with no hint."""

@@ -129,6 +129,7 @@ def test_failing_command_is_a_failure_with_its_output(tmp_path):
     assert "exited with code 7" in record.reason and "device-side assert" in record.reason
 
 
+@pytest.mark.slow
 def test_hanging_command_times_out_and_is_stopped(tmp_path):
     pid_file = tmp_path / "pid"
     hanging = script(tmp_path, "hang.py", f"""
@@ -333,6 +334,7 @@ LOSS_SCRIPT = """
 """
 
 
+@pytest.mark.slow
 def test_target_honours_a_lower_is_better_metric(tmp_path):
     record = run_command(tmp_path, argv=[sys.executable, script(tmp_path, "loss.py", LOSS_SCRIPT)], formats=[],
                          accuracy_regex=r"eval_loss=([\d.]+)", quality_metric="eval_loss", higher_is_better=False,
@@ -375,6 +377,7 @@ def test_invalid_inference_quotes_the_loadgen_error(tmp_path):
     assert record.details["unreported_figures"]["seconds"] > 0
 
 
+@pytest.mark.slow
 def test_a_command_printing_a_huge_line_without_newline_is_read_with_bounded_memory(tmp_path):
     body = """
         import sys

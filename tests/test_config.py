@@ -305,6 +305,7 @@ def test_numeric_keys_in_the_file_reject_nan_and_infinity(tmp_path, text, key):
     (["-p", "min_round_seconds=nan"], "--param min_round_seconds=nan: expected a finite number, got 'nan'"),
     (["-p", "precisions=fp32", "-p", "warmup_seconds=-inf"], "expected a finite number, got '-inf'"),
 ])
+@pytest.mark.slow
 def test_run_rejects_bad_numbers_with_exit_2_and_no_traceback(cli_env, args, fragment):
     result = run_cli("run", "-w", "gemm", "-d", "cpu", *args, env=cli_env)
     assert result.returncode == 2, result.stderr

@@ -20,6 +20,7 @@ def converge(**overrides):
     return run(case.params, RunContext("cpu"))
 
 
+@pytest.mark.slow
 def test_reaches_target_with_stability_over_five_runs():
     started = time.monotonic()
     output = converge()
@@ -65,6 +66,7 @@ def test_ai_rank_log_round_trips_through_our_parser():
     assert log.time_to_train == pytest.approx(output.details["runs"][0]["time_to_target"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_sixdim_run_writes_an_ai_rank_log(tmp_path, cli_env):
     log_path = tmp_path / "GPUx1.log"
     result = subprocess.run([sys.executable, "-m", "sixdim", "run", "-w", "convergence", "-d", "cpu", "-p", "runs=1",

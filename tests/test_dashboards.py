@@ -59,6 +59,7 @@ def test_the_configmaps_hold_every_dashboard_labelled_for_the_sidecar():
     assert held == BOARDS
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic():
     assert command.files() == command.files(Options())
     assert command.configmap() == command.configmap()
@@ -458,6 +459,7 @@ def test_the_docs_describe_every_dashboard_and_panel():
 
 # --------------------------------------------------------------------------- the command
 
+@pytest.mark.slow
 def test_the_command_writes_every_dashboard(tmp_path, capsys):
     out = tmp_path / "grafana" / "dashboards"
     configmap = tmp_path / "k8s" / "dashboards.yaml"

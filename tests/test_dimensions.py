@@ -81,6 +81,7 @@ def test_command_reads_a_file_and_stdin(tmp_path, cli_env):
     assert json.loads(piped.stdout)["accuracy"] == 0.9
 
 
+@pytest.mark.slow
 def test_command_bad_input_exits_2(tmp_path, cli_env):
     path = tmp_path / "obs.json"
     path.write_text('{"speed": [1, 2]}')

@@ -520,6 +520,7 @@ def test_the_build_context_has_what_the_install_needs_and_nothing_else():
     assert size < 5_000_000, f"build context of {size} bytes"
 
 
+@pytest.mark.slow
 def test_the_build_context_installs_the_whole_package(tmp_path):
     """What ``pip install /tmp/sixdim-src`` does in the build stage, on exactly the files the
     context sends: the wheel holds every module of the checkout and the package data, all under
@@ -611,6 +612,7 @@ def test_the_health_check_reads_listen_addresses_as_sixdim_does():
     assert check.DEFAULT_LISTEN == "0.0.0.0:9480"
 
 
+@pytest.mark.slow
 def test_the_health_check_passes_on_a_healthy_agent_and_fails_otherwise():
     server = _server(True)
     try:

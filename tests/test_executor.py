@@ -28,6 +28,7 @@ SPEC = WorkloadSpec(name="faults", description="test", entry="tests.fault_worklo
                     params=(Param("kinds", str, "what each case does", ["ok"], ["ok"], many=True),))
 
 
+@pytest.mark.slow
 def test_each_case_is_recorded_and_a_crash_costs_only_its_case(tmp_path):
     history = History(tmp_path / "h.db")
     board = Board()
@@ -42,6 +43,7 @@ def test_each_case_is_recorded_and_a_crash_costs_only_its_case(tmp_path):
     assert {r.shape for r in board.latest()} == {"case=0", "case=3", "case=5"}  # only good results export
 
 
+@pytest.mark.slow
 def test_a_suite_shares_one_worker(tmp_path):
     executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
@@ -52,6 +54,7 @@ def test_a_suite_shares_one_worker(tmp_path):
     assert ok.figures["seconds"] == 0.25 and ok.details["telemetry"]["window_seconds"] > 0.04
 
 
+@pytest.mark.slow
 def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_path):
     """Cases sharing a worker share its started_at/ended_at; the span each case itself took is in
     details.case_wall (the worker's clock around the case), and sixdim_workload_case_mean_seconds is
@@ -76,6 +79,7 @@ def test_each_case_has_its_own_wall_time_and_the_mean_case_duration_uses_it(tmp_
     assert float(mean.rsplit(" ", 1)[1]) == pytest.approx(sum(spans) / 2)
 
 
+@pytest.mark.slow
 def test_a_case_the_worker_died_in_ran_from_the_last_result_and_the_skipped_rest_never_ran(tmp_path):
     executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=NvmlCollector("h"),
                         rapl=None)
@@ -157,6 +161,7 @@ def test_a_worker_that_ends_before_the_first_sample_has_no_memory_figure(tmp_pat
     assert "sixdim_workload_memory_bytes" not in scrape(executor)
 
 
+@pytest.mark.slow
 def test_a_stuck_rapl_counter_is_no_power_reading_not_0_watts(tmp_path):
     """A CPU run of 1.2 s with a RAPL package whose counter never moves: there is no power figure
     (it was exported as 0 W), and the note says the counter did not advance."""
@@ -174,6 +179,7 @@ def test_a_stuck_rapl_counter_is_no_power_reading_not_0_watts(tmp_path):
     assert "sixdim_workload_power_watts" not in scrape(executor)
 
 
+@pytest.mark.slow
 def test_a_gpu_without_readings_gives_no_figures_but_the_reasons(tmp_path):
     """A GPU (the fake NVML) whose energy counter stands still and which answers
     NVML_ERROR_NOT_SUPPORTED for memory and clock events: power, device memory and the clock
@@ -212,6 +218,7 @@ def fixed_copy(params: dict, ctx: RunContext) -> WorkloadOutput:
     return WorkloadOutput({"seconds": 1e-3, "bytes_per_second": 1.675e12})
 
 
+@pytest.mark.slow
 def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_only(tmp_path):
     """On a GPU the peak table knows (NVML's name, faked: an H100 SXM, 3.35 TB/s), a device-to-device
     copy gets achieved / peak; a host-to-device one, limited by PCIe and not by the GPU's memory, none."""

@@ -138,6 +138,7 @@ def test_the_flag_wins_over_the_variable_and_a_bad_variable_is_named(tmp_path):
 # --------------------------------------------------------------------------- --config, end to end
 
 @pytest.mark.parametrize("file_mode,octal", [(0o666, "0666"), (0o664, "0664"), (0o606, "0606")])
+@pytest.mark.slow
 def test_a_config_file_others_can_write_is_refused_with_exit_2(tmp_path, cli_env, file_mode, octal):
     config = write(tmp_path / "my config.toml", "[agent]\nlog_level = \"warning\"\n", file_mode)
     assert_refused(sixdim("run", "--config", str(config), *TINY_GEMM, env=cli_env), config, octal)
@@ -148,6 +149,7 @@ def test_a_config_file_others_can_write_is_refused_with_exit_2(tmp_path, cli_env
 
 
 @pytest.mark.parametrize("hatch", ["flag", "variable"])
+@pytest.mark.slow
 def test_the_escape_hatch_warns_and_the_run_goes_on(tmp_path, cli_env, hatch):
     config = write(tmp_path / "sixdim.toml", "[agent]\nlog_level = \"warning\"\n", 0o666)
     history = tmp_path / "new folder" / "history.db"
@@ -167,6 +169,7 @@ def test_the_escape_hatch_warns_and_the_run_goes_on(tmp_path, cli_env, hatch):
 
 
 @pytest.mark.parametrize("command", [["report", "regressions", "--json"], ["report", "--html", "page.html"]])
+@pytest.mark.slow
 def test_the_reports_take_the_escape_hatch_their_refusal_names(tmp_path, cli_env, command):
     """The refusal says "accept the risk with --insecure-config-permissions": every command that reads
     a configuration file takes that flag, and its warning is shaped like its errors."""
@@ -221,6 +224,7 @@ def test_the_escape_hatch_loads_a_web_config_file_with_a_warning(tmp_path, caplo
     assert any("0666" in r.getMessage() and "loaded anyway" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_serve_passes_the_escape_hatch_to_the_web_config(tmp_path, cli_env):
     """``serve --insecure-config-permissions`` starts with a web configuration file others can write
     (agent/daemon/serve.py passes ``config.insecure_config_permissions`` to ``webconfig.load``)."""

@@ -33,7 +33,6 @@ import re
 import signal
 import subprocess
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +246,7 @@ def fuzz_dir(tmp_path_factory) -> Path:
 
 @FUZZ
 @given(document=config_documents, env=environments)
+@pytest.mark.slow
 def test_configuration_loads_in_range_or_raises_config_error(fuzz_dir, document, env):
     path = fuzz_dir / "sixdim.toml"
     path.write_text(toml_document(document))
@@ -361,6 +361,7 @@ def _reject(name: str) -> Any:
 
 @FUZZ
 @given(data=dimension_inputs)
+@pytest.mark.slow
 def test_dimensions_exits_0_with_finite_json_or_2_with_one_line(fuzz_dir, data):
     path = fuzz_dir / "observations.json"
     path.write_bytes(data)
@@ -451,6 +452,7 @@ def all_numbers(log: TrainingLog) -> list[float]:
 @given(log_lines=training_logs(), regexes=st.sampled_from(["own", "other", "loose", "none"]),
        unit=st.sampled_from(["auto", "ratio", "percent", "score"]), higher=st.booleans(),
        warmup=st.integers(0, 3), target=st.sampled_from([0.0, 0.5, 0.75, 80.0]))
+@pytest.mark.slow
 def test_parsers_never_raise_and_every_number_is_finite(log_lines, regexes, unit, higher, warmup, target):
     name, lines = log_lines
     throughput_regex, accuracy_regex = ("", "") if regexes == "none" else \
@@ -486,8 +488,9 @@ def test_parsers_on_odd_lines_alone(lines):
 
 # ============================================================================ the web configuration file
 
-WEB_FUZZ = settings(FUZZ, deadline=timedelta(seconds=5))
-"""Each example is a small file that loads in milliseconds: 5 s is a hang, whatever the machine's load."""
+WEB_FUZZ = settings(FUZZ)
+"""No deadline (as for the rest): a loaded machine can stall any example for seconds, and a busy CI
+host failed on a 5 s one; a real hang is caught by :func:`watchdog` instead."""
 
 HANG_SECONDS = 60.0
 """What :func:`watchdog` allows one load: well past any honest load, the huge documents included."""
@@ -779,6 +782,7 @@ def check_web_config(config: Any) -> None:
 
 @WEB_FUZZ
 @given(data=web_inputs)
+@pytest.mark.slow
 def test_web_configuration_loads_or_raises_config_error(web_dir, data):
     loaded = load_web(web_dir, data)
     if not isinstance(loaded, str):
@@ -787,6 +791,7 @@ def test_web_configuration_loads_or_raises_config_error(web_dir, data):
 
 @WEB_FUZZ
 @given(tls=coherent_tls_tables(), style=st.sampled_from([yaml_block, yaml_flow]))
+@pytest.mark.slow
 def test_tls_sections_load_when_sound_and_are_refused_cleanly_when_not(web_dir, tls, style):
     """The TLS section alone, where the work is (certificates, keys, CAs, versions, ciphers, curves): a
     sound one always loads, with what it says; a spoilt one loads or is refused in one line."""
@@ -828,6 +833,7 @@ HUGE_WEB_DOCUMENTS = {
 
 
 @pytest.mark.parametrize("name", list(HUGE_WEB_DOCUMENTS))
+@pytest.mark.slow
 def test_huge_and_deep_web_configurations_are_refused_in_seconds(web_dir, name):
     started = time.monotonic()
     loaded = load_web(web_dir, HUGE_WEB_DOCUMENTS[name], record=False)
@@ -905,6 +911,7 @@ valid_web_documents = st.fixed_dictionaries({}, optional={
 
 @settings(WEB_FUZZ, max_examples=40)
 @given(document=valid_web_documents)
+@pytest.mark.slow
 def test_what_sixdim_loads_promtool_accepts(web_dir, document):
     """The values combined.  One direction only: sixdim refuses some files promtool accepts, by design
     (``RequestClientCert``, several curves, a user name with ':', a hash that is not bcrypt), but a

@@ -65,6 +65,7 @@ def hand_timed_mm_seconds(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, cal
 ALTERNATIONS = 5
 
 
+@pytest.mark.slow
 def test_gemm_seconds_agree_with_hand_timed_matmul(one_thread):
     """sixdim's GEMM measurement (the worker's entry, run here) and a hand-timed ``torch.mm`` of the
     same shape, alternated, the best of each compared.
@@ -94,6 +95,7 @@ def test_gemm_seconds_agree_with_hand_timed_matmul(one_thread):
     assert 1 / 3 < ratio < 3, (ratio, ours, by_hand)
 
 
+@pytest.mark.slow
 def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
     """The real path (CLI, worker, daemon-side telemetry, JSON), checked only by what load cannot
     change: how its figures follow from each other and from the measured window.  How its
@@ -123,6 +125,7 @@ def test_sixdim_run_json_reports_one_gemm_call_in_seconds(cli_env):
     assert record["environment"]["python"] and record["environment"]["sixdim"]
 
 
+@pytest.mark.slow
 def test_sixdim_run_table_and_history(cli_env, tmp_path):
     args = [sys.executable, "-m", "sixdim", "run", "-w", "gemm", "-d", "cpu", "-p", "m=64", "-p", "n=64", "-p", "k=64",
             "-p", "precisions=fp32,tf32", "-p", "min_round_seconds=0.01", "-p", "warmup_seconds=0.01"]

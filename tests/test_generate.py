@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sixdim import cli, generate
@@ -29,6 +30,7 @@ def test_the_committed_files_are_what_generate_writes(capsys):
     assert re.search(r"all \d+ generated files are current", out.out)
 
 
+@pytest.mark.slow
 def test_check_names_each_stale_or_missing_file_and_writes_nothing(tmp_path, capsys):
     assert cli.main(["generate", "--root", str(tmp_path)]) == 0
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())

@@ -209,6 +209,7 @@ class LiveProcesses:
         return pynvml.c_nvmlUtilization_t(gpu=95 if busy else 0, memory=0)
 
 
+@pytest.mark.slow
 def test_guard_never_skips_a_case_because_of_sixdims_own_workers(tmp_path):
     """Three workers back to back (device, host-wide, device), each with a child process on the GPU:
     while each runs its processes are listed and utilization is 95%, and both linger after it ends."""

@@ -55,6 +55,7 @@ def test_a_locked_database_queues_results_shows_them_and_writes_them_once_when_r
     assert not history.spool_path.exists()
 
 
+@pytest.mark.slow
 def test_beyond_its_bound_the_queue_drops_the_oldest_and_counts_them(tmp_path):
     """A database locked for long: at most max_pending results wait; the oldest go first, each
     counted as reason "dropped" (what SixdimHistoryDataLoss alerts on), the newest are written."""
@@ -75,6 +76,7 @@ def test_beyond_its_bound_the_queue_drops_the_oldest_and_counts_them(tmp_path):
     assert history.health().errors.get("dropped", 0) == 2
 
 
+@pytest.mark.slow
 def test_a_restart_writes_what_the_spool_kept_and_never_twice(tmp_path):
     path = tmp_path / "h.db"
     history = History(path)

@@ -42,6 +42,7 @@ def wait_for(path: Path, seconds: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_host_wide_run_waits_for_every_gpus_lock_and_holds_them_all(tmp_path, monkeypatch, caplog):
     """Suite A runs on GPU 1; a host-wide suite on GPU 0 must wait for it; then suite C on GPU 1 must
     wait for the host-wide run.  The order is read from the workers' own clocks."""
@@ -153,6 +154,7 @@ class CountingGpu(FakeGpu):
         return object.__getattribute__(self, name)
 
 
+@pytest.mark.slow
 def test_a_host_wide_worker_gets_every_gpu_in_nvml_order_and_summed_telemetry(tmp_path):
     fake = FakeNvml([CountingGpu(uuid="GPU-aaaa", memory_used=3 * GIB, power_mw=300_000, watts=300.0),
                      CountingGpu(uuid="GPU-bbbb", bus_id="00000000:2A:00.0", memory_used=5 * GIB, power_mw=200_000,

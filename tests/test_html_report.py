@@ -371,6 +371,7 @@ def demo_page(tmp_path_factory):
     return folder / "report.html"
 
 
+@pytest.mark.slow
 def test_the_page_opens_in_headless_chromium_with_every_chart_drawn_and_no_error(chromium, demo_page, tmp_path,
                                                                                    capsys):
     artifacts = os.environ.get("SIXDIM_ARTIFACTS")
@@ -391,6 +392,7 @@ def test_the_page_opens_in_headless_chromium_with_every_chart_drawn_and_no_error
     assert png.stat().st_size > 20_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_the_chromium_check_catches_an_error_in_the_page(chromium, demo_page, tmp_path):
     """The check above would see a failing page: a script that throws, and plotly given bad data."""
     html = demo_page.read_text()

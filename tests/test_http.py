@@ -6,6 +6,8 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 from sixdim.http import server as http
 from sixdim.http.server import HttpServer, make_app
 
@@ -39,6 +41,7 @@ def test_metrics_plain_and_gzip():
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_idle_connections_neither_multiply_threads_nor_delay_scrapes():
     """300 connections that send nothing wait in the waiting room, not on pool threads: the thread
     count stays put, and /healthz and /metrics answer while all of them are still open."""
@@ -65,6 +68,7 @@ def test_idle_connections_neither_multiply_threads_nor_delay_scrapes():
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_silent_connection_is_closed_at_the_read_timeout_and_a_full_waiting_room_refuses(monkeypatch):
     monkeypatch.setattr(http, "WAITING", 20)
     # 3 s: the 30 connections are all made (and 10 refused) long before the first one times out,

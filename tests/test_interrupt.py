@@ -80,6 +80,7 @@ def _kill_all(process: subprocess.Popen, descendants: list[psutil.Process]) -> N
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.slow
 def test_a_signal_stops_the_worker_and_its_children_and_leaves_nothing_behind(tmp_path, cli_env, sig):
     config = tmp_path / "two.toml"
     config.write_text(SUITE)

@@ -18,6 +18,7 @@ from sixdim.workloads.report import Measurement
 from sixdim.workloads.timing import Timing, cache_regime, power_phase
 
 
+@pytest.mark.slow
 def test_flags_a_case_sets_are_restored_before_the_next_case():
     outcome = run_worker(["tests.flag_workloads:sets_every_flag", "tests.flag_workloads:reports_environment"],
                          [{}, {}], "cpu", 60)
@@ -33,11 +34,13 @@ def test_flags_a_case_sets_are_restored_before_the_next_case():
     assert second.details["cudnn_benchmark_at_start"] is False
 
 
+@pytest.mark.slow
 def test_worker_sets_the_cublas_workspace_that_deterministic_mode_needs():
     outcome = run_worker("tests.flag_workloads:reports_environment", [{}], "cpu", 60)
     assert outcome.cases[0].details["cublas_workspace_config"] == flags.CUBLAS_WORKSPACE_CONFIG
 
 
+@pytest.mark.slow
 def test_convergence_deterministic_mode_does_not_leak_into_the_next_case():
     convergence = registry.get("convergence").cases({"runs": 1, "epochs": 2, "target_accuracy": 0.0}, "cpu")[0]
     fp32 = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": ["fp32"], "power_seconds": 0}, "cpu")[0]
@@ -118,6 +121,7 @@ def _busy(seconds: float = 2e-3):
         pass
 
 
+@pytest.mark.slow
 def test_power_phase_reads_the_counter_at_both_ends_and_gives_work_per_joule():
     ctx = RunContext(device="cpu", energy=_FakeMeter(250.0))
     figures, details = power_phase(_busy, torch.device("cpu"), ctx, seconds=1.2, seconds_per_unit=2e-3,
@@ -172,6 +176,7 @@ def test_a_workload_error_in_the_power_phase_still_fails_the_case():
                     seconds_per_unit=1e-3)
 
 
+@pytest.mark.slow
 def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypatch):
     """all-reduce and linearity (runs_in_ranks): the worker runs them without touching its own
     allocator's statistics, which would report their memory as 0."""

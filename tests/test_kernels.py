@@ -32,6 +32,7 @@ def run_cases(name, **overrides):
 
 # ---------------------------------------------------------------------------- GEMM
 
+@pytest.mark.slow
 def test_gemm_every_precision_and_transpose():
     results = run_cases("gemm", set="training", scale=64, precisions=["fp32", "bf16", "int8", "tf32", "fp8"])
     ops = set()
@@ -205,6 +206,7 @@ def test_launch_latency_runs_every_launch():
 # ---------------------------------------------------------------------------- all-reduce
 
 @pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.slow
 def test_allreduce_bandwidths_follow_nccl_tests(ranks):
     [(case, output, ctx)] = run_cases("allreduce", set="quick", scale=64, ranks=ranks, iterations=10)[:1]
     size = 4 * case.params["floats"]
@@ -222,6 +224,7 @@ def test_allreduce_bandwidths_follow_nccl_tests(ranks):
     assert ctx.window_end > ctx.window_start
 
 
+@pytest.mark.slow
 def test_allreduce_catches_a_wrong_sum():
     [(_, output, _)] = run_cases("allreduce", set="quick", scale=64, iterations=1, corrupt=True)[:1]
     assert output.status == "incorrect" and output.details["wrong_elements"] == 1

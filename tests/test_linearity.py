@@ -14,6 +14,7 @@ from sixdim.workloads import registry
 from sixdim.workloads.stats import deepspark_mean
 
 
+@pytest.mark.slow
 def test_card_linearity_with_two_gloo_processes(tmp_path):
     board = Board()
     executor = Executor(hostname="h", history=History(tmp_path / "h.db"), on_recorded=board.catch_up,
@@ -39,6 +40,7 @@ def test_card_linearity_with_two_gloo_processes(tmp_path):
         two.figures["linearity_ratio"])}
 
 
+@pytest.mark.slow
 def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli_env):
     """Two `sixdim run --nnodes 2` processes on this host stand for two nodes: each with its own
     history and state directory, as on two hosts (sharing one, the second would wait for the first's

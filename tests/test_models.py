@@ -10,6 +10,7 @@ from sixdim.workloads.stats import deepspark_mean
 
 
 @pytest.mark.parametrize("model", ["resnet50", "bert_large", "dlrm", "gpt", "lstm"])
+@pytest.mark.slow
 def test_model_training_samples_per_second_matches_its_step_timing(model):
     for case in registry.get("model").cases({"models": [model], "modes": ["training"]}, "cpu"):
         ctx = RunContext("cpu")

@@ -76,6 +76,7 @@ def hand_timed(path, batch, calls=60):
     return statistics.median(times)
 
 
+@pytest.mark.slow
 def test_sixdims_model_runs_through_the_executor_as_fast_as_a_hand_timed_loop(tmp_path, cache):
     folder, path = cache
     before = {1: hand_timed(path, 1), 4: hand_timed(path, 4)}
@@ -110,6 +111,7 @@ def run_in_process(**params):
     return run_case(onnx_workload.run, case.params, RunContext("cpu"), uses_torch=True)
 
 
+@pytest.mark.slow
 def test_a_corrupted_output_is_incorrect_with_its_error(cache):
     folder, _ = cache
     result = run_in_process(model="gpt", cache_dir=str(folder), corrupt=True)
@@ -117,6 +119,7 @@ def test_a_corrupted_output_is_incorrect_with_its_error(cache):
     assert result["figures"]["max_relative_error"] > 1 and result["figures"]["samples_per_second"] > 0
 
 
+@pytest.mark.slow
 def test_a_tampered_export_is_incorrect_against_pytorch(cache, tmp_path):
     """The reference is PyTorch's own model, not the file: changed weights in the cached export are caught."""
     folder, path = cache
@@ -133,6 +136,7 @@ def test_a_tampered_export_is_incorrect_against_pytorch(cache, tmp_path):
     assert result["figures"]["max_relative_error"] > onnx_workload.TOLERANCES["fp32"]
 
 
+@pytest.mark.slow
 def test_io_binding_runs_and_checks_on_the_cpu_too(cache):
     folder, _ = cache
     result = run_in_process(model="gpt", cache_dir=str(folder), io_binding=True)
@@ -140,6 +144,7 @@ def test_io_binding_runs_and_checks_on_the_cpu_too(cache):
     assert result["figures"]["max_relative_error"] < 1e-4
 
 
+@pytest.mark.slow
 def test_a_provider_the_machine_lacks_is_unsupported_naming_the_available_ones(tmp_path, cache):
     folder, _ = cache
     [record] = execute(tmp_path, model="gpt", cache_dir=str(folder), providers=["CUDAExecutionProvider"],
@@ -172,6 +177,7 @@ def tiny_model(path, x_dims=("batch", 8), ids_dims=("batch", "seq")):
     return path
 
 
+@pytest.mark.slow
 def test_a_users_file_runs_from_a_toml_configuration_alone(tmp_path, cli_env):
     model = tiny_model(tmp_path / "tiny.onnx")
     config = tmp_path / "sixdim.toml"
@@ -201,6 +207,7 @@ def test_a_users_file_runs_from_a_toml_configuration_alone(tmp_path, cli_env):
         assert record["figures"]["max_relative_error"] < 1e-5 and record["figures"]["samples_per_second"] > 0
 
 
+@pytest.mark.slow
 def test_a_dynamic_dimension_no_parameter_sets_is_a_configuration_error(tmp_path):
     model = tiny_model(tmp_path / "image.onnx", x_dims=("batch", "features"))
     spec = registry.get("onnx")
@@ -222,6 +229,7 @@ def test_a_dynamic_dimension_no_parameter_sets_is_a_configuration_error(tmp_path
     assert result["status"] == "failed" and "'features'" in result["reason"]
 
 
+@pytest.mark.slow
 def test_a_fixed_batch_other_than_the_case_is_unsupported(tmp_path):
     model = tiny_model(tmp_path / "fixed.onnx", x_dims=(1, 8), ids_dims=(1, "seq"))
     [one, two] = registry.get("onnx").cases({"model": str(model), "latency_batches": [1, 2], "throughput_batches": [],
@@ -292,6 +300,7 @@ def test_the_daemons_side_never_imports_onnxruntime_or_onnx(tmp_path):
     assert result.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_onnxruntime_missing_is_unsupported_naming_the_extra(tmp_path):
     """An install where ``import onnxruntime`` fails (a package that raises ImportError shadows the real one)."""
     shadow = tmp_path / "shadow" / "onnxruntime"

@@ -98,6 +98,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 # ----------------------------------------------------------------------------- the runner alone
 
+@pytest.mark.slow
 def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orphan(tmp_path):
     pid_file = tmp_path / "pids"
     # The timeout leaves a busy machine time to start the worker, the script and its forks, and to
@@ -109,6 +110,7 @@ def test_a_timeout_stops_a_sigterm_ignoring_worker_its_setsid_child_and_an_orpha
     assert _alive(pids) == []
 
 
+@pytest.mark.slow
 def test_the_sigterm_grace_is_the_whole_runs_not_only_the_workers(tmp_path):
     """The worker dies at once on SIGTERM; its child still gets its grace to finish cleanly."""
     marker = tmp_path / "checkpoint"
@@ -143,6 +145,7 @@ def state(tmp_path, cli_env) -> Path:
     return Path(cli_env["SIXDIM_STATE_DIR"])
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_daemon_mid_run_leaves_no_process_and_the_next_start_records_the_case(tmp_path, cli_env, state):
     script, pid_file, history, daemon = _escaping_daemon(tmp_path, cli_env)
     try:
@@ -175,6 +178,7 @@ def test_sigkill_of_the_daemon_mid_run_leaves_no_process_and_the_next_start_reco
             daemon.process.kill()
 
 
+@pytest.mark.slow
 def test_the_next_start_stops_what_a_frozen_worker_left_running(tmp_path, cli_env, state):
     """The worker cannot clean up (it is stopped, as one stuck in the kernel would be): the next start
     finds the run by its record and tag and kills all of it before anything runs."""
@@ -202,6 +206,7 @@ def test_the_next_start_stops_what_a_frozen_worker_left_running(tmp_path, cli_en
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.slow
 def test_a_stop_signal_ends_the_daemon_and_every_process_of_its_run_within_10_seconds(tmp_path, cli_env, state, sig):
     script, pid_file, history, daemon = _escaping_daemon(tmp_path, cli_env)
     daemon.wait_ready()
@@ -216,6 +221,7 @@ def test_a_stop_signal_ends_the_daemon_and_every_process_of_its_run_within_10_se
     assert list((state / "workers").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_running_one(tmp_path, cli_env):
     history = tmp_path / "history.db"
     config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
@@ -280,6 +286,7 @@ def test_sighup_reloads_the_schedule_and_web_config_and_a_bad_file_keeps_the_run
             daemon.process.kill()
 
 
+@pytest.mark.slow
 def test_a_second_daemon_is_refused_naming_the_first(tmp_path, cli_env):
     history = tmp_path / "history.db"
     config = write_config(tmp_path / "sixdim.toml", history, FAST_GEMM_SUITE.replace(
@@ -307,6 +314,7 @@ def test_a_second_daemon_is_refused_naming_the_first(tmp_path, cli_env):
             first.process.kill()
 
 
+@pytest.mark.slow
 def test_sixdim_run_refuses_or_waits_for_a_device_the_daemon_holds(tmp_path, cli_env, state):
     script, pid_file, history, daemon = _escaping_daemon(tmp_path, cli_env)
     try:
@@ -427,6 +435,7 @@ def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_
             sleeper.kill()
 
 
+@pytest.mark.slow
 def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp_path, cli_env):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -438,6 +447,7 @@ def test_an_unusable_state_directory_or_history_folder_is_one_line_naming_it(tmp
         assert done.stderr.startswith(f"sixdim: error: {named}") and done.stderr.count("\n") == 1, done.stderr
 
 
+@pytest.mark.slow
 def test_a_history_in_a_folder_that_does_not_exist_yet_is_created_private_and_served(tmp_path, cli_env):
     """The history lock lives beside the history, so its folder must exist before History makes it."""
     history = tmp_path / "new" / "nested" / "history.db"
@@ -456,6 +466,7 @@ def test_a_history_in_a_folder_that_does_not_exist_yet_is_created_private_and_se
             daemon.process.kill()
 
 
+@pytest.mark.slow
 def test_a_burst_of_sighups_is_a_few_reloads_and_a_stop_among_them_wins(tmp_path, cli_env):
     """50 SIGHUPs as fast as they can be sent: the agent keeps serving and reloads far fewer times
     (those that arrive while it reloads are one more reload); a SIGTERM after a burst stops it."""

@@ -317,6 +317,7 @@ QUOTING = WorkloadSpec(
              shape=f"{end}-{params['api_key']}") for end in ("fail", "crash", "ok")])
 
 
+@pytest.mark.slow
 def test_the_executor_scrubs_any_workloads_reason_details_output_and_shape(tmp_path, caplog):
     """What a workload itself quotes (not only the command workload's), what the worker printed
     before it died (the runner's reason and output tail) and a shape built from the secret."""

@@ -228,6 +228,7 @@ def test_report_without_a_kind_prints_help_and_exits_2(capsys):
     assert "regressions" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_command_line_loads_no_numpy_until_a_report_runs(cli_env, history):
     """``import sixdim.cli`` stays light; the command itself works end to end in a child."""
     probe = ("import sys, sixdim.cli; sixdim.cli.build_parser(); "

@@ -117,6 +117,7 @@ REAL_STEPS = [("gru", 64, 4, 187), ("vanilla", 1024, 2, 50), ("lstm", 128, 4, 15
 @pytest.mark.parametrize("kernel_pass", ["forward", "backward"])
 @pytest.mark.parametrize("precision", HALF)
 @pytest.mark.parametrize("cell, hidden, batch, steps", REAL_STEPS)
+@pytest.mark.slow
 def test_half_precision_is_correct_at_deepbench_step_counts(cell, hidden, batch, steps, precision, kernel_pass):
     output = run_case("cpu", cell, hidden, batch, steps, precision, kernel_pass)
     assert output.status == "ok", output.reason
@@ -129,6 +130,7 @@ def test_half_precision_is_correct_at_deepbench_step_counts(cell, hidden, batch,
 @pytest.mark.parametrize("kernel_pass", ["forward", "backward"])
 @pytest.mark.parametrize("precision", ["fp32", *HALF])
 @pytest.mark.parametrize("cell, hidden, batch, steps", REAL_STEPS[:2])
+@pytest.mark.slow
 def test_corrupted_output_is_incorrect_at_deepbench_step_counts(cell, hidden, batch, steps, precision, kernel_pass):
     output = run_case("cpu", cell, hidden, batch, steps, precision, kernel_pass, corrupt=True)
     assert output.status == "incorrect"

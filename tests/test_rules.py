@@ -80,6 +80,7 @@ def test_promtool_accepts_the_committed_rules(promtool):
     assert f"SUCCESS: {len(rules.alerts()) + len(recording.rules())} rules found" in result.stdout
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_pass(promtool):
     """deploy/prometheus/tests/sixdim-rules-test.yml: every alert fires where it should, with its exact
     labels and annotations, and stays silent where it should not (40 regressed shapes: one alert)."""
@@ -236,6 +237,7 @@ def test_rules_out_writes_the_same_bytes_as_render(tmp_path, capsys):
     assert capsys.readouterr().out == rules.render(rules.Options(dcgm_label_names=True, stale_after=26 * 3600))
 
 
+@pytest.mark.slow
 def test_the_sixdim_command_writes_the_committed_file(tmp_path, cli_env):
     out = tmp_path / "rules.yml"
     result = subprocess.run([sys.executable, "-m", "sixdim", "rules", "--out", str(out)], capture_output=True,

@@ -6,11 +6,13 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from sixdim.run.runner import TERMINATE_GRACE_SECONDS, run_worker
 from sixdim.workloads.lines import bounded_lines
 
 
+@pytest.mark.slow
 def test_successful_worker_returns_figures_window_and_environment():
     progress = []
     outcome = run_worker("tests.fault_workloads:succeeds", [{"seconds": 0.2}], "cpu", 60, on_progress=progress.append)
@@ -23,6 +25,7 @@ def test_successful_worker_returns_figures_window_and_environment():
     assert progress == ["working"]
 
 
+@pytest.mark.slow
 def test_worker_that_raises_is_a_failure_with_the_exception():
     outcome = run_worker("tests.fault_workloads:raises", [{}], "cpu", 60)
     assert outcome.cases[0].status == "failed"
@@ -30,6 +33,7 @@ def test_worker_that_raises_is_a_failure_with_the_exception():
     assert outcome.returncode == 0  # the worker itself carried on
 
 
+@pytest.mark.slow
 def test_worker_that_crashes_is_a_failure_naming_the_signal():
     outcome = run_worker("tests.fault_workloads:crashes", [{}], "cpu", 60)
     assert outcome.status == "failed"
@@ -38,12 +42,14 @@ def test_worker_that_crashes_is_a_failure_naming_the_signal():
     assert "about to crash" in outcome.reason  # the last output line explains what happened
 
 
+@pytest.mark.slow
 def test_worker_that_exits_without_result_is_a_failure_with_its_code():
     outcome = run_worker("tests.fault_workloads:exits", [{}], "cpu", 60)
     assert outcome.status == "failed"
     assert "code 3" in outcome.reason and "giving up" in outcome.reason
 
 
+@pytest.mark.slow
 def test_hanging_worker_is_stopped_at_timeout_with_its_whole_process_group(tmp_path):
     pid_file = tmp_path / "pids"
     started = time.monotonic()
@@ -60,6 +66,7 @@ def test_hanging_worker_is_stopped_at_timeout_with_its_whole_process_group(tmp_p
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow
 def test_stop_event_interrupts_a_running_worker(tmp_path):
     stop = threading.Event()
     threading.Timer(1.5, stop.set).start()
@@ -69,6 +76,7 @@ def test_stop_event_interrupts_a_running_worker(tmp_path):
     assert time.monotonic() - started < 1.5 + TERMINATE_GRACE_SECONDS + 3.0
 
 
+@pytest.mark.slow
 def test_worker_runs_in_its_own_process_group():
     groups = []
     run_worker("tests.fault_workloads:succeeds", [{"seconds": 0.5}], "cpu", 60,
@@ -76,6 +84,7 @@ def test_worker_runs_in_its_own_process_group():
     assert groups and groups[0] != os.getpgrp()
 
 
+@pytest.mark.slow
 def test_cases_run_in_one_worker_and_a_crash_keeps_the_finished_ones():
     outcome = run_worker("tests.fault_workloads:by_kind",
                          [{"kind": "ok"}, {"kind": "unsupported"}, {"kind": "raise"}, {"kind": "ok"},
@@ -86,6 +95,7 @@ def test_cases_run_in_one_worker_and_a_crash_keeps_the_finished_ones():
     assert len({outcome.cases[i].window for i in (0, 3)}) == 2  # each case has its own window
 
 
+@pytest.mark.slow
 def test_timeout_is_per_case():
     # each case finishes well within 5 s (3 s to spare for the worker's start on a busy machine), the
     # three together take longer: none may time out
@@ -119,6 +129,7 @@ def test_between_cases_stops_the_worker_and_skips_the_running_case_and_the_rest(
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_between_cases_is_also_asked_during_a_long_case():
     answers = iter([None, None, "busy: someone else's job"])
     started = time.monotonic()
@@ -164,6 +175,7 @@ def test_a_failure_reason_never_quotes_an_earlier_cases_output():
     assert "secret-of-case-one" not in outcome.reason + "".join(outcome.output_tail)
 
 
+@pytest.mark.slow
 def test_an_unterminated_progress_bar_does_not_hide_the_case_done_marker():
     """Three 3 s cases under a 6 s per-case timeout: only the markers restart the clock (3 s to spare
     for the worker's start and its fsyncs on a busy machine)."""

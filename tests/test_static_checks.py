@@ -54,12 +54,14 @@ def test_every_folder_with_modules_is_a_listed_package():
     assert found == listed
 
 
+@pytest.mark.slow
 def test_the_core_and_store_layers_type_check_strictly():
     result = static_checks.types()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout
 
 
+@pytest.mark.slow
 def test_mypy_would_catch_a_type_error_in_the_core(tmp_path, monkeypatch):
     """The strict check can fail: a wrong return type in a laid-out copy of the core is reported."""
     original = static_checks.lay_out

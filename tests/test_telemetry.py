@@ -87,6 +87,7 @@ def test_interpolation_and_integral():
     assert integral(points, 0.0, 2.0) == pytest.approx(4.0)
 
 
+@pytest.mark.slow
 def test_sampler_reads_at_its_rate():
     """20 reads a second on a fixed schedule, plus the last one at stop, counted against the time
     the reads actually spanned rather than a sleep that a busy machine stretches.  Read i comes

@@ -189,6 +189,7 @@ def test_runs_recorded_while_the_restore_runs_are_fed_after_it_in_order(tmp_path
     assert snap.verdicts["flops"].state == regression.REGRESSION and snap.record.uid == records[-1].uid
 
 
+@pytest.mark.slow
 def test_restoring_a_long_history_reads_each_series_last_runs_only(tmp_path):
     """Its time is measured by tests/bench/measure_daemon.py (docs/BENCHMARKS.md), not bounded here."""
     history = History(tmp_path / "h.db")

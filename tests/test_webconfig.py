@@ -169,6 +169,7 @@ def test_mtls_requires_a_certificate_signed_by_the_client_ca(tmp_path, certs):
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_client_allowed_sans(tmp_path, certs):
     allowed = MTLS.format(certs=certs) + "  client_allowed_sans: [other.test, prometheus.test]\n"
     server = serve(write(tmp_path, tls_config(certs, allowed)))
@@ -389,6 +390,7 @@ def test_the_daemon_serves_tls_and_basic_auth(tmp_path, certs, cli_env):
             daemon.process.kill()
 
 
+@pytest.mark.slow
 def test_serve_exits_2_on_a_bad_web_config_file(tmp_path, cli_env):
     web = write(tmp_path, "tls_server_config:\n  client_auth_type: Sometimes\n")
     result = subprocess.run([sys.executable, "-m", "sixdim", "serve", "--listen", f"127.0.0.1:{free_port()}",

@@ -1,10 +1,16 @@
-"""Builders for run records used across tests, and another process holding a database's lock."""
+"""Shared test helpers: run records, another process holding a database's lock, a Prometheus to query,
+and the one way to run the command line (in a child, or in this process)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
+import os
 import subprocess
 import sys
+import traceback
 import urllib.parse
 import urllib.request
 
@@ -77,3 +83,50 @@ def prometheus_query(port: int, promql: str) -> list:
         body = json.load(response)
     assert body["status"] == "success", body
     return body["data"]["result"]
+
+
+# ---------------------------------------------------------------------------- the command line
+
+def run_sixdim(*args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 120,
+               cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``sixdim ARGS`` in a child interpreter, as a user starts it, text in and out.  For what needs a
+    process of its own: a daemon that starts, signals, a terminal, the interpreter's exit, what a
+    process leaves behind.  Everything else calls :func:`call_sixdim` (no interpreter start-up)."""
+    return subprocess.run([sys.executable, "-m", "sixdim", *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=cwd)
+
+
+def call_sixdim(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``sixdim ARGS`` through :func:`sixdim.cli.main` in this process, with ``env`` as the whole
+    environment and ``stdin`` as standard input: the same exit code, standard output and standard
+    error a child gives (an exception escaping ``main`` is a traceback and exit 1, as there), for
+    the commands that end without starting anything long-lived (errors, refusals, listings)."""
+    from sixdim import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_env = dict(os.environ)
+    saved_stdin = sys.stdin
+    root.handlers = []  # the command's own logging setup writes to the captured stderr, as in a child
+    os.environ.clear()
+    os.environ.update(env)
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --help
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:  # what a child would print before dying
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.stdin = saved_stdin
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for handler in root.handlers:
+            if handler not in saved_handlers:
+                handler.close()
+        root.handlers, root.level = saved_handlers, saved_level
+    return subprocess.CompletedProcess(["sixdim", *args], code, out.getvalue(), err.getvalue())

@@ -17,6 +17,7 @@ from sixdim.workloads import registry
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.fakenvml import FakeGpu, FakeNvml
+from tests.helpers import call_sixdim
 
 GEMM = {"m": 128, "n": 128, "k": 128, "precisions": ["fp32", "bf16"]}
 TWO_SUITES = """
@@ -36,8 +37,7 @@ workloads = ["rnn", "conv"]
 
 
 def check_config(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sixdim", "serve", "--check-config", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return call_sixdim("serve", "--check-config", *args, env=env)  # starts nothing: no process of its own
 
 
 def test_it_prints_what_serve_would_run_and_starts_nothing(tmp_path, cli_env):

@@ -9,10 +9,9 @@ import sys
 import pytest
 
 from sixdim import __version__
+from tests.helpers import call_sixdim
 
-
-def run(*args, env):
-    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env, timeout=60)
+run = call_sixdim  # listings and errors need no interpreter of their own
 
 
 def test_version(cli_env):

@@ -1,12 +1,11 @@
 """One schema, one loader: precedence, defaults, and errors that say where and what."""
 
 import argparse
-import subprocess
-import sys
 
 import pytest
 
 from sixdim.config import DEFAULT_PORT, ConfigError, load
+from tests.helpers import call_sixdim
 
 
 def write(tmp_path, text, name="sixdim.toml"):
@@ -117,9 +116,7 @@ def test_missing_file_is_an_error(tmp_path):
         load(str(tmp_path / "absent.toml"), env={})
 
 
-def run_cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env,
-                          timeout=60)
+run_cli = call_sixdim
 
 
 def test_serve_with_bad_config_exits_2_with_message(tmp_path, cli_env):

@@ -1,12 +1,11 @@
 """DeepSpark's rules on worked examples, edge cases included, and the `sixdim dimensions` command."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from sixdim.workloads.dimensions import DimensionsError, compute, stability
+from tests.helpers import call_sixdim
 
 
 def test_worked_example_every_dimension():
@@ -65,9 +64,8 @@ def test_bad_input_names_the_key(observations, key, fragment):
     assert caught.value.key == key and fragment in str(caught.value)
 
 
-def run(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "sixdim", "dimensions", *args], input=stdin, capture_output=True,
-                          text=True, timeout=60, env=env)
+def run(*args, stdin=None, env):
+    return call_sixdim("dimensions", *args, stdin=stdin, env=env)
 
 
 def test_command_reads_a_file_and_stdin(tmp_path, cli_env):

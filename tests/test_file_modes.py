@@ -25,7 +25,6 @@ import signal
 import sqlite3
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,7 @@ from sixdim.config import (
 )
 from sixdim.store.history import History
 from tests.conftest import free_port, required_tool
-from tests.helpers import Locker, make_record
+from tests.helpers import Locker, make_record, run_sixdim
 
 ROOT = Path(__file__).resolve().parent.parent
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -63,9 +62,7 @@ def write(path: Path, text: str, file_mode: int) -> Path:
     return path
 
 
-def sixdim(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sixdim", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+sixdim = run_sixdim  # some of these start a run or a daemon that must be stopped from outside
 
 
 def assert_refused(result: subprocess.CompletedProcess, path: Path, octal: str, fix: str = "chmod go-w") -> None:

@@ -33,6 +33,7 @@ from sixdim.workloads.logparse import (
     read_line,
 )
 from sixdim.workloads.spec import MAX_MAGNITUDE, ParamError
+from tests.helpers import call_sixdim
 
 DEEP = 100_000
 
@@ -59,16 +60,12 @@ def refused(tmp_path: Path, text: str | bytes) -> ConfigError:
     return caught.value
 
 
-def cli(*args: str, stdin: str | bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``sixdim`` in a child: exit code and output as a user sees them."""
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    return subprocess.run([sys.executable, "-m", "sixdim", *args], input=data, capture_output=True, timeout=120,
-                          env=env)
+cli = call_sixdim  # usage errors start nothing: no interpreter of their own
 
 
 def assert_usage_error(result: subprocess.CompletedProcess, fragment: str) -> None:
     """Exit 2, one line on stderr starting ``sixdim: error:``, no traceback."""
-    stderr = result.stderr.decode(errors="replace")
+    stderr = result.stderr
     assert result.returncode == 2, stderr
     assert "Traceback" not in stderr
     assert stderr.startswith("sixdim: error: ") and stderr.count("\n") == 1, stderr

@@ -54,7 +54,7 @@ too (a CPU host's ``gpu`` and ``UUID``, a copy workload's ``precision``)."""
 
 GPU_ONLY = "GPU-only"
 MAY_BE_EMPTY = "May be empty"
-"""Markers at the start of a panel description's lines (see dashboards/queries.py): the whole panel
+"""Markers at the start of a panel description's lines (read back by tests/dashboard_queries.py): the whole panel
 (``GPU-only: <why>.``, ``May be empty: <why>.``) or one query (``Query B (what) is GPU-only: ...``,
 ``Query B (what) may be empty: ...``).  Unmarked, a query returns data on every host that runs the
 default configuration, a CPU-only one included."""

@@ -16,9 +16,11 @@ import yaml
 
 from sixdim import cli
 from sixdim.core import catalog
-from sixdim.dashboards import build, command, grafana, lint, queries
+from sixdim.dashboards import build, command, grafana
 from sixdim.monitoring import rules
 from sixdim.monitoring.options import Options
+from tests import dashboard_lint as lint
+from tests import dashboard_queries as queries
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / command.COMMITTED_DIR

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.dashboards.queries import ANNOTATION, PANEL, VARIABLE, all_queries, substitute
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
+from tests.dashboard_queries import ANNOTATION, PANEL, VARIABLE, all_queries, substitute
 from tests.helpers import start_prometheus
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ import pytest
 from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
-from sixdim.run.guard import busy_reason
+from sixdim.run.guard import Guard
 from sixdim.store.history import History
 from sixdim.workloads import registry
 
@@ -101,7 +101,7 @@ def _wait_idle(nvml, index: int, seconds: float = 15.0) -> str | None:
     """None once the guard would let a run start, else why not (after waiting ``seconds``)."""
     deadline = time.monotonic() + seconds
     while True:
-        reason = busy_reason(nvml, index, 0.05)
+        reason = Guard(nvml).before_run([index], 0.05)
         if reason is None or time.monotonic() > deadline:
             return reason
         time.sleep(0.5)

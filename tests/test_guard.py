@@ -17,7 +17,7 @@ import pytest
 from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
-from sixdim.run.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard, busy_reason
+from sixdim.run.guard import PID_NAMESPACE_HINT, SETTLE_POLL_SECONDS, SETTLE_SECONDS, Guard
 from sixdim.store.history import History
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.guard_workloads import spec
@@ -131,7 +131,6 @@ def test_our_ended_workers_pids_count_as_ours_only_while_settling():
 
 def test_the_daemons_own_process_is_not_another_process():
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(compute_pids=[os.getpid()])]))
-    assert busy_reason(nvml, 0, 0.05) is None
     assert Guard(nvml).before_run([0], 0.05) is None
 
 
@@ -144,7 +143,6 @@ def test_a_process_list_nvml_cannot_give_is_busy_not_idle(tmp_path):
     with pytest.raises(pynvml.NVMLError_Unknown):
         nvml.process_ids(0)
     expected = "cannot list processes on GPU 0: Unknown Error; treated as busy"
-    assert busy_reason(nvml, 0, 0.05) == expected
     assert Guard(nvml).before_run([0], 0.05) == expected
     executor = make_executor(tmp_path, fake)
     records = executor.execute(spec("w", [{}, {}]), {}, resolve(["cuda:0"], executor.nvml)[0])

@@ -8,7 +8,7 @@ from sixdim.core import catalog
 from sixdim.http.board import Board
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
-from sixdim.run.guard import busy_reason
+from sixdim.run.guard import Guard
 from sixdim.store.history import History
 from sixdim.workloads import registry
 from tests.fakenvml import FakeGpu, FakeNvml
@@ -110,12 +110,12 @@ def test_auto_resolves_to_every_gpu():
 ])
 def test_guard_names_why_a_gpu_is_busy(gpu, expected):
     nvml = NvmlCollector("node1", module=FakeNvml([gpu]))
-    assert expected in busy_reason(nvml, 0, 0.05)
+    assert expected in Guard(nvml).before_run([0], 0.05)
 
 
 def test_guard_passes_an_idle_gpu():
     nvml = NvmlCollector("node1", module=FakeNvml([FakeGpu(utilization_gpu=3)]))
-    assert busy_reason(nvml, 0, 0.05) is None
+    assert Guard(nvml).before_run([0], 0.05) is None
 
 
 def test_busy_gpu_run_is_skipped_and_recorded(tmp_path):
@@ -178,4 +178,4 @@ def test_a_failed_process_list_raises_and_is_not_exported_as_zero():
     samples = nvml.collect()
     assert values(samples, catalog.GPU_PROCESSES, gpu="0") == []  # unknown: absent, never 0
     assert values(samples, catalog.GPU_PROCESSES, gpu="1") == [1.0]
-    assert "cannot list processes on GPU 0: Unknown Error" in busy_reason(nvml, 0, 0.05)
+    assert "cannot list processes on GPU 0: Unknown Error" in Guard(nvml).before_run([0], 0.05)

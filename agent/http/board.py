@@ -124,7 +124,8 @@ class Board:
         return added
 
     def add(self, record: RunRecord) -> None:
-        """Add a record that is not in a history (tests, previews)."""
+        """Add a record that is not in a history (the daemon's records come through :meth:`catch_up`;
+        a board built by hand, as the tests build theirs, comes through here)."""
         with self._lock:
             self._add(record)
 

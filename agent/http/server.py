@@ -40,6 +40,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from sixdim.http.webconfig import REALM
+
 if TYPE_CHECKING:
     from sixdim.http.webconfig import WebConfig
 
@@ -300,7 +302,7 @@ def protect(app: Callable, current: Callable[[], WebConfig | None]) -> Callable:
     """The app behind basic auth (all paths but :data:`OPEN_PATHS`) and with the configured
     response headers on every answer, as the web configuration ``current()`` says at each request
     (a reload replaces it; None: neither)."""
-    challenge = [("WWW-Authenticate", 'Basic realm="sixdim"'), ("Content-Type", "text/plain")]
+    challenge = [("WWW-Authenticate", f'Basic realm="{REALM}"'), ("Content-Type", "text/plain")]
 
     def protected(environ: dict, start_response: Callable) -> Iterable[bytes]:
         web = current()

@@ -57,7 +57,7 @@ import shlex
 import ssl
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +246,6 @@ class WebConfig:
     http2: bool = True
     client_auth_type: str = "NoClientCert"
     min_version: str = "TLS12"
-    notes: list[str] = field(default_factory=list)
 
     @property
     def tls(self) -> bool:

@@ -36,11 +36,6 @@ def groups(options: Options | None = None) -> list[dict[str, Any]]:
     return [recording.group(options.dcgm_label_names), *Alerts(options).groups()]
 
 
-def alerts(options: Options | None = None) -> list[dict[str, Any]]:
-    """Every alerting rule, in file order."""
-    return [rule for group in groups(options) for rule in group["rules"] if "alert" in rule]
-
-
 def render(options: Options | None = None) -> str:
     """The rules file for the options (the defaults without any): deterministic YAML text."""
     options = options or Options()

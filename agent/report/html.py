@@ -114,7 +114,7 @@ def _plotly() -> tuple[Any, Any]:
 def build(path: str, *, since: float | None = None, settings: Any = None, now: float | None = None,
           note: str = "") -> tuple[str, dict[str, Any]]:
     """The page of the history at ``path`` and a few facts about it (runs, series, charts, seconds).
-    Raises :class:`HistoryError` for a history that is missing or not one, :class:`MissingExtra`
+    Raises :class:`sixdim.store.history.HistoryError` for a history that is missing or not one, :class:`MissingExtra`
     without plotly."""
     from sixdim.report.data import read
     from sixdim.report.model import Report

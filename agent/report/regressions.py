@@ -8,9 +8,9 @@ side.  See docs/REGRESSIONS.md, "Looking back".
 
 It reads the history read-only (``mode=ro``), in chunks of :data:`sixdim.store.reader.CHUNK` rows, each its own short
 read, so it never writes the agent's database and holds no lock for long; it reads only the
-columns it needs (never ``details``).  This module is imported by ``sixdim.cli`` to register the
-command's arguments, so it imports nothing heavy at import time: numpy, scipy and the analysis
-load inside the command.
+columns it needs (never ``details``).  This module is imported by :mod:`sixdim.report.command`
+(and so by the command line) to register the command's arguments, so it imports nothing heavy at
+import time: numpy, scipy and the analysis load inside the command.
 
 Exit codes: 0 when the report was made, whether or not it found a shift (a report, not a check:
 alert on ``sixdim_regression_state``); 2 for bad usage, bad configuration, or a history that is
@@ -93,7 +93,7 @@ class OkRuns:
 
 
 def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
-    """The ok runs of every series: ids in increasing order, :data:`CHUNK` rows per read.  Only
+    """The ok runs of every series: ids in increasing order, :data:`sixdim.store.reader.CHUNK` rows per read.  Only
     the watched figures are kept, and each distinct environment is parsed once."""
     figures = tuple(WATCHED)
     column = {name: 3 + j for j, name in enumerate(figures)}

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from sixdim.collectors.host import cpu_model_name
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.core import catalog
 from sixdim.run.instance import DeviceFileLocks
 
 
@@ -62,12 +61,6 @@ class Device:
         return (f"GPU {self.index} is in MIG mode, {listed}; sixdim benchmarks whole GPUs only "
                 f"(an instance shares the GPU's power, clocks and energy counter with the others); "
                 f"to benchmark it, disable MIG ({how})")
-
-    def labels(self, hostname: str) -> dict[str, str]:
-        """The device labels of the catalog (dcgm-exporter's names; empty GPU fields on a CPU)."""
-        return {catalog.HOSTNAME: hostname, catalog.GPU: "" if self.index is None else str(self.index),
-                catalog.UUID: self.uuid, catalog.MODEL_NAME: self.model_name,
-                catalog.PCI_BUS_ID: self.pci_bus_id, catalog.DEVICE_TYPE: self.type}
 
     def worker_environment(self) -> dict[str, str]:
         """Pin the worker to this GPU by UUID (immune to index reordering); hide GPUs from CPU runs."""

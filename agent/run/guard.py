@@ -113,43 +113,9 @@ def _process_reason(gpu_index: int, foreign: list[int], during_run: bool = False
     return reason + (PID_NAMESPACE_HINT.format(pids=_shown(invisible)) if invisible else "")
 
 
-def foreign_process_reason(nvml: NvmlCollector, gpu_index: int, is_own: Callable[[int], bool],
-                           seen_own: set[int] | None = None, during_run: bool = False) -> str | None:
-    """Why the GPU is busy judging by its process list alone, or None.
-
-    A list NVML cannot give is a reason too (fail closed).  PIDs found to be sixdim's own are
-    added to ``seen_own``, so they can be recognised after their process has ended."""
-    pids, reason = list_processes(nvml, gpu_index, during_run)
-    if reason is not None:
-        return reason
-    foreign = []
-    for pid in pids:
-        if is_own(pid):
-            if seen_own is not None:
-                seen_own.add(pid)
-        else:
-            foreign.append(pid)
-    return _process_reason(gpu_index, foreign, during_run) if foreign else None
-
-
 def _utilization_reason(gpu_index: int, utilization: float, max_utilization: float) -> str:
     return (f"busy: GPU {gpu_index} utilization {utilization:.0%} is above the guard's "
             f"{max_utilization:.0%}")
-
-
-def busy_reason(nvml: NvmlCollector, gpu_index: int, max_utilization: float, *,
-                own_pids: Collection[int] = ()) -> str | None:
-    """Why the GPU is busy, or None if it is idle enough to benchmark: one look, no settling.
-
-    Processes in ``own_pids`` and the daemon's own process are not counted."""
-    own = {os.getpid(), *own_pids}
-    reason = foreign_process_reason(nvml, gpu_index, lambda pid: pid in own)
-    if reason is not None:
-        return reason
-    utilization = nvml.sample(gpu_index).utilization_ratio
-    if utilization is not None and utilization > max_utilization:
-        return _utilization_reason(gpu_index, utilization, max_utilization)
-    return None
 
 
 @dataclass(frozen=True)

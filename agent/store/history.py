@@ -469,10 +469,6 @@ class History:
         bound = f" LIMIT {int(limit)}" if limit else ""
         return self._records(f"SELECT * FROM runs WHERE id > ? ORDER BY id{bound}", (last_id,))
 
-    def recent(self, limit: int = 50, workload: str | None = None) -> list[RunRecord]:
-        where, args = ("WHERE workload = ?", (workload,)) if workload else ("", ())
-        return self._records(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", args + (limit,))
-
     def daily(self) -> list[dict[str, Any]]:
         """The kept daily medians of pruned runs, oldest first."""
         with self._lock:

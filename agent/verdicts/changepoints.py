@@ -89,8 +89,6 @@ class ChangePoint:
     """Two-sided Student's t-test between the adjacent segments."""
     median_before: float
     median_after: float
-    mean_before: float
-    mean_after: float
     runs_before: int
     runs_after: int
     known: bool = False
@@ -302,8 +300,7 @@ class _Merger:
         if not known:
             p = min(1.0, p * (b - a - 2 * self.m + 1))
         before, after = self.raw[a:c], self.raw[c:b]
-        return ChangePoint(c, p, float(np.median(before)), float(np.median(after)), float(before.mean()),
-                           float(after.mean()), n1, n2, known)
+        return ChangePoint(c, p, float(np.median(before)), float(np.median(after)), n1, n2, known)
 
     def merge(self, points: list[int], max_pvalue: float, min_magnitude: float) -> list[ChangePoint]:
         """Drop the weakest point until all pass; a dropped point's neighbours are re-tested.

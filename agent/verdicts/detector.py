@@ -4,21 +4,19 @@ Pure Python (no numpy, no torch): the daemon evaluates one series after each of 
 must stay light, so this module imports only the standard library.  See docs/REGRESSIONS.md
 for the method and tests/bench/regression_sim.py for the simulation that chose the defaults.
 
-What the exporter calls:
-
-- :func:`group_series` to split RunRecords by series key (``RunRecord.key()``);
-- :func:`evaluate_records` (one figure) or :func:`evaluate_series` (every watched figure) for the
-  current :class:`Verdict` of a series, feeding :data:`STATE_CODES` into a state gauge;
-- :func:`version_verdicts` for the verdict of each version change in a series' history.
-
-The core works on plain sequences: :meth:`Detector.evaluate` takes a series' ordered values, the
-run statuses and the segment break points, so it is unit-testable without records.
+Who uses what: the daemon's live verdicts (:mod:`sixdim.verdicts.live`) keep one
+:class:`SeriesTracker` per series and watched figure, fed one run at a time, and call
+:func:`version_verdict` at each version change (:func:`versions` says which versions a run was
+measured under); the exporter turns a :class:`Verdict` into the ``sixdim_regression_state`` gauge
+through :data:`STATE_CODES`.  The reports use :func:`versions` and :func:`series_label`.  The
+tracker works on plain values, so it is unit-testable without records; tests/verdict_reference.py
+drives it over whole series for the tests and the simulation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -40,7 +38,6 @@ INSUFFICIENT_DATA = "insufficient_data"
 SUSPICIOUS = "suspicious"
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
-STATES: tuple[str, ...] = (OK, INSUFFICIENT_DATA, SUSPICIOUS, REGRESSION, IMPROVEMENT)
 
 # --- What is watched, and which way is worse: the catalog's FIGURES (sixdim.core.catalog) --------
 
@@ -229,15 +226,11 @@ class Verdict:
     direction: int = UP
     baseline: float | None = None
     """Median of the baseline runs (the ``sixdim_baseline_value``)."""
-    spread: float | None = None
-    """Scaled MAD of the baseline runs."""
     current: float | None = None
     """Median of the last ``fast_runs`` runs: robust to one spike, quick to follow a step."""
     ratio: float | None = None
     """current / baseline (the ``sixdim_regression_ratio``)."""
     p_value: float | None = None
-    effect: float | None = None
-    """Relative change of the firing (or nearest) rule's statistic, positive = worse."""
     violations: int = 0
     """Runs among the last ``slow_runs`` worse than the baseline by the minimum effect."""
     runs: int = 0
@@ -416,11 +409,9 @@ class SeriesTracker:
         s = self.settings
         current = median(self.values[-s.fast_runs:])
         fired_p = check.fast_p if check.fast else check.slow_p
-        effect = check.fast_effect if check.fast else check.slow_effect
         onset = self.indices[self.onset] if self.onset is not None else None
-        return Verdict(state, self.figure, self.direction, center, spread, current,
-                       current / center if center else None, fired_p, effect, check.violations,
-                       len(self.values), self.segment_start, onset)
+        return Verdict(state, self.figure, self.direction, center, current, current / center if center else None,
+                       fired_p, check.violations, len(self.values), self.segment_start, onset)
 
     def _trim(self) -> None:
         """Keep what the rules, the freeze and the re-forming can still need."""
@@ -433,38 +424,6 @@ class SeriesTracker:
             cut = self.onset - s.window
             self.values, self.indices = self.values[cut:], self.indices[cut:]
             self.onset -= cut
-
-
-class Detector:
-    """Evaluates whole series with one set of settings."""
-
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
-
-    def tracker(self, figure: str, workload: str = "", direction: int | None = None) -> SeriesTracker:
-        return SeriesTracker(figure, self.settings, workload, direction)
-
-    def evaluate(self, values: Sequence[float | None], figure: str, *, workload: str = "",
-                 statuses: Sequence[str] | None = None, breaks: Iterable[int] = (),
-                 direction: int | None = None) -> Verdict:
-        """The verdict after the last of ``values`` (time order).  ``statuses`` parallel to values
-        (``incorrect`` is a regression at once; other non-ok runs are skipped); ``breaks`` are the
-        indices of runs that start a new segment (a version change)."""
-        return self.trace(values, figure, workload=workload, statuses=statuses, breaks=breaks,
-                          direction=direction)[-1]
-
-    def trace(self, values: Sequence[float | None], figure: str, *, workload: str = "",
-              statuses: Sequence[str] | None = None, breaks: Iterable[int] = (),
-              direction: int | None = None) -> list[Verdict]:
-        """The verdict after every run: what the online check said at each point."""
-        tracker = self.tracker(figure, workload, direction)
-        cut = set(breaks)
-        out = [tracker.last] if not values else []
-        for i, value in enumerate(values):
-            if i in cut and i > 0:
-                tracker.break_segment()
-            out.append(tracker.update(value, statuses[i] if statuses is not None else "ok"))
-        return out
 
 
 # --- Version changes ------------------------------------------------------------------------
@@ -485,20 +444,6 @@ class VersionVerdict:
     at: float | None = None
     """Unix time of the first run after the change, where known."""
     label: str = ""
-
-    def describe(self) -> str:
-        """E.g. ``driver 550.54 → 560.28: bf16 gemm m=8192,n=8192,k=8192 −7.1% (p = 0.0004)``."""
-        what = ", ".join(f"{k} {a} \u2192 {b}" for k, (a, b) in self.changes.items())
-        if self.ratio is None or self.p_value is None:
-            return f"{what}: {self.label} {self.figure}: {self.state}".replace("  ", " ")
-        pct = (self.ratio - 1.0) * 100.0
-        sign = "\u2212" if pct < 0 else "+"
-        subject = self.label or self.figure
-        return f"{what}: {subject} {sign}{abs(pct):.1f}% (p = {_fmt_p(self.p_value)})"
-
-
-def _fmt_p(p: float) -> str:
-    return f"{p:.2g}" if p < 1e-4 else f"{p:.4f}".rstrip("0").rstrip(".") if p < 0.1 else f"{p:.2f}"
 
 
 def version_verdict(before: Sequence[float], after: Sequence[float], figure: str,
@@ -527,17 +472,6 @@ def version_verdict(before: Sequence[float], after: Sequence[float], figure: str
 
 # --- RunRecords -----------------------------------------------------------------------------
 
-def group_series(records: Iterable[Any]) -> dict[tuple[str, ...], list[Any]]:
-    """RunRecords by series key (host, GPU, workload, shape, precision, mode, pass), each list in
-    start-time order: the unit every verdict is computed within."""
-    groups: dict[tuple[str, ...], list[Any]] = {}
-    for record in records:
-        groups.setdefault(record.key(), []).append(record)
-    for runs in groups.values():
-        runs.sort(key=lambda r: (r.started_at, r.ended_at))
-    return groups
-
-
 def versions(record: Any) -> dict[str, str] | None:
     """The break-point versions a run was measured under; None when the run does not say (a run
     skipped, interrupted or failed before its worker reported its environment), which must not
@@ -550,68 +484,9 @@ def versions(record: Any) -> dict[str, str] | None:
             for k in VERSION_KEYS}
 
 
-def version_breaks(records: Sequence[Any]) -> list[int]:
-    """Indices of runs whose versions differ from the last run before them that had versions:
-    segment starts."""
-    out, known = [], None
-    for i, record in enumerate(records):
-        current = versions(record)
-        if current is None:
-            continue
-        if known is not None and current != known:
-            out.append(i)
-        known = current
-    return out
-
-
-def _known_before(records: Sequence[Any], at: int) -> dict[str, str]:
-    for record in reversed(records[:at]):
-        current = versions(record)
-        if current is not None:
-            return current
-    return {k: "" for k in VERSION_KEYS}
-
-
 def series_label(record: Any) -> str:
     """How a verdict names its series: precision, workload and shape."""
     return " ".join(p for p in (record.precision, record.workload, record.shape) if p)
-
-
-def _figure_values(records: Sequence[Any], figure: str) -> list[float | None]:
-    return [r.figures.get(figure) if r.status == "ok" else None for r in records]
-
-
-def evaluate_records(records: Sequence[Any], figure: str, settings: Settings | None = None) -> Verdict:
-    """The verdict of one figure of one series (records in time order, one key)."""
-    if not records:
-        return Verdict(INSUFFICIENT_DATA, figure, WATCHED.get(figure, UP))
-    return Detector(settings).evaluate(_figure_values(records, figure), figure, workload=records[0].workload,
-                                       statuses=[r.status for r in records], breaks=version_breaks(records))
-
-
-def evaluate_series(records: Sequence[Any], settings: Settings | None = None) -> dict[str, Verdict]:
-    """Verdicts for every watched figure the series reports; ``incorrect`` alone gives a
-    ``seconds`` verdict, so a failing correctness check is never silent."""
-    present = {f for r in records for f in r.figures if f in WATCHED}
-    if any(r.status == INCORRECT for r in records[-1:]):
-        present.add("seconds")
-    return {f: evaluate_records(records, f, settings) for f in sorted(present)}
-
-
-def version_verdicts(records: Sequence[Any], figure: str, settings: Settings | None = None) -> list[VersionVerdict]:
-    """One verdict per version change in a series' history, oldest first; the exporter shows
-    the last one (``sixdim_version_change_ratio`` with from/to labels)."""
-    out = []
-    breaks = version_breaks(records)
-    bounds = [0, *breaks, len(records)]
-    for n, at in enumerate(breaks):
-        old, new = _known_before(records, at), versions(records[at]) or {}
-        changes = {k: (old[k], new[k]) for k in VERSION_KEYS if old[k] != new[k]}
-        before = [v for v in _figure_values(records[bounds[n]:at], figure) if v is not None]
-        after = [v for v in _figure_values(records[at:bounds[n + 2]], figure) if v is not None]
-        out.append(version_verdict(before, after, figure, changes, settings, records[at].workload,
-                                   series_label(records[at]), records[at].started_at))
-    return out
 
 
 def settings_from(config: Config) -> Settings:

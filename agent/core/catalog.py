@@ -100,36 +100,40 @@ class Figure:
     speed's, or of power's, that the list already shows."""
     summarised: bool = False
     """In the suite summaries: the geometric mean over a suite's shapes."""
+    grafana: str = "none"
+    """Grafana's unit for a panel of it (``s``, ``flops``, ``Bps``, ``percentunit``, ``si:samples/s``)."""
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("seconds", "time", "s", worse=UP, speed=4, restates_rate=True, summarised=True),
-    Figure("latency_p50_seconds", "latency p50", "s", worse=UP, echoes_speed=True),
-    Figure("latency_p99_seconds", "latency p99", "s", worse=UP),
-    Figure("time_to_train_seconds", "time to train", "s", worse=UP),
-    Figure("flops", "FLOP/s", "FLOP/s", worse=DOWN, speed=1, rate=True, summarised=True),
+    Figure("seconds", "time", "s", worse=UP, speed=4, restates_rate=True, summarised=True, grafana="s"),
+    Figure("latency_p50_seconds", "latency p50", "s", worse=UP, echoes_speed=True, grafana="s"),
+    Figure("latency_p99_seconds", "latency p99", "s", worse=UP, grafana="s"),
+    Figure("time_to_train_seconds", "time to train", "s", worse=UP, grafana="s"),
+    Figure("flops", "FLOP/s", "FLOP/s", worse=DOWN, speed=1, rate=True, summarised=True, grafana="flops"),
     Figure("samples_per_second", "samples/s", "samples/s", "count", worse=DOWN, speed=2, rate=True,
-           summarised=True),
-    Figure("bytes_per_second", "bytes/s", "B/s", worse=DOWN, speed=3, rate=True, summarised=True),
-    Figure("bus_bytes_per_second", "bus bytes/s", "B/s", worse=DOWN),
-    Figure("power_watts", "power", "W", "watts", worse=UP),
-    Figure("flop_per_joule", "FLOP/J", "FLOP/J", worse=DOWN, echoes_speed=True),
-    Figure("samples_per_joule", "samples/J", "samples/J", "count", worse=DOWN, echoes_speed=True),
-    Figure("memory_bytes", "memory", "B", "binary", worse=UP),
-    Figure("accuracy", "accuracy", "", "percent", worse=DOWN),
-    Figure("stability_ratio", "stability", "", "ratio", worse=DOWN),
-    Figure("peak_ratio", "fraction of peak", "", "percent", worse=DOWN, restates_rate=True, summarised=True),
-    Figure("linearity_ratio", "linearity", "", "ratio"),
+           summarised=True, grafana="si:samples/s"),
+    Figure("bytes_per_second", "bytes/s", "B/s", worse=DOWN, speed=3, rate=True, summarised=True, grafana="Bps"),
+    Figure("bus_bytes_per_second", "bus bytes/s", "B/s", worse=DOWN, grafana="Bps"),
+    Figure("power_watts", "power", "W", "watts", worse=UP, grafana="watt"),
+    Figure("flop_per_joule", "FLOP/J", "FLOP/J", worse=DOWN, echoes_speed=True, grafana="si:FLOP/J"),
+    Figure("samples_per_joule", "samples/J", "samples/J", "count", worse=DOWN, echoes_speed=True,
+           grafana="si:samples/J"),
+    Figure("memory_bytes", "memory", "B", "binary", worse=UP, grafana="bytes"),
+    Figure("accuracy", "accuracy", "", "percent", worse=DOWN, grafana="percentunit"),
+    Figure("stability_ratio", "stability", "", "ratio", worse=DOWN, grafana="percentunit"),
+    Figure("peak_ratio", "fraction of peak", "", "percent", worse=DOWN, restates_rate=True, summarised=True,
+           grafana="percentunit"),
+    Figure("linearity_ratio", "linearity", "", "ratio", grafana="percentunit"),
     Figure("linearity_count", "devices", "", "plain"),
-    Figure("energy_joules", "energy", "J"),
-    Figure("device_memory_bytes", "device memory", "B", "binary"),
-    Figure("memory_reserved_bytes", "memory reserved", "B", "binary"),
-    Figure("latency_p90_seconds", "latency p90", "s"),
-    Figure("tokens_per_second", "tokens/s", "tokens/s", "count", worse=DOWN, restates_rate=True),
-    Figure("seconds_iqr_ratio", "spread", "", "ratio"),
-    Figure("max_relative_error", "max relative error", "", "plain"),
+    Figure("energy_joules", "energy", "J", grafana="joule"),
+    Figure("device_memory_bytes", "device memory", "B", "binary", grafana="bytes"),
+    Figure("memory_reserved_bytes", "memory reserved", "B", "binary", grafana="bytes"),
+    Figure("latency_p90_seconds", "latency p90", "s", grafana="s"),
+    Figure("tokens_per_second", "tokens/s", "tokens/s", "count", worse=DOWN, restates_rate=True, grafana="si:tokens/s"),
+    Figure("seconds_iqr_ratio", "spread", "", "ratio", grafana="percentunit"),
+    Figure("max_relative_error", "max relative error", "", "plain", grafana="sci"),
     Figure("speedup", "speedup", "", "ratio"),
-    Figure("sm_clock_hertz", "SM clock", "Hz"),
+    Figure("sm_clock_hertz", "SM clock", "Hz", grafana="hertz"),
     Figure("power_capped", "power capped", "", "plain"),
     Figure("thermal_slowdown", "thermal slowdown", "", "plain"),
     Figure("hardware_slowdown", "hardware slowdown", "", "plain"),
@@ -155,6 +159,12 @@ def figure_unit(key: str, integer: bool = False) -> str:
     """A figure's unit; an integer precision's operations are OP, not FLOP."""
     unit = FIGURES_BY_KEY[key].unit if key in FIGURES_BY_KEY else ""
     return unit.replace("FLOP", "OP") if integer else unit
+
+
+def grafana_unit(metric: MetricDef) -> str:
+    """Grafana's unit for a panel of a metric's figure (``none`` where the metric has no figure)."""
+    figure = FIGURES_BY_KEY.get(metric.figure or "")
+    return figure.grafana if figure else "none"
 
 
 def figure_name(key: str, integer: bool = False) -> str:

@@ -28,8 +28,9 @@ from sixdim.monitoring.options import Options
 def artefacts(options: Options) -> dict[str, str]:
     """Every generated file's text by its path in a checkout, in a stable order."""
     out = {rules.COMMITTED: rules.render(options), rules.COMMITTED_PROMETHEUS_RULE: rules.prometheus_rule(options)}
-    out.update({f"{dashboards.COMMITTED_DIR}/{name}": text for name, text in dashboards.files(options).items()})
-    out[dashboards.COMMITTED_CONFIGMAP] = dashboards.configmap(options)
+    texts = dashboards.files(options)  # built once, for the JSON files and their ConfigMaps
+    out.update({f"{dashboards.COMMITTED_DIR}/{name}": text for name, text in texts.items()})
+    out[dashboards.COMMITTED_CONFIGMAP] = dashboards.configmap(options, texts)
     return out
 
 

@@ -36,9 +36,10 @@ def files(options: Options | None = None) -> dict[str, str]:
     return {name: dumps(board) for name, board in build.dashboards(options).items()}
 
 
-def configmap(options: Options | None = None) -> str:
+def configmap(options: Options | None = None, texts: dict[str, str] | None = None) -> str:
     """One ConfigMap per dashboard (each well under the 256 KiB that client-side ``kubectl apply``
-    can annotate), labelled for the Grafana sidecar's discovery, as one multi-document YAML file."""
+    can annotate), labelled for the Grafana sidecar's discovery, as one multi-document YAML file.
+    ``texts``: the dashboards' JSON (:func:`files`) where the caller has them already."""
     options = options or Options()
     header = [
         "# Grafana dashboards for sixdim as ConfigMaps for the Grafana Helm chart's dashboard sidecar",
@@ -58,7 +59,7 @@ def configmap(options: Options | None = None) -> str:
             "annotations": {FOLDER_ANNOTATION[0]: FOLDER_ANNOTATION[1]},
         },
         "data": {name: text},
-    } for name, text in files(options).items()]
+    } for name, text in (texts if texts is not None else files(options)).items()]
     return "\n".join(header) + "\n---\n" + yamltext.dump_all(documents)
 
 
@@ -89,6 +90,7 @@ def command_dashboards(args: argparse.Namespace) -> int:
     try:
         options = monitoring_options.from_args(args)
         boards: dict[str, Any] = build.dashboards(options)
+        texts = {name: dumps(board) for name, board in boards.items()}
     except ValueError as exc:
         print(f"sixdim: error: {exc}", file=sys.stderr)
         return exits.USAGE
@@ -104,14 +106,14 @@ def command_dashboards(args: argparse.Namespace) -> int:
             print(f"sixdim: error: --out {args.out}: not a folder", file=sys.stderr)
             return exits.USAGE
         try:
-            for name, board in boards.items():
-                write_atomically(folder / name, dumps(board))
+            for name, text in texts.items():
+                write_atomically(folder / name, text)
         except OSError as exc:
             print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return exits.USAGE
     if args.configmap:
         try:
-            write_atomically(args.configmap, configmap(options))
+            write_atomically(args.configmap, configmap(options, texts))
         except OSError as exc:
             print(f"sixdim: error: cannot write --configmap {args.configmap}: {exc.strerror or exc}",
                   file=sys.stderr)

@@ -112,17 +112,14 @@ def one_case_spec(name: str, entry: str) -> WorkloadSpec:
 
 
 def cpu_executor(tmp_path: Path, **options) -> Executor:
-    """An executor whose board (``executor.board``, for :func:`scrape`) catches up as the daemon's does."""
-    board = Board()
-    executor = Executor(hostname="h", history=History(tmp_path / "h.db"),
-                        **{"nvml": NvmlCollector("h"), "rapl": None, "on_recorded": board.catch_up, **options})
-    executor.board = board  # type: ignore[attr-defined]
-    return executor
+    """An executor whose board catches up as the daemon's does (its ``on_recorded`` is the board's)."""
+    return Executor(hostname="h", history=History(tmp_path / "h.db"),
+                    **{"nvml": NvmlCollector("h"), "rapl": None, "on_recorded": Board().catch_up, **options})
 
 
 def scrape(executor: Executor) -> str:
     registry = CollectorRegistry()
-    registry.register(SixdimCollector(executor.board, [], "h"))  # type: ignore[attr-defined]
+    registry.register(SixdimCollector(executor.on_recorded.__self__, [], "h"))  # the board it feeds
     return generate_latest(registry).decode()
 
 

@@ -49,6 +49,11 @@ def test_check_names_each_stale_or_missing_file_and_writes_nothing(tmp_path, cap
 def test_generate_refuses_a_missing_root_and_a_bad_option(tmp_path, capsys):
     assert cli.main(["generate", "--root", str(tmp_path / "nowhere")]) == 2
     assert "not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["generate", "--root", str(tmp_path), "--peer-ratio", "1.5"])
+    assert exit.value.code == 2
+    assert "--peer-ratio: expected a ratio between 0 and 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def _thresholds(text: str) -> set[str]:

@@ -155,7 +155,9 @@ def test_precision_flags_come_from_the_flags_module(precision, tf32, half_reduct
 
 # ---------------------------------------------------------------------------- CUDA graphs (GPU only)
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def cuda(test):
+    """A GPU-only test: marked ``gpu`` (so ``pytest -m gpu``, the GPU kit's set, runs it), skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test))
 
 
 @cuda

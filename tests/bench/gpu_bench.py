@@ -3,10 +3,10 @@
 
 Usage (from the repository root):
 
-    python tests/bench/gpu_bench.py all --out DIR            # every subcommand, budgeted to about 8 minutes
-    python tests/bench/gpu_bench.py compare --out DIR        # or one subcommand: compare, peak, repeat,
+    python3 tests/bench/gpu_bench.py all --out DIR            # every subcommand, budgeted to about 8 minutes
+    python3 tests/bench/gpu_bench.py compare --out DIR        # or one subcommand: compare, peak, repeat,
                                                        # power, memory, models
-    python tests/bench/gpu_bench.py all --out DIR --quick    # shrunk (automatic where there is no GPU)
+    python3 tests/bench/gpu_bench.py all --out DIR --quick    # shrunk (automatic where there is no GPU)
 
 Subcommands:
 
@@ -21,9 +21,10 @@ Subcommands:
 - ``repeat``: N back-to-back ``sixdim run --json`` runs of a quick-like subset (``all``: the GEMM
   subset, so 5 runs fit); CV of ``seconds`` per case across runs; GEMMs above 1 ms with a CV of 1%
   or more are flagged.
-- ``power``: one bf16 8192³ GEMM with a 5 s power phase through ``sixdim run`` while
-  ``nvidia-smi -lms 100`` samples power.draw (and .instant/.average where the driver has them); the
-  mean over sixdim's power phase [start_unix, end_unix] against sixdim's power_watts, and GFLOP/J.
+- ``power``: a long GEMM (bf16 8192³) and a short one (bf16 2048³, tens of µs a call), each with a 5 s
+  power phase through ``sixdim run``, while ``nvidia-smi -lms 100`` samples power.draw (and
+  .instant/.average where the driver has them); the mean over sixdim's power phase [start_unix,
+  end_unix] against sixdim's power_watts, and GFLOP/J from each.
 - ``memory``: sixdim's ``memory_bytes`` (one worker, many cases) against
   ``torch.cuda.max_memory_allocated`` measured by hand, in a fresh process per case, for the same
   operands and kernel.
@@ -69,8 +70,8 @@ os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch's cuda:N = nvi
 from tests.bench import gpu_smi  # noqa: E402  (torch-free)
 
 ORDER = ("power", "peak", "compare", "memory", "repeat", "models")
-BUDGETS = {"power": 30.0, "peak": 30.0, "compare": 135.0, "memory": 55.0, "repeat": 120.0, "models": 95.0}
-"""Seconds per subcommand on an H100 (sum 7.75 min; ``all`` adds process start-ups: about 8 min)."""
+BUDGETS = {"power": 45.0, "peak": 30.0, "compare": 135.0, "memory": 55.0, "repeat": 120.0, "models": 95.0}
+"""Seconds per subcommand on an H100 (sum 8 min; ``all`` adds process start-ups: about 8.3 min)."""
 ALL_EXTRA = {"repeat": ["--set", "gemm"]}
 """``all`` (not --quick): repeat the GEMM set, whose 5 runs fit the budget (quick-like needs ~45 s a run)."""
 QUICK_BUDGETS = {"power": 30.0, "peak": 30.0, "compare": 40.0, "memory": 40.0, "repeat": 40.0, "models": 40.0}
@@ -995,13 +996,21 @@ def summary_repeat(result: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- power
 
+POWER_CASES = (("long", 8192, "bf16"), ("short", 2048, "bf16"))
+"""The power check's GEMMs on a GPU: 8192³ bf16 (about 1.4 ms a call on an H100) and 2048³ bf16 (tens of µs),
+so the energy counter's watts are compared with nvidia-smi's both for back-to-back long kernels and for
+short ones where launch gaps and the flush between calls are a real share of the phase."""
+QUICK_POWER_CASES = (("long", 256, "fp32"), ("short", 64, "fp32"))
+
+
 def cmd_power(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
     cuda = args.device.startswith("cuda")
-    size = 256 if args.quick else 8192
-    precision = "fp32" if args.quick and not cuda else "bf16"
+    cases = QUICK_POWER_CASES if args.quick and not cuda else POWER_CASES
+    if args.quick and cuda:
+        cases = (("long", 4096, "bf16"), ("short", 1024, "bf16"))
     power_seconds = args.power_seconds if args.power_seconds > 0 else (1.0 if args.quick else 5.0)
     index = int(args.device.split(":")[1]) if cuda else 0
-    result.update(size=size, precision=precision, power_seconds=power_seconds)
+    result.update(power_seconds=power_seconds, cases=[])
     sampler = None
     if gpu_smi.smi() is not None and cuda:
         fields, unsupported = gpu_smi.supported_power_fields(index)
@@ -1015,28 +1024,49 @@ def cmd_power(args: argparse.Namespace, result: dict[str, Any], save: Callable[[
                 result["smi_note"] = f"nvidia-smi sampling failed to start: {type(exc).__name__}: {exc}"
     else:
         result["smi_note"] = "nvidia-smi not found" if gpu_smi.smi() is None else "not a GPU run"
-    log(f"power: sixdim run gemm {size}³ {precision}, power phase {power_seconds:g} s")
+    budget = Budget(args.budget_seconds)
+    clis = []
     try:
-        cli = sixdim_cli(["--workload", "gemm", "-p", f"m={size}", "-p", f"n={size}", "-p", f"k={size}",
-                          "-p", f"precisions={precision}", "-p", f"power_seconds={power_seconds}",
-                          "--device", args.device], timeout=max(90.0, args.budget_seconds))
-        if sampler is not None:
-            time.sleep(1.5)  # power.draw may be a 1 s average: let it cover the phase's end
+        for label, size, precision in cases:
+            if clis and not budget.allows(power_seconds + 10):
+                result["cases"].append({"label": label, "size": size, "precision": precision,
+                                        "skipped": "the budget was spent"})
+                continue
+            log(f"power: {label}: sixdim run gemm {size}³ {precision}, power phase {power_seconds:g} s")
+            cli = sixdim_cli(["--workload", "gemm", "-p", f"m={size}", "-p", f"n={size}", "-p", f"k={size}",
+                              "-p", f"precisions={precision}", "-p", f"power_seconds={power_seconds}",
+                              "--device", args.device], timeout=max(90.0, budget.left()))
+            clis.append((label, size, precision, cli))
+            if sampler is not None:
+                time.sleep(1.5)  # power.draw may be a 1 s average: let it cover the phase's end
     finally:
         samples = sampler.stop() if sampler is not None else []
-    record = (cli.get("records") or [None])[0]
-    figures, details = get(record, "figures") or {}, get(record, "details") or {}
-    phase = details.get("power") or {}
-    result["sixdim"] = {"error": cli.get("error"), "status": get(record, "status"), "reason": get(record, "reason"),
-                        "power_watts": figures.get("power_watts"), "energy_joules": figures.get("energy_joules"),
-                        "flop_per_joule": figures.get("flop_per_joule"), "flops": figures.get("flops"),
-                        "seconds": figures.get("seconds"), "peak_ratio": figures.get("peak_ratio"),
-                        "power": phase, "power_note": details.get("power_note"),
-                        "flop_count": details.get("flop_count"), "stderr_tail": cli.get("stderr_tail")}
     result["smi_samples"] = samples
     if sampler is not None:
         result["smi_clock_offset_seconds"] = sampler.clock_offset()
         result["smi_unparsed"] = sampler.unparsed
+    problems = []
+    for label, size, precision, cli in clis:
+        case = power_case(result, sampler, samples, cli, cuda)
+        case.update(label=label, size=size, precision=precision)
+        result["cases"].append(case)
+        problems += [f"{label}: {p}" for p in case.pop("problems", [])]
+    result["problems"] = problems
+
+
+def power_case(result: dict[str, Any], sampler: Any, samples: list[dict[str, Any]], cli: dict[str, Any],
+               cuda: bool) -> dict[str, Any]:
+    """One GEMM's power phase against nvidia-smi's samples over the same span."""
+    record = (cli.get("records") or [None])[0]
+    figures, details = get(record, "figures") or {}, get(record, "details") or {}
+    phase = details.get("power") or {}
+    case: dict[str, Any] = {}
+    case["sixdim"] = {"error": cli.get("error"), "status": get(record, "status"), "reason": get(record, "reason"),
+                      "power_watts": figures.get("power_watts"), "energy_joules": figures.get("energy_joules"),
+                      "flop_per_joule": figures.get("flop_per_joule"), "flops": figures.get("flops"),
+                      "seconds": figures.get("seconds"), "peak_ratio": figures.get("peak_ratio"),
+                      "power": phase, "power_note": details.get("power_note"),
+                      "flop_count": details.get("flop_count"), "stderr_tail": cli.get("stderr_tail")}
     start, end = phase.get("start_unix"), phase.get("end_unix")
     comparison: dict[str, Any] = {}
     if samples and start and end:
@@ -1057,31 +1087,38 @@ def cmd_power(args: argparse.Namespace, result: dict[str, Any], save: Callable[[
         comparison["note"] = result.get("smi_note") or "no nvidia-smi samples"
     else:
         comparison["note"] = "sixdim reported no power phase window (details.power.start_unix/end_unix)"
-    result["comparison"] = comparison
+    case["comparison"] = comparison
     if figures.get("flop_per_joule"):
-        result["sixdim"]["gflop_per_joule"] = figures["flop_per_joule"] / 1e9
+        case["sixdim"]["gflop_per_joule"] = figures["flop_per_joule"] / 1e9
     if record is None or get(record, "status") != "ok":
-        result["problems"] = [(f"sixdim run: {cli.get('error') or get(record, 'status')} "
-                               f"{get(record, 'reason') or ''}").strip()]
+        case["problems"] = [(f"sixdim run: {cli.get('error') or get(record, 'status')} "
+                             f"{get(record, 'reason') or ''}").strip()]
     elif cuda and not figures.get("power_watts"):
-        result["problems"] = [f"no power_watts on a GPU: {details.get('power_note')}"]
+        case["problems"] = [f"no power_watts on a GPU: {details.get('power_note')}"]
+    return case
 
 
 def summary_power(result: dict[str, Any]) -> str:
-    s = result.get("sixdim") or {}
-    comparison = result.get("comparison") or {}
-    rows = [["source", "mean W over power phase", "second half W", "samples", "sixdim / source", "GFLOP/J"]]
-    rows.append(["sixdim (energy counter)", fmt_num(s.get("power_watts"), 4), "-",
-                 str(get(s, "power", "readings") or "-"), "1" if s.get("power_watts") else "-",
-                 fmt_num(s.get("gflop_per_joule"), 4)])
-    for field in result.get("smi_fields", []) or []:
-        entry = comparison.get(field) or {}
-        rows.append([f"nvidia-smi {field}", fmt_num(entry.get("mean_watts"), 4),
-                     fmt_num(entry.get("second_half_mean_watts"), 4), str(entry.get("samples", "-")),
-                     fmt_ratio(entry.get("sixdim_over_smi")), fmt_num(entry.get("gflop_per_joule_from_smi"), 4)])
-    phase = s.get("power") or {}
-    return (table(rows) + f"\ngemm {result.get('size')}³ {result.get('precision')}: "
-            f"{fmt_s(s.get('seconds'))} per GEMM, "
+    parts = []
+    for case in result.get("cases", []):
+        if case.get("skipped"):
+            parts.append(f"{case['label']}: gemm {case['size']}³ {case['precision']}: skipped ({case['skipped']})")
+            continue
+        s = case.get("sixdim") or {}
+        comparison = case.get("comparison") or {}
+        rows = [["source", "mean W over power phase", "second half W", "samples", "sixdim / source", "GFLOP/J"]]
+        rows.append(["sixdim (energy counter)", fmt_num(s.get("power_watts"), 4), "-",
+                     str(get(s, "power", "readings") or "-"), "1" if s.get("power_watts") else "-",
+                     fmt_num(s.get("gflop_per_joule"), 4)])
+        for field in result.get("smi_fields", []) or []:
+            entry = comparison.get(field) or {}
+            rows.append([f"nvidia-smi {field}", fmt_num(entry.get("mean_watts"), 4),
+                         fmt_num(entry.get("second_half_mean_watts"), 4), str(entry.get("samples", "-")),
+                         fmt_ratio(entry.get("sixdim_over_smi")), fmt_num(entry.get("gflop_per_joule_from_smi"), 4)])
+        phase = s.get("power") or {}
+        parts.append(
+            f"{case['label']}: gemm {case['size']}³ {case['precision']}\n" + table(rows) +
+            f"\n{fmt_s(s.get('seconds'))} per GEMM, "
             f"{fmt_num((s.get('flops') or float('nan')) / 1e12, 4)} TFLOP/s, "
             f"peak ratio {fmt_ratio(s.get('peak_ratio'))}; "
             f"power phase {fmt_num(phase.get('seconds'), 3)} s, {phase.get('calls', '-')} calls, "
@@ -1090,6 +1127,7 @@ def summary_power(result: dict[str, Any]) -> str:
             (f"; {comparison['note']}" if comparison.get("note") else "") +
             (f"; sixdim: {s['status']} {s.get('reason') or ''}" if s.get("status") not in (None, "ok") else "") +
             (f"; error: {s['error']}" if s.get("error") else ""))
+    return "\n\n".join(parts) or "no power case ran"
 
 
 # ----------------------------------------------------------------------------- memory

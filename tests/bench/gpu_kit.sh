@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The kit for a session lent a GPU machine (the `device` tool): that machine has torch, triton,
-# prometheus-client, psutil, nvidia-ml-py, hypothesis and onnxruntime, but not APScheduler, grafanalib,
-# bcrypt, plotly or Prometheus, and it cannot download anything. Device time is short (30 minutes a
-# session, 10 a command), so everything it needs is fetched here beforehand, and each step there is
-# one command.
+# prometheus-client, psutil, nvidia-ml-py, hypothesis and onnxruntime under its own `python3` (a plain
+# `python` may be another one), but not APScheduler, grafanalib, bcrypt, plotly or Prometheus, and it
+# cannot download anything. Device time is short (30 minutes a session, 10 a command), so everything it
+# needs is fetched here beforehand, and every step there ends on its own time budget (--budget-seconds,
+# a default for each) well inside a command's 10 minutes, keeping what it did by then.
 #
-#   tests/bench/gpu_kit.sh prepare          # here, with the network: wheels and Prometheus's .deb into .whl/
-#   . tests/bench/gpu_kit.sh setup          # there, first in every command (sourced): install them, set paths
-#   tests/bench/gpu_kit.sh versions         # there: the versions docs/BENCHMARKS.md names, one per line
+#   tests/bench/gpu_kit.sh prepare            # here, with the network: wheels and Prometheus's .deb into .whl/
+#   . tests/bench/gpu_kit.sh setup            # there, first in every command (sourced): install them, set paths
+#   tests/bench/gpu_kit.sh versions           # there: the versions docs/BENCHMARKS.md names, one per line
+#   tests/bench/gpu_kit.sh tests OUT [--budget-seconds 270]       # every test marked gpu (pytest -m gpu)
+#   tests/bench/gpu_kit.sh quick-run OUT [--budget-seconds 300]   # sixdim run --suite quick --json, timed
+#   tests/bench/gpu_kit.sh serve OUT [--budget-seconds 200]       # sixdim serve, scraped every 15 s, promtool
+#   tests/bench/gpu_kit.sh quick OUT          # quick-run, then serve on its history
+#   tests/bench/gpu_kit.sh bench OUT [--budget-seconds 420] [--only a,b]   # tests/bench/gpu_bench.py all
 #
-# The device calls themselves, each with carry [".whl"] (docs/BENCHMARKS.md, "A GPU session"):
-#   1. . tests/bench/gpu_kit.sh setup && tests/bench/gpu_kit.sh versions | tee $OUT/versions.txt &&
-#      python -m pytest -rs tests/test_gpu.py 2>&1 | tee $OUT/test_gpu.log
-#   2. . tests/bench/gpu_kit.sh setup && tests/bench/gpu_kit.sh quick $OUT
-#   3. . tests/bench/gpu_kit.sh setup && python tests/bench/gpu_bench.py all --out $OUT
+# The device calls themselves, each with carry [".whl"], are in docs/BENCHMARKS.md ("A GPU session").
 # Options only when run, not when sourced: they would stay set in the caller's shell.
 [ "${BASH_SOURCE[0]}" = "$0" ] && set -uo pipefail
 
@@ -62,7 +64,9 @@ import platform, torch
 print("python", platform.python_version())
 print("torch", torch.__version__, "cuda", torch.version.cuda)
 print("cudnn", torch.backends.cudnn.version())
-print("nccl", ".".join(map(str, torch.cuda.nccl.version())))
+try:
+    print("nccl", ".".join(map(str, torch.cuda.nccl.version())))
+except Exception as exc: print("nccl", "absent:", exc)
 try:
     import triton; print("triton", triton.__version__)
 except Exception as exc: print("triton", "absent:", exc)
@@ -72,34 +76,81 @@ except Exception as exc: print("onnxruntime", "absent:", exc)
 EOF
 }
 
-# The quick suite with sixdim's default timing (its wall time is what issue 14 asks), then a
-# 3-minute `sixdim serve` scraped every 15 s, with the last scrape checked by promtool.
-kit_quick() {
-    local out="${1:?usage: gpu_kit.sh quick OUTDIR}" state
-    state="$(mktemp -d)"
-    local started=$SECONDS
-    SIXDIM_HISTORY="$state/history.db" SIXDIM_STATE_DIR="$state/state" \
-        sixdim run --suite quick --json > "$out/quick.json" 2> "$out/quick.stderr"
-    echo "quick suite: exit $?, $((SECONDS - started)) s wall"
-    SIXDIM_HISTORY="$state/history.db" SIXDIM_STATE_DIR="$state/state" \
+# A step's budget: --budget-seconds N after its other arguments, else the step's default.
+kit_budget() {
+    local default="$1"; shift
+    while [ $# -gt 0 ]; do
+        [ "$1" = "--budget-seconds" ] && { echo "${2:?--budget-seconds needs a number}"; return; }
+        shift
+    done
+    echo "$default"
+}
+
+# Where quick-run leaves its history for serve (the same machine, a later command of the same lease).
+KIT_STATE=/tmp/sixdim-kit
+
+# Every test marked gpu, under `timeout` so that a hang ends the step (SIGINT first: pytest still
+# prints what passed and failed by then).
+kit_tests() {
+    local out="${1:?usage: gpu_kit.sh tests OUTDIR [--budget-seconds N]}" budget
+    budget="$(kit_budget 270 "$@")"
+    timeout -s INT -k 15 "$budget" python3 -m pytest -rs -m gpu -p no:cacheprovider \
+        --continue-on-collection-errors tests/ 2>&1 | tee "$out/test_gpu.log"
+    echo "gpu tests: exit ${PIPESTATUS[0]} (budget $budget s; 124 = the budget ran out)"
+}
+
+# The quick suite with sixdim's default timing: its wall time is what issue 23 asks.
+kit_quick_run() {
+    local out="${1:?usage: gpu_kit.sh quick-run OUTDIR [--budget-seconds N]}" budget started=$SECONDS
+    budget="$(kit_budget 300 "$@")"
+    mkdir -p "$KIT_STATE"
+    SIXDIM_HISTORY="$KIT_STATE/history.db" SIXDIM_STATE_DIR="$KIT_STATE/state" \
+        timeout -s TERM -k 15 "$budget" sixdim run --suite quick --json > "$out/quick.json" 2> "$out/quick.stderr"
+    echo "quick suite: exit $?, $((SECONDS - started)) s wall (budget $budget s; 124 = the budget ran out)"
+}
+
+# `sixdim serve` (which runs the quick suite at once, on its own schedule) scraped every 15 s for the
+# budget less 20 s; the last scrape is checked by promtool; the agent's memory, CPU and the GPU's
+# compute processes are read at each scrape (the agent's PID must never be among the latter).
+kit_serve() {
+    local out="${1:?usage: gpu_kit.sh serve OUTDIR [--budget-seconds N]}" budget scrapes
+    budget="$(kit_budget 200 "$@")"
+    scrapes=$(( (budget - 20) / 15 )); [ "$scrapes" -ge 1 ] || scrapes=1
+    mkdir -p "$KIT_STATE"
+    SIXDIM_HISTORY="$KIT_STATE/history.db" SIXDIM_STATE_DIR="$KIT_STATE/state" \
         sixdim serve --listen 127.0.0.1:9480 > "$out/serve.log" 2>&1 &
     local agent=$!
-    for _ in $(seq 12); do
+    for _ in $(seq "$scrapes"); do
         sleep 15
         python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen("http://127.0.0.1:9480/metrics", timeout=10).read())' > "$out/metrics.txt"
-        nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader >> "$out/compute_apps.txt"
-        ps -o pid=,rss=,pcpu= -p "$agent" >> "$out/agent_ps.txt"
+        echo "$(date +%s) $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tr '\n' ';')" >> "$out/compute_apps.txt"
+        echo "$(date +%s) $(ps -o pid=,rss=,pcpu=,cputime= -p "$agent")" >> "$out/agent_ps.txt"
     done
     promtool check metrics < "$out/metrics.txt" > "$out/promtool.txt" 2>&1
     echo "promtool check metrics: exit $? ($(wc -l < "$out/promtool.txt") lines of findings)"
     kill -TERM "$agent"; wait "$agent"
-    echo "serve: exit $?; the agent's PID was $agent (it must not appear in compute_apps.txt)"
+    echo "serve: exit $?, $scrapes scrapes; the agent's PID was $agent (it must not appear in compute_apps.txt)"
+    if grep -Eq "(^| |;)$agent," "$out/compute_apps.txt"; then echo "serve: the agent held a CUDA context"; fi
+}
+
+kit_bench() {
+    local out="${1:?usage: gpu_kit.sh bench OUTDIR [--budget-seconds N] [--only a,b]}" budget only=()
+    budget="$(kit_budget 420 "$@")"
+    shift
+    while [ $# -gt 0 ]; do [ "$1" = "--only" ] && only=(--only "$2"); shift; done
+    timeout -s TERM -k 30 "$((budget + 90))" python3 tests/bench/gpu_bench.py all --out "$out" \
+        --budget-seconds "$budget" "${only[@]}"
+    echo "bench: exit $? (budget $budget s)"
 }
 
 case "${1:-}" in
     prepare) kit_prepare ;;
     setup) kit_setup ;;
     versions) kit_versions ;;
-    quick) shift; kit_quick "$@" ;;
-    *) sed -n '2,16p' "${BASH_SOURCE[0]}"; [ "${BASH_SOURCE[0]}" = "$0" ] && exit 2 ;;
+    tests) shift; kit_tests "$@" ;;
+    quick-run) shift; kit_quick_run "$@" ;;
+    serve) shift; kit_serve "$@" ;;
+    quick) shift; kit_quick_run "$@" && kit_serve "$@" ;;
+    bench) shift; kit_bench "$@" ;;
+    *) sed -n '2,22p' "${BASH_SOURCE[0]}"; [ "${BASH_SOURCE[0]}" = "$0" ] && exit 2 ;;
 esac

@@ -263,6 +263,20 @@ def test_memory_is_the_cases_own_not_carried_over(mixed):
         assert small.figures["memory_reserved_bytes"] < big.figures["memory_bytes"]
 
 
+def test_a_cases_memory_does_not_depend_on_what_ran_before_it(mixed, nvml, tmp_path_factory):
+    """The same case alone in a worker and after others: the same memory_bytes.  On an H100 (2026-11-25)
+    the first GEMM case of a worker also counted cuBLAS's 32 MiB workspace, and every later one did not."""
+    device, records = mixed
+    after_others = _one(records, "gemm", "bf16", f"m={SMALL},")
+    alone = _executor(nvml, tmp_path_factory.mktemp("alone")).execute_many(
+        [(registry.get("gemm"), _fast("gemm", {"m": SMALL, "n": SMALL, "k": SMALL, "precisions": ["bf16"]}))],
+        device, timeout=300)
+    first = _one(alone, "gemm", "bf16", f"m={SMALL},")
+    assert abs(first.figures["memory_bytes"] - after_others.figures["memory_bytes"]) <= 2**20, (
+        f"alone {first.figures['memory_bytes'] / 2**20:.2f} MiB, after the {BIG}³ case "
+        f"{after_others.figures['memory_bytes'] / 2**20:.2f} MiB")
+
+
 # (e) TF32 only where asked for
 
 def test_tf32_off_for_fp32_and_on_for_tf32(mixed):

@@ -283,10 +283,23 @@ def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
     ``worker_memory``, :attr:`sixdim.workloads.spec.WorkloadSpec.runs_in_ranks`.)"""
     if device.type != "cuda":
         return
+    _start_blas(device)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     ctx.memory_baseline = torch.cuda.memory_allocated(device) - harness_bytes()
+
+
+def _start_blas(device: torch.device) -> None:
+    """Have cuBLAS allocate its workspace on this stream now, outside any case.
+
+    The workspace (32 MiB on an H100 with CUBLAS_WORKSPACE_CONFIG=:4096:8) comes from the caching
+    allocator at the first GEMM on a stream and stays for the process: without this, the first GEMM
+    case of a worker counted it and every later one did not (seen on an H100, 2026-11-25), so one
+    case's memory_bytes depended on what ran before it.  A 1×1 product is enough.
+    """
+    one = torch.ones(1, 1, device=device)
+    torch.mm(one, one)
 
 
 def note_memory(ctx: RunContext) -> None:

@@ -243,8 +243,8 @@ WORKLOAD_SAMPLES_PER_JOULE = MetricDef(
     RESULT_LABELS, figure="samples_per_joule")
 WORKLOAD_MEMORY = MetricDef(
     "sixdim_workload_memory_bytes", "gauge",
-    "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, nothing of "
-    "earlier cases; for onnx, NVML's memory of the worker at the case's end less before its session; absent "
+    "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, no cuBLAS workspace, "
+    "nothing of earlier cases; for onnx, NVML's memory of the worker at the case's end less before its session; absent "
     "for all-reduce and linearity, whose ranks hold it), the worker's peak resident memory on a CPU.",
     RESULT_LABELS, figure="memory_bytes")
 WORKLOAD_MEMORY_RESERVED = MetricDef(

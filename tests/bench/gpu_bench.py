@@ -1225,6 +1225,8 @@ def memory_probe(spec: dict[str, Any], device_name: str) -> dict[str, Any]:
                            "peak RSS of a fresh process (ru_maxrss); no allocator statistics on a CPU"}
     if cuda:
         torch.empty(1, device=device)  # the context and the allocator, before the first reset
+        one = torch.ones(1, 1, device=device)
+        torch.mm(one, one)  # cuBLAS's workspace, which sixdim's worker also allocates before a case's baseline
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)

@@ -28,6 +28,9 @@ Subcommands:
 - ``memory``: sixdim's ``memory_bytes`` (one worker, many cases) against
   ``torch.cuda.max_memory_allocated`` measured by hand, in a fresh process per case, for the same
   operands and kernel.
+- ``cold``: the cold µs-scale GEMMs that differed most from do_bench at equal clocks, each call timed
+  three ways, interleaved: sixdim's rounds, sixdim's flushed call one at a time (its whole
+  distribution) and do_bench's distribution, so a gap is shown to be the statistic or the method.
 - ``models``: sixdim's model workload at full size against a hand-written loop over the same model
   (``sixdim.workloads.models.build``): samples/s, ratio, sixdim's power and memory.
 
@@ -69,12 +72,14 @@ os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch's cuda:N = nvi
 
 from tests.bench import gpu_smi  # noqa: E402  (torch-free)
 
-ORDER = ("power", "peak", "compare", "memory", "repeat", "models")
-BUDGETS = {"power": 45.0, "peak": 30.0, "compare": 135.0, "memory": 55.0, "repeat": 120.0, "models": 95.0}
-"""Seconds per subcommand on an H100 (sum 8 min; ``all`` adds process start-ups: about 8.3 min)."""
+ORDER = ("power", "peak", "compare", "memory", "repeat", "models", "cold")
+BUDGETS = {"power": 45.0, "peak": 30.0, "compare": 135.0, "memory": 55.0, "repeat": 120.0, "models": 95.0,
+           "cold": 60.0}
+"""Seconds per subcommand on an H100 (sum 9 min; ``all`` adds process start-ups: about 9.3 min)."""
 ALL_EXTRA = {"repeat": ["--set", "gemm"]}
 """``all`` (not --quick): repeat the GEMM set, whose 5 runs fit the budget (quick-like needs ~45 s a run)."""
-QUICK_BUDGETS = {"power": 30.0, "peak": 30.0, "compare": 40.0, "memory": 40.0, "repeat": 40.0, "models": 40.0}
+QUICK_BUDGETS = {"power": 30.0, "peak": 30.0, "compare": 40.0, "memory": 40.0, "repeat": 40.0, "models": 40.0,
+                 "cold": 20.0}
 GRACE = float(os.environ.get("GPU_BENCH_GRACE", "60"))
 """``all``: a child may run this long past its budget (its last case in flight) before it is killed."""
 WITHIN = 0.02
@@ -1130,6 +1135,102 @@ def summary_power(result: dict[str, Any]) -> str:
     return "\n\n".join(parts) or "no power case ran"
 
 
+# ----------------------------------------------------------------------------- cold
+
+COLD_CASES = (("1760x128x1760", 1760, 128, 1760, "NN", ("tf32", "fp16", "bf16", "fp32")),
+              ("1760x128x1760", 1760, 128, 1760, "NT", ("int8",)),
+              ("35x8457x2560", 35, 8457, 2560, "NN", ("bf16", "fp16")))
+"""The cold µs-scale GEMMs whose gap to do_bench was largest on the H100 (2026-11-25) at equal clocks."""
+
+
+def distribution(times: list[float]) -> dict[str, Any]:
+    ordered = sorted(times)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"n": len(times), "mean": statistics.fmean(times), "median": statistics.median(times),
+            "p10": pick(0.10), "p90": pick(0.90), "min": ordered[0], "max": ordered[-1]}
+
+
+def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
+    """The same cold call timed three ways, interleaved: sixdim's rounds (the mean of 50 flushed calls,
+    5 rounds, DeepSpark mean), sixdim's flushed call one at a time (its distribution: mean and median),
+    and triton's do_bench (median, and its whole distribution).  Tells whether a gap is the statistic
+    (mean against median) or the method."""
+    import torch
+
+    from sixdim.workloads import timing
+
+    prepare_inprocess()
+    device = torch.device(args.device)
+    try:
+        import triton.testing as triton_testing
+    except Exception as exc:
+        triton_testing = None
+        result["triton"] = f"unavailable ({type(exc).__name__}: {exc})"
+    budget = Budget(args.budget_seconds)
+    calls = 50 if args.quick else 500
+    result["cases"] = rows = []
+    for label, m, n, k, op, precisions in COLD_CASES:
+        for precision in precisions:
+            if not budget.allows(8.0):
+                rows.append({"shape": label, "precision": precision, "skipped": "budget"})
+                continue
+            if device.type != "cuda" and precision in FIXED:
+                continue
+            params = {"m": m, "n": n, "k": k, "op": op, "dtype": precision}
+            scale = 1 if device.type == "cuda" else 8
+            params.update(m=max(1, m // scale), n=max(1, n // scale), k=max(1, k // scale))
+            row: dict[str, Any] = {"shape": label, "op": op, "precision": precision}
+            rows.append(row)
+            try:
+                previous = set_flags(precision_flags(precision, conv=False))
+                fn, kept, description = build_kernel("gemm", params, None, device)
+                row["call"] = description
+                timing.calibrate(fn, device, 0.1, 0.0)
+                if device.type != "cuda":
+                    row["note"] = "no CUDA: nothing to compare"
+                    continue
+                rounds = [timing._flushed(fn, device, 50) for _ in range(5)]
+                single = [timing._flushed(fn, device, 1) for _ in range(calls)]
+                row["sixdim_rounds"] = {"round_means": rounds, "deepspark_mean": deepspark(rounds)}
+                row["sixdim_single"] = distribution(single)
+                if triton_testing is not None:
+                    times = triton_testing.do_bench(fn, warmup=25, rep=100, return_mode="all")
+                    row["do_bench"] = distribution([t / 1e3 for t in times])
+                    rounds2 = [timing._flushed(fn, device, 50) for _ in range(5)]  # interleaved: after do_bench too
+                    row["sixdim_rounds_after"] = {"round_means": rounds2, "deepspark_mean": deepspark(rounds2)}
+                    median = row["do_bench"]["median"]
+                    row["mean_over_do_bench_median"] = row["sixdim_rounds"]["deepspark_mean"] / median
+                    row["single_median_over_do_bench_median"] = (row["sixdim_single"]["median"]
+                                                                 / row["do_bench"]["median"])
+                set_flags(previous)
+                del fn, kept
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                free_cuda()
+            save()
+
+
+def deepspark(values: list[float]) -> float:
+    from sixdim.workloads.stats import deepspark_mean
+
+    return deepspark_mean(values)
+
+
+def summary_cold(result: dict[str, Any]) -> str:
+    rows = [["shape", "precision", "sixdim rounds", "single mean", "single median", "single p90", "do_bench median",
+             "do_bench mean", "rounds/do_bench", "single median/do_bench"]]
+    for r in result.get("cases", []):
+        s, d = r.get("sixdim_single") or {}, r.get("do_bench") or {}
+        rows.append([f"{r['shape']} {r.get('op', '')}", r["precision"],
+                     fmt_s(get(r, "sixdim_rounds", "deepspark_mean")), fmt_s(s.get("mean")), fmt_s(s.get("median")),
+                     fmt_s(s.get("p90")), fmt_s(d.get("median")), fmt_s(d.get("mean")),
+                     fmt_ratio(r.get("mean_over_do_bench_median")),
+                     fmt_ratio(r.get("single_median_over_do_bench_median"))
+                     + (f" {r.get('skipped') or r.get('error') or r.get('note') or ''}")])
+    return table(rows)
+
+
 # ----------------------------------------------------------------------------- memory
 
 def memory_workloads(quick: bool) -> list[tuple[str, dict[str, Any]]]:
@@ -1420,6 +1521,7 @@ def summary_models(result: dict[str, Any]) -> str:
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "compare": (cmd_compare, summary_compare), "peak": (cmd_peak, summary_peak), "repeat": (cmd_repeat, summary_repeat),
     "power": (cmd_power, summary_power), "memory": (cmd_memory, summary_memory), "models": (cmd_models, summary_models),
+    "cold": (cmd_cold, summary_cold),
 }
 
 

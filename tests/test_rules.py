@@ -138,6 +138,8 @@ def test_severities_and_immediacy():
     assert "for" not in by_name["SixdimIncorrectResult"]
     # the agent already required persistence; the end-to-end test waits for it with a 1 s evaluation interval
     assert "for" not in by_name["SixdimRegression"]
+    # ...but a verdict that clears and comes back with the next run must not page again (promtool tests it)
+    assert by_name["SixdimRegression"]["keep_firing_for"] == "1h"
     assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
             "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
             "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimHistoryDown",

@@ -35,6 +35,10 @@ from sixdim.monitoring.promql import (
 SLOWDOWN_WINDOW = 3600
 """Seconds a thermal or hardware slowdown keeps its alert after the result that showed it was replaced."""
 PEER_FOR = "1h"
+REGRESSION_KEEP_FIRING_FOR = "1h"
+"""How long SixdimRegression keeps firing after its verdict cleared: a verdict that goes back and forth
+with every run (every 15 minutes for the quick suite) stays one alert instead of a notification and a
+resolution each run (Prometheus >= 2.42)."""
 AGENT_DOWN_FOR = "5m"
 HISTORY_DOWN_FOR = "10m"
 CONFIG_RELOAD_FAILED_FOR = "10m"
@@ -67,35 +71,50 @@ class Alerts:
         return "{{ $labels." + catalog.exported_label(name, self.o.dcgm_label_names) + " }}"
 
     def gpu_ref(self) -> str:
-        """The GPU in words: GPU 3 (NVIDIA H100 80GB HBM3, GPU-...) on host-a."""
-        return (f"GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, {self.lab(catalog.UUID)}) "
+        """The device in words: GPU 3 (NVIDIA H100 80GB HBM3, GPU-...) of host-a; on a host without a
+        GPU (empty ``gpu`` label), the CPU (AMD EPYC) of host-a."""
+        gpu = "$labels." + catalog.exported_label(catalog.GPU, self.o.dcgm_label_names)
+        return (f"{{{{ if {gpu} }}}}GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, "
+                f"{self.lab(catalog.UUID)}){{{{ else }}}}the CPU ({self.lab(catalog.MODEL_NAME)}){{{{ end }}}} "
                 f"of {self.lab(catalog.HOSTNAME)}")
 
+    def where(self) -> str:
+        """For summaries: host-a GPU 3, or host-a alone on a host without a GPU."""
+        gpu = "$labels." + catalog.exported_label(catalog.GPU, self.o.dcgm_label_names)
+        return f"{self.lab(catalog.HOSTNAME)}{{{{ with {gpu} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
+
     def versions_in_labels(self) -> str:
-        return (f"driver {self.lab(catalog.DRIVER_VERSION)}, CUDA {self.lab(catalog.CUDA_VERSION)}, "
+        """driver 550.54.15, CUDA 12.4, torch 2.4.0; the driver and CUDA only where the series has them
+        (a CPU host has neither)."""
+        driver = "$labels." + catalog.DRIVER_VERSION
+        cuda = "$labels." + catalog.CUDA_VERSION
+        return (f"{{{{ with {driver} }}}}driver {{{{ . }}}}, {{{{ end }}}}"
+                f"{{{{ with {cuda} }}}}CUDA {{{{ . }}}}, {{{{ end }}}}"
                 f"torch {self.lab(catalog.TORCH_VERSION)}")
 
     def versions_now(self) -> str:
-        """For alerts whose series carry no versions: the driver and torch the agent reports now."""
+        """For alerts whose series carry no versions: the driver and torch the agent reports now, as a
+        sentence with its leading space; nothing at all when the agent reports nothing (it is down)."""
         gpu_info = (f"{catalog.GPU_INFO.name}{{{label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
                     f"{label(catalog.GPU_INFO, catalog.UUID)}=%q}}")
         build_info = f"{catalog.BUILD_INFO.name}{{{label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
-        return ("Now running"
+        return (f"{{{{ with query (printf `{build_info}` $labels.{catalog.HOSTNAME}) }}}} Now running"
                 f"{{{{ with query (printf `{gpu_info}` $labels.{catalog.HOSTNAME} $labels.{catalog.UUID}) }}}}"
                 f" driver {{{{ . | first | label \"{label(catalog.GPU_INFO, catalog.DRIVER_VERSION)}\" }}}}"
                 "{{ end }}"
-                f"{{{{ with query (printf `{build_info}` $labels.{catalog.HOSTNAME}) }}}}"
-                f" with torch {{{{ . | first | label \"{label(catalog.BUILD_INFO, catalog.TORCH_VERSION)}\" }}}}"
-                "{{ end }}.")
+                f" with torch {{{{ . | first | label \"{label(catalog.BUILD_INFO, catalog.TORCH_VERSION)}\" }}}}."
+                "{{ end }}")
 
     def runbook(self, alert: str) -> str:
         return f"{self.o.runbook_base}#{alert.lower()}"
 
     def alert(self, name: str, expr: str, severity: str, summary: str, description: str,
-              for_: str | None = None) -> dict[str, Any]:
+              for_: str | None = None, keep_firing_for: str | None = None) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": name, "expr": expr}
         if for_:
             rule["for"] = for_
+        if keep_firing_for:
+            rule["keep_firing_for"] = keep_firing_for
         rule["labels"] = {"severity": severity}
         rule["annotations"] = {"summary": summary, "description": description, "runbook_url": self.runbook(name)}
         return rule
@@ -150,11 +169,11 @@ class Alerts:
                    f"{{{{ $s.Labels.{figure} }}}}{{{{ end }}}}")
         return self.alert(
             "SixdimRegression", expr, "warning",
-            f"{self.lab(catalog.WORKLOAD)} regressed on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"{self.lab(catalog.WORKLOAD)} regressed on {self.where()}",
             f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} regressed on "
             f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
             f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
-            f"runs against the series' own baseline.")
+            f"runs against the series' own baseline.", keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
 
     def incorrect(self) -> dict[str, Any]:
         runs = catalog.WORKLOAD_RUNS
@@ -165,11 +184,10 @@ class Alerts:
                 f") > 0")
         return self.alert(
             "SixdimIncorrectResult", expr, "critical",
-            f"Incorrect {self.lab(catalog.WORKLOAD)} results on {self.lab(catalog.HOSTNAME)} "
-            f"GPU {self.lab(catalog.GPU)}",
+            f"Incorrect {self.lab(catalog.WORKLOAD)} results on {self.where()}",
             f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} produced {{{{ $value }}}} result(s) in the last {w} "
-            f"whose output failed its check against a float64 reference: the GPU may be computing wrong "
-            f"results silently. {self.versions_now()}")
+            f"whose output failed its check against a float64 reference: the device may be computing "
+            f"wrong results silently.{self.versions_now()}")
 
     def stale(self) -> dict[str, Any]:
         last = catalog.WORKLOAD_LAST_SUCCESS
@@ -183,11 +201,10 @@ class Alerts:
                 f"> {self.o.stale_after}")
         return self.alert(
             "SixdimBenchmarkStale", expr, "warning",
-            f"No successful {self.lab(catalog.WORKLOAD)} run on {self.lab(catalog.HOSTNAME)} "
-            f"GPU {self.lab(catalog.GPU)}",
+            f"No successful {self.lab(catalog.WORKLOAD)} run on {self.where()}",
             f"The newest ok run of {self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} ended "
             f"{{{{ $value | humanizeDuration }}}} ago (threshold {format_duration(self.o.stale_after)}): its "
-            f"results and verdicts are not current. {self.versions_now()}")
+            f"results and verdicts are not current.{self.versions_now()}")
 
     def failing(self) -> dict[str, Any]:
         runs = catalog.WORKLOAD_RUNS
@@ -198,9 +215,9 @@ class Alerts:
                 f") >= {self.o.failures}")
         return self.alert(
             "SixdimBenchmarkFailing", expr, "warning",
-            f"{self.lab(catalog.WORKLOAD)} keeps failing on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"{self.lab(catalog.WORKLOAD)} keeps failing on {self.where()}",
             f"{{{{ $value }}}} run(s) of {self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} failed or timed out in "
-            f"the last {w} (threshold {self.o.failures}). {self.versions_now()}")
+            f"the last {w} (threshold {self.o.failures}).{self.versions_now()}")
 
     def slowdown(self, name: str, metric: catalog.MetricDef, summary: catalog.MetricDef, what: str) -> dict[str, Any]:
         """Per-shape flags (suites exported per shape) or summary flags (every suite)."""
@@ -213,7 +230,7 @@ class Alerts:
                 f")")
         return self.alert(
             name, expr, "warning",
-            f"{what.capitalize()} during benchmarks on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)}",
+            f"{what.capitalize()} during benchmarks on {self.where()}",
             f"A {what} held the clocks of {self.gpu_ref()} down during the measured window of "
             f"{{{{ $value }}}} benchmark result(s) in the last {w}, under {self.versions_in_labels()}. "
             f"Results measured under it understate the GPU.")
@@ -235,7 +252,7 @@ class Alerts:
                 + indent("\nor\n".join(arms), 2) + "\n)")
         return self.alert(
             "SixdimSlowerThanPeers", expr, "warning",
-            f"{self.lab(catalog.WORKLOAD)} on {self.lab(catalog.HOSTNAME)} GPU {self.lab(catalog.GPU)} is slower "
+            f"{self.lab(catalog.WORKLOAD)} on {self.where()} is slower "
             f"than its peers",
             f"{self.lab(catalog.WORKLOAD)} on {self.gpu_ref()} runs at {{{{ $value | humanizePercentage }}}} of the "
             f"median of its peers in its slowest suite, precision, mode and pass (FLOP/s or samples/s, "

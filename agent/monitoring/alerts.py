@@ -40,6 +40,9 @@ REGRESSION_KEEP_FIRING_FOR = "1h"
 with every run (every 15 minutes for the quick suite) stays one alert instead of a notification and a
 resolution each run (Prometheus >= 2.42)."""
 AGENT_DOWN_FOR = "5m"
+AGENT_MOSTLY_DOWN_WINDOW = 900
+"""SixdimAgentDown also counts an agent down for most of this window (seconds) as down: one that is up for
+a scrape between longer outages (down 4 minutes in every 5) would otherwise reset the ``for`` each time."""
 HISTORY_DOWN_FOR = "10m"
 CONFIG_RELOAD_FAILED_FOR = "10m"
 """How long a failed configuration reload must last before it pages (a fix and another SIGHUP usually
@@ -291,15 +294,24 @@ class Alerts:
         build = catalog.BUILD_INFO
         host = label(build, catalog.HOSTNAME)
         lookback = format_duration(self.o.stale_after + STALE_KEEP)
+        w = format_duration(AGENT_MOSTLY_DOWN_WINDOW)
+        # Both arms without the metric name (max without () drops it), so that `or` keeps one series per target.
+        down = (f"(\n"
+                f"    max without () ({up} == 0)\n"
+                f"  or\n"
+                f"    avg_over_time({up}[{w}]) < 0.5\n"
+                f")")
         expr = (f"(\n"
-                f"    ({up} == 0)\n"
+                f"    (\n"
+                f"  {indent(down, 4)}\n"
+                f"    )\n"
                 f"  * on ({JOB}, {INSTANCE}) group_left ({host})\n"
                 f"    max by ({JOB}, {INSTANCE}, {host}) (\n"
                 f"      topk by ({JOB}, {INSTANCE}) (1, last_over_time({build.name}{{{JOB}={job}}}[{lookback}]))\n"
                 f"    )\n"
                 f")\n"
                 f"or on ({JOB}, {INSTANCE})\n"
-                f"  {up} == 0")
+                f"  {down}")
         return self.alert(
             "SixdimAgentDown", expr, "warning",
             f"sixdim agent {{{{ $labels.{INSTANCE} }}}} is down",

@@ -69,30 +69,30 @@ class Alerts:
     def by(self, *labels: str) -> str:
         return ", ".join(labels)
 
+    def ref(self, name: str) -> str:
+        """A label as a template expression (``$labels.gpu``), for ``if`` and ``with``."""
+        return "$labels." + catalog.exported_label(name, self.o.dcgm_label_names)
+
     def lab(self, name: str) -> str:
         """A label's value in a template."""
-        return "{{ $labels." + catalog.exported_label(name, self.o.dcgm_label_names) + " }}"
+        return "{{ " + self.ref(name) + " }}"
 
     def gpu_ref(self) -> str:
         """The device in words: GPU 3 (NVIDIA H100 80GB HBM3, GPU-...) of host-a; on a host without a
         GPU (empty ``gpu`` label), the CPU (AMD EPYC) of host-a."""
-        gpu = "$labels." + catalog.exported_label(catalog.GPU, self.o.dcgm_label_names)
-        return (f"{{{{ if {gpu} }}}}GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, "
+        return (f"{{{{ if {self.ref(catalog.GPU)} }}}}GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, "
                 f"{self.lab(catalog.UUID)}){{{{ else }}}}the CPU ({self.lab(catalog.MODEL_NAME)}){{{{ end }}}} "
                 f"of {self.lab(catalog.HOSTNAME)}")
 
     def where(self) -> str:
         """For summaries: host-a GPU 3, or host-a alone on a host without a GPU."""
-        gpu = "$labels." + catalog.exported_label(catalog.GPU, self.o.dcgm_label_names)
-        return f"{self.lab(catalog.HOSTNAME)}{{{{ with {gpu} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
+        return f"{self.lab(catalog.HOSTNAME)}{{{{ with {self.ref(catalog.GPU)} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
 
     def versions_in_labels(self) -> str:
         """driver 550.54.15, CUDA 12.4, torch 2.4.0; the driver and CUDA only where the series has them
         (a CPU host has neither)."""
-        driver = "$labels." + catalog.DRIVER_VERSION
-        cuda = "$labels." + catalog.CUDA_VERSION
-        return (f"{{{{ with {driver} }}}}driver {{{{ . }}}}, {{{{ end }}}}"
-                f"{{{{ with {cuda} }}}}CUDA {{{{ . }}}}, {{{{ end }}}}"
+        return (f"{{{{ with {self.ref(catalog.DRIVER_VERSION)} }}}}driver {{{{ . }}}}, {{{{ end }}}}"
+                f"{{{{ with {self.ref(catalog.CUDA_VERSION)} }}}}CUDA {{{{ . }}}}, {{{{ end }}}}"
                 f"torch {self.lab(catalog.TORCH_VERSION)}")
 
     def versions_now(self) -> str:

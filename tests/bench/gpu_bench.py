@@ -1005,14 +1005,14 @@ POWER_CASES = (("long", 8192, "bf16"), ("short", 2048, "bf16"))
 """The power check's GEMMs on a GPU: 8192³ bf16 (about 1.4 ms a call on an H100) and 2048³ bf16 (tens of µs),
 so the energy counter's watts are compared with nvidia-smi's both for back-to-back long kernels and for
 short ones where launch gaps and the flush between calls are a real share of the phase."""
-QUICK_POWER_CASES = (("long", 256, "fp32"), ("short", 64, "fp32"))
+QUICK_POWER_CASES = {"cuda": (("long", 4096, "bf16"), ("short", 1024, "bf16")),
+                     "cpu": (("long", 256, "fp32"), ("short", 64, "fp32"))}
+"""``--quick``: smaller GEMMs, by device type."""
 
 
 def cmd_power(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
     cuda = args.device.startswith("cuda")
-    cases = QUICK_POWER_CASES if args.quick and not cuda else POWER_CASES
-    if args.quick and cuda:
-        cases = (("long", 4096, "bf16"), ("short", 1024, "bf16"))
+    cases = QUICK_POWER_CASES["cuda" if cuda else "cpu"] if args.quick else POWER_CASES
     power_seconds = args.power_seconds if args.power_seconds > 0 else (1.0 if args.quick else 5.0)
     index = int(args.device.split(":")[1]) if cuda else 0
     result.update(power_seconds=power_seconds, cases=[])
@@ -1143,13 +1143,6 @@ COLD_CASES = (("1760x128x1760", 1760, 128, 1760, "NN", ("tf32", "fp16", "bf16", 
 """The cold µs-scale GEMMs whose gap to do_bench was largest on the H100 (2026-11-25) at equal clocks."""
 
 
-def distribution(times: list[float]) -> dict[str, Any]:
-    ordered = sorted(times)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"n": len(times), "mean": statistics.fmean(times), "median": statistics.median(times),
-            "p10": pick(0.10), "p90": pick(0.90), "min": ordered[0], "max": ordered[-1]}
-
-
 def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
     """The same cold call timed three ways, interleaved: sixdim's rounds (the mean of 50 flushed calls,
     5 rounds, DeepSpark mean), sixdim's flushed call one at a time (its distribution: mean and median),
@@ -1158,6 +1151,7 @@ def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[]
     import torch
 
     from sixdim.workloads import timing
+    from sixdim.workloads.stats import deepspark_mean, summarize
 
     prepare_inprocess()
     device = torch.device(args.device)
@@ -1181,8 +1175,8 @@ def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[]
             params.update(m=max(1, m // scale), n=max(1, n // scale), k=max(1, k // scale))
             row: dict[str, Any] = {"shape": label, "op": op, "precision": precision}
             rows.append(row)
+            previous = set_flags(precision_flags(precision, conv=False))
             try:
-                previous = set_flags(precision_flags(precision, conv=False))
                 fn, kept, description = build_kernel("gemm", params, None, device)
                 row["call"] = description
                 timing.calibrate(fn, device, 0.1, 0.0)
@@ -1191,40 +1185,32 @@ def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[]
                     continue
                 rounds = [timing._flushed(fn, device, 50) for _ in range(5)]
                 single = [timing._flushed(fn, device, 1) for _ in range(calls)]
-                row["sixdim_rounds"] = {"round_means": rounds, "deepspark_mean": deepspark(rounds)}
-                row["sixdim_single"] = distribution(single)
+                row["sixdim_rounds"] = {"round_means": rounds, "deepspark_mean": deepspark_mean(rounds)}
+                row["sixdim_single"] = summarize(single)
                 if triton_testing is not None:
                     times = triton_testing.do_bench(fn, warmup=25, rep=100, return_mode="all")
-                    row["do_bench"] = distribution([t / 1e3 for t in times])
-                    rounds2 = [timing._flushed(fn, device, 50) for _ in range(5)]  # interleaved: after do_bench too
-                    row["sixdim_rounds_after"] = {"round_means": rounds2, "deepspark_mean": deepspark(rounds2)}
+                    row["do_bench"] = summarize([t / 1e3 for t in times])
+                    after = [timing._flushed(fn, device, 50) for _ in range(5)]  # interleaved: after do_bench too
+                    row["sixdim_rounds_after"] = {"round_means": after, "deepspark_mean": deepspark_mean(after)}
                     median = row["do_bench"]["median"]
                     row["mean_over_do_bench_median"] = row["sixdim_rounds"]["deepspark_mean"] / median
-                    row["single_median_over_do_bench_median"] = (row["sixdim_single"]["median"]
-                                                                 / row["do_bench"]["median"])
-                set_flags(previous)
-                del fn, kept
+                    row["single_median_over_do_bench_median"] = row["sixdim_single"]["median"] / median
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"
             finally:
+                set_flags(previous)
                 free_cuda()
-            save()
-
-
-def deepspark(values: list[float]) -> float:
-    from sixdim.workloads.stats import deepspark_mean
-
-    return deepspark_mean(values)
+                save()
 
 
 def summary_cold(result: dict[str, Any]) -> str:
-    rows = [["shape", "precision", "sixdim rounds", "single mean", "single median", "single p90", "do_bench median",
+    rows = [["shape", "precision", "sixdim rounds", "single mean", "single median", "single q3", "do_bench median",
              "do_bench mean", "rounds/do_bench", "single median/do_bench"]]
     for r in result.get("cases", []):
         s, d = r.get("sixdim_single") or {}, r.get("do_bench") or {}
         rows.append([f"{r['shape']} {r.get('op', '')}", r["precision"],
                      fmt_s(get(r, "sixdim_rounds", "deepspark_mean")), fmt_s(s.get("mean")), fmt_s(s.get("median")),
-                     fmt_s(s.get("p90")), fmt_s(d.get("median")), fmt_s(d.get("mean")),
+                     fmt_s(s.get("q3")), fmt_s(d.get("median")), fmt_s(d.get("mean")),
                      fmt_ratio(r.get("mean_over_do_bench_median")),
                      fmt_ratio(r.get("single_median_over_do_bench_median"))
                      + (f" {r.get('skipped') or r.get('error') or r.get('note') or ''}")])

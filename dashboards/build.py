@@ -40,6 +40,7 @@ from sixdim.dashboards.promql import (
     PromQL,
     quote,
 )
+from sixdim.monitoring import recording
 from sixdim.monitoring.options import Options
 from sixdim.monitoring.promql import REGRESSION
 
@@ -109,7 +110,7 @@ class _Dashboards:
     def __init__(self, options: Options) -> None:
         options.validate()
         self.o = options
-        self.q = PromQL(options.dcgm_label_names)
+        self.q = PromQL(options.dcgm_label_names, options.cluster_label)
         self.rules = options
         """The alert rules' options: panels that explain an alert use its thresholds."""
 
@@ -466,14 +467,15 @@ class _Dashboards:
     def by_version(self, title: str, metric: catalog.MetricDef, version: str, unit: str,
                    may_be_empty: str | None, what: str) -> gf.PanelSpec:
         """A table with one column per version: the median over the time range of each series, then
-        the median over the devices of a model, one row per model, workload, precision, mode and pass."""
+        the median over the devices of a model, one row per model, workload, precision, mode and pass (and
+        cluster: each cluster's devices are their own, where several share the Prometheus)."""
         q, c = self.q, catalog
         rows = (c.MODEL_NAME, c.WORKLOAD, c.PRECISION, c.MODE, c.PASS)
         v = q.lab(version)
         median = (f"quantile by ({q.by(*rows, version)}) (0.5, "
                   f"quantile_over_time(0.5, {q.sel(metric)}[{RANGE}:{INTERVAL}]))")
         expr = (f"label_join(label_replace({median}, {quote(v)}, \"none\", {quote(v)}, \"\"), "
-                f"\"series\", \" \", {', '.join(quote(q.lab(r)) for r in rows)})")
+                f"\"series\", \" \", {', '.join(quote(q.lab(r)) for r in rows)}, {quote(q.cluster)})")
         return gf.table(
             title, f"{what}: the median over the time range of each series (read at up to {VERSION_POINTS} points), "
             f"then over the devices of the model, one column per {version.replace('_', ' ')} (\"none\" on a CPU "
@@ -482,7 +484,7 @@ class _Dashboards:
             [Q(expr)], unit, w=8, h=9, may_be_empty=may_be_empty, merge=False, max_points=VERSION_POINTS,
             transformations=[{"id": "groupingToMatrix", "options": {
                 "columnField": v, "rowField": "series", "valueField": "Value", "emptyValue": "null"}}],
-            rename={"series\\" + v: "model workload precision mode pass"})
+            rename={"series\\" + v: f"model workload precision mode pass {q.cluster}"})
 
     def over_time(self, title: str, metric: catalog.MetricDef, version: str, unit: str) -> gf.PanelSpec:
         q, c = self.q, catalog
@@ -641,27 +643,28 @@ class _Dashboards:
     def agent(self) -> dict[str, Any]:
         q, c = self.q, catalog
         runs, build = c.WORKLOAD_RUNS, c.BUILD_INFO
-        host = q.lab(c.HOSTNAME)
-        target = ", ".join(TARGET_LABELS)
-        lookback = "1d"
-        scraped = (f"max by ({host}) ({UP} * on ({target}) group_left ({host}) max by ({target}, {host}) ("
-                   f"topk by ({target}) (1, last_over_time({q.sel(build)}[{lookback}]))))")
+        host, hosts = q.lab(c.HOSTNAME), q.by(c.HOSTNAME)
+        target = q.by(*TARGET_LABELS)
+        scraped = (f"max by ({hosts}) ({UP} * on ({target}) group_left ({host}) "
+                   f"{q.sel(recording.TARGET_HOSTNAME)})")
         agent = [
             gf.state_timeline("Agent scraped", "Whether Prometheus scrapes each agent (up), with the host name the "
-                              f"agent last reported within {lookback}.", [Q(scraped, q.legend(c.HOSTNAME))],
+                              "agent last reported, which the rules remember while it is down "
+                              f"({recording.TARGET_HOSTNAME.name}, a recording rule: load the rules file in this "
+                              "Prometheus).", [Q(scraped, q.legend(c.HOSTNAME))],
                               mappings=_MAPPING_UP, w=24, h=5),
             gf.timeseries("Agent resident memory", "The daemon's resident memory (the worker that runs benchmarks "
                           "is a separate process).",
-                          [Q(f"max by ({host}) ({q.with_host(PROCESS_RESIDENT_MEMORY)})", q.legend(c.HOSTNAME))],
+                          [Q(f"max by ({hosts}) ({q.with_host(PROCESS_RESIDENT_MEMORY)})", q.legend(c.HOSTNAME))],
                           "bytes", w=8),
             gf.timeseries("Agent CPU", "CPU time the daemon uses per second (1 = one core).",
-                          [Q(f"max by ({host}) ({q.with_host(q.rate(PROCESS_CPU_SECONDS))})", q.legend(c.HOSTNAME))],
+                          [Q(f"max by ({hosts}) ({q.with_host(q.rate(PROCESS_CPU_SECONDS))})", q.legend(c.HOSTNAME))],
                           "percentunit", w=8),
             gf.timeseries("Agent file descriptors", "Open file descriptors over the process limit.",
-                          [Q(f"max by ({host}) ({q.with_host(f'{PROCESS_OPEN_FDS} / {PROCESS_MAX_FDS}')})",
+                          [Q(f"max by ({hosts}) ({q.with_host(f'{PROCESS_OPEN_FDS} / {PROCESS_MAX_FDS}')})",
                              q.legend(c.HOSTNAME))], "percentunit", w=8),
             gf.stat("Agent uptime", "Time since each daemon started.",
-                    [Q(f"min by ({host}) (time() - {q.with_host(PROCESS_START_TIME)})", q.legend(c.HOSTNAME))], "s",
+                    [Q(f"min by ({hosts}) (time() - {q.with_host(PROCESS_START_TIME)})", q.legend(c.HOSTNAME))], "s",
                     w=8, h=6),
             gf.table("Agent builds", "The sixdim, Python, torch and prometheus-client versions of each agent.",
                      [Q(f"max by ({q.by(*build.labels)}) ({q.sel(build)})")], "none", w=16, h=6,
@@ -705,34 +708,34 @@ class _Dashboards:
             "s", w=12, h=9, hide=self.hidden(), sort_by="since", descending=True)
         history = [
             gf.state_timeline("History writable", "Whether the last write to the history database succeeded.",
-                              [Q(f"max by ({host}) ({q.sel(c.HISTORY_UP)})", q.legend(c.HOSTNAME))],
+                              [Q(f"max by ({hosts}) ({q.sel(c.HISTORY_UP)})", q.legend(c.HOSTNAME))],
                               mappings=[{"type": "value", "options": {
                                   "0": {"text": "failing", "color": "red", "index": 0},
                                   "1": {"text": "ok", "color": "green", "index": 1}}}], w=8),
             gf.timeseries("Results waiting to be written", "Results recorded but not yet written to the history "
                           "database (kept in memory and in the spool file).",
-                          [Q(f"max by ({host}) ({q.sel(c.HISTORY_PENDING)})", q.legend(c.HOSTNAME))], "none", w=8),
+                          [Q(f"max by ({hosts}) ({q.sel(c.HISTORY_PENDING)})", q.legend(c.HOSTNAME))], "none", w=8),
             gf.timeseries("History write errors", "Failed history writes per interval, by reason (locked, disk_full, "
                           "read_only, corrupt, io, other, dropped). A corrupt history found at the agent's start "
                           "is counted before the first scrape and may not show here: SixdimHistoryDataLoss "
                           "catches it.",
-                          [Q(f"sum by ({host}, reason) ({q.increase(q.sel(c.HISTORY_WRITE_ERRORS))})",
+                          [Q(f"sum by ({hosts}, reason) ({q.increase(q.sel(c.HISTORY_WRITE_ERRORS))})",
                              q.legend(c.HOSTNAME, "reason"))], "none", w=8, bars=True),
             gf.state_timeline("Configuration reload", "Whether the agent's last configuration reload (SIGHUP) "
                               "succeeded; failing: it still runs the configuration it had, and the file on disk is "
                               "the broken one (see the agent's log).",
-                              [Q(f"max by ({host}) ({q.sel(c.CONFIG_RELOAD_SUCCESS)})", q.legend(c.HOSTNAME))],
+                              [Q(f"max by ({hosts}) ({q.sel(c.CONFIG_RELOAD_SUCCESS)})", q.legend(c.HOSTNAME))],
                               mappings=[{"type": "value", "options": {
                                   "0": {"text": "failed", "color": "red", "index": 0},
                                   "1": {"text": "ok", "color": "green", "index": 1}}}], w=12),
             gf.timeseries("Age of the running configuration", "Time since the agent last loaded its configuration "
                           "successfully: its start, or its last good reload.",
-                          [Q(f"time() - max by ({host}) ({q.sel(c.CONFIG_LAST_RELOAD)})", q.legend(c.HOSTNAME))],
+                          [Q(f"time() - max by ({hosts}) ({q.sel(c.CONFIG_LAST_RELOAD)})", q.legend(c.HOSTNAME))],
                           "s", w=12),
         ]
         collectors = [
             gf.state_timeline("Telemetry collectors", "Whether each collector (nvml, host) works on the host.",
-                              [Q(f"max by ({host}, collector) ({q.sel(c.COLLECTOR_UP)})",
+                              [Q(f"max by ({hosts}, collector) ({q.sel(c.COLLECTOR_UP)})",
                                  q.legend(c.HOSTNAME, "collector"))], mappings=_MAPPING_UP, w=12),
             gf.table("Collectors now, with the reason", "Each collector's state and, when it is unavailable, why.",
                      [Q(q.sel(c.COLLECTOR_UP), name="state")], "none", w=12, h=8, hide=self.hidden(),
@@ -744,7 +747,7 @@ class _Dashboards:
                            Q(q.sel(c.HOST_MEMORY_TOTAL), q.legend(c.HOSTNAME, text="installed"), name="installed")],
                           "bytes", w=8),
             gf.timeseries("CPU package power (RAPL)", "CPU package power from the RAPL energy counters.",
-                          [Q(f"sum by ({host}) ({q.rate(q.sel(c.HOST_RAPL_ENERGY))})", q.legend(c.HOSTNAME))],
+                          [Q(f"sum by ({hosts}) ({q.rate(q.sel(c.HOST_RAPL_ENERGY))})", q.legend(c.HOSTNAME))],
                           "watt", w=8, may_be_empty=RAPL),
         ]
         rows = [Row("The agent process", agent),

@@ -8,6 +8,10 @@ and the committed JSON fails its staleness test until it is regenerated.  The mo
 Each dashboard variable filters the series that carry its label, as a regex (``label=~"$var"``): the
 All value is ``.*``, which also matches a label that is empty (a CPU host's ``gpu``, a copy
 workload's ``precision``) or absent.
+
+Every ``by (...)`` and ``on (...)`` list starts with the options' cluster label (:meth:`PromQL.by`), as
+the alert rules' do: where several clusters share one Prometheus or Thanos, a host name found in two
+clusters stays two rows and two lines, and the fleet's peer medians are taken within each cluster.
 """
 
 from __future__ import annotations
@@ -55,18 +59,25 @@ STATES = dict(catalog.REGRESSION_STATE_VALUES)
 
 
 class PromQL:
-    """Expressions for one label-name convention (``model_name`` or dcgm's ``modelName``)."""
+    """Expressions for one label-name convention (``model_name`` or dcgm's ``modelName``) and one cluster
+    label (the options' ``cluster_label``)."""
 
-    def __init__(self, dcgm_label_names: bool = False) -> None:
+    def __init__(self, dcgm_label_names: bool = False, cluster_label: str = "cluster") -> None:
         self.dcgm = dcgm_label_names
+        self.cluster = cluster_label
 
     # --- names
     def lab(self, label: str) -> str:
         """A label as exported."""
         return catalog.exported_label(label, self.dcgm)
 
-    def by(self, *labels: str) -> str:
+    def labels(self, *labels: str) -> str:
+        """Labels as exported, as a list (for ``without (...)``, which keeps the cluster by itself)."""
         return ", ".join(self.lab(label) for label in labels)
+
+    def by(self, *labels: str) -> str:
+        """Labels as exported for ``by (...)`` and ``on (...)``: the cluster label first, then ``labels``."""
+        return ", ".join((self.cluster,) + tuple(self.lab(label) for label in labels))
 
     @property
     def model(self) -> str:
@@ -102,7 +113,7 @@ class PromQL:
     def without_versions(self, expr: str) -> str:
         """A result series under every software version as one line: an upgrade continues the same
         series (the annotations mark it) instead of starting a differently labelled one."""
-        return f"max without ({self.by(*catalog.VERSION_LABELS)}) ({expr})"
+        return f"max without ({self.labels(*catalog.VERSION_LABELS)}) ({expr})"
 
     def geomean(self, labels: Iterable[str], expr: str) -> str:
         """The geometric mean by the labels: exp(avg(ln(x))), as the summaries themselves are."""
@@ -112,7 +123,7 @@ class PromQL:
         """A series of the agent's process (labelled by its scrape target only) with the host name the
         agent reports, and only for the hosts selected: joined on the target with the build-info series."""
         build = catalog.BUILD_INFO
-        return (f"{expr} * on ({', '.join(TARGET_LABELS)}) group_left ({self.lab(catalog.HOSTNAME)}) "
+        return (f"{expr} * on ({self.by(*TARGET_LABELS)}) group_left ({self.lab(catalog.HOSTNAME)}) "
                 f"{self.sel(build)}")
 
     def rate(self, expr: str) -> str:
@@ -149,7 +160,7 @@ class PromQL:
         (a host that just started, or a version combination seen before, is not a change)."""
         shapes = catalog.SUMMARY_SHAPES
         combo = self.by(catalog.HOSTNAME, *catalog.VERSION_LABELS)
-        host = self.lab(catalog.HOSTNAME)
+        host = self.by(catalog.HOSTNAME)
         now = self.sel(shapes, skip=(catalog.WORKLOAD, catalog.PRECISION))
         before = f"{now} offset {window}"
         return (f"count by ({combo}) ({now})\n"

@@ -75,6 +75,29 @@ def start_prometheus(tmp_path, agent_port: int, rules=None) -> tuple[subprocess.
     return server, port
 
 
+TEST_SPEEDUP = 60
+"""How much faster the end-to-end tests' Prometheus runs the alerts' clocks than the generated rules do."""
+
+
+def shortened_rules(text: str, speedup: int = TEST_SPEEDUP) -> str:
+    """The rules file ``text`` with every alert's ``for`` and ``keep_firing_for`` divided by ``speedup``
+    (the default turns minutes into seconds: ``for: 5m`` becomes ``for: 5s``), for an end-to-end test whose
+    Prometheus scrapes and evaluates every second.  Nothing else changes: the expressions (their windows
+    included), labels and texts are the generator's; promtool tests the real durations
+    (deploy/prometheus/tests/sixdim-rules-test.yml)."""
+    import yaml
+
+    from sixdim.core.durations import whole_seconds
+
+    document = yaml.safe_load(text)
+    for group in document["groups"]:
+        for rule in group["rules"]:
+            for key in ("for", "keep_firing_for"):
+                if key in rule:
+                    rule[key] = f"{max(1, whole_seconds(rule[key]) // speedup)}s"
+    return yaml.safe_dump(document, sort_keys=False, width=1_000_000)
+
+
 def prometheus_query(port: int, promql: str) -> list:
     """An instant query through the HTTP API of the Prometheus :func:`start_prometheus` started: the
     result vector (a failed query fails the test)."""

@@ -5,7 +5,8 @@ records it; after a steady phase the agent is restarted with the self-test ``slo
 parameter (a fire drill), so from that run on every GEMM is slower; the agent's verdict (restored
 from the history across the restart) turns to ``regression``; Prometheus, scraping it with
 deploy/prometheus/sixdim-rules.yml loaded, reports the regression alert ``firing`` in
-``/api/v1/alerts``.
+``/api/v1/alerts``.  Its Prometheus evaluates every second, so the rules' ``for`` and
+``keep_firing_for`` are shortened 60-fold (minutes become seconds: tests/helpers.py ``shortened_rules``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
 from tests.helpers import prometheus_query as query
-from tests.helpers import start_prometheus
+from tests.helpers import shortened_rules, start_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +78,9 @@ def wait(predicate, timeout: float, what: str, log: Path):
 def test_an_injected_slowdown_fires_the_regression_alert_in_prometheus(tmp_path, cli_env):
     agent_port = free_port()
     history = tmp_path / "h.db"
-    server, prom_port = start_prometheus(tmp_path, agent_port, RULES)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(shortened_rules(RULES.read_text()))
+    server, prom_port = start_prometheus(tmp_path, agent_port, rules)
     log = tmp_path / "serve.log"
     cli_env["OMP_NUM_THREADS"] = "1"  # one GEMM thread: steadier timings on a busy machine
     daemon = Daemon(write_config(tmp_path / "steady.toml", history, suite(0.0)), agent_port, cli_env, log)

@@ -342,6 +342,20 @@ def test_the_fleet_peer_panels_find_the_slow_gpu(tmp_path, promtool):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("cluster", [Options().cluster_label, "site"])
+def test_every_grouping_and_matching_keeps_the_cluster_label(cluster):
+    """As in the alert rules: every ``by (...)`` and ``on (...)`` of every panel, variable and annotation
+    query holds the options' cluster label, so a host name found in two clusters of one Prometheus stays
+    two series, and the fleet's peer medians are taken within a cluster."""
+    checked = 0
+    for board in build.dashboards(Options(cluster_label=cluster)).values():
+        for q in queries.all_queries(board):
+            for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", q.expr):
+                assert cluster in [name.strip() for name in clause.split(",")], (board["uid"], q.panel_title, q.expr)
+                checked += 1
+    assert checked > 100
+
+
 # --------------------------------------------------------------------------- the queries and their markers
 
 def test_all_queries_lists_every_target_variable_and_annotation():

@@ -8,7 +8,11 @@ layout follows the monitoring mixins (kubernetes-mixin, node-mixin): CamelCase a
 
 One alert per incident: the rules aggregate per GPU and workload, so a GPU that regressed on 40
 shapes raises one ``SixdimRegression`` whose value (and description) is 40; the Alertmanager
-example (deploy/alertmanager/alertmanager.yml) then groups by host and workload.
+example (deploy/alertmanager/alertmanager.yml) then groups by cluster, host and workload.
+
+Every ``by (...)`` and ``on (...)`` starts with the options' cluster label (:meth:`Alerts.by`), and the
+queries in the texts match it, so two clusters in one Prometheus or Thanos never share an alert, a
+peer group or a host name looked up for a text.
 """
 
 from __future__ import annotations
@@ -33,12 +37,31 @@ from sixdim.monitoring.promql import (
 )
 
 SLOWDOWN_WINDOW = 3600
-"""Seconds a thermal or hardware slowdown keeps its alert after the result that showed it was replaced."""
+"""Seconds a thermal or hardware slowdown keeps its alert after the result that showed it was replaced.
+The slowdown alerts have no ``for``: the flag is NVML's own report of a clock event during a result's
+measured window, an event of that result rather than a noisy sample, and ``max_over_time`` holds it for
+this window, so a ``for`` shorter than the window would filter nothing."""
 PEER_FOR = "1h"
+"""SixdimSlowerThanPeers: a GPU must stay below its peers this long (several runs of the quick suite), so
+one slow run on a busy host does not page."""
+REGRESSION_FOR = "5m"
+"""SixdimRegression fires only once its verdict was exported this long (several scrapes), never on a
+single sample: a verdict changes only when a run is recorded, so a real one stays exported until the
+next run (15 minutes for the quick suite) and pays 5 minutes on top of the runs the detector already
+waited for, and a state seen in one scrape only does not page.  A suite run more often than this whose
+verdict alternates with every run stays pending, as a verdict that never holds should."""
 REGRESSION_KEEP_FIRING_FOR = "1h"
 """How long SixdimRegression keeps firing after its verdict cleared: a verdict that goes back and forth
 with every run (every 15 minutes for the quick suite) stays one alert instead of a notification and a
 resolution each run (Prometheus >= 2.42)."""
+VERSION_CHANGE_FOR = "5m"
+"""SixdimVersionChangeRegression, as SixdimRegression: the version verdict must be exported for several
+scrapes before it fires, never on a single sample."""
+VERSION_CHANGE_KEEP_FIRING_FOR = "1h"
+"""How long SixdimVersionChangeRegression keeps firing after its verdict left ``regression``: the verdict
+is judged again with each of the first runs after the change until it settles (docs/REGRESSIONS.md), and a
+p-value near the threshold can take it from regression to ok and back; the change is one incident, so
+one alert (a rollout's 320 GPUs, one notification, deploy/alertmanager/README.md)."""
 AGENT_DOWN_FOR = "5m"
 AGENT_MOSTLY_DOWN_WINDOW = 900
 """SixdimAgentDown also counts an agent down for most of this window (seconds) as down: one that is up for
@@ -50,9 +73,11 @@ follow within minutes)."""
 HISTORY_LOSS_WINDOW = 3600
 STALE_KEEP = 86400
 """A benchmark whose last-success series disappears (the agent down, a lost history) keeps its stale
-alert this long past the stale threshold: the lookback is ``stale_after`` plus this.  The agent-down
-alert looks as far back for the host name the target last reported, so that it can inhibit those
-stale alerts of its host for as long as they last."""
+alert this long past the stale threshold: the lookback is ``stale_after`` plus this.  The recorded host
+name of each target (:func:`sixdim.monitoring.recording.target_hostname_rule`) looks as far back where it
+has no value of its own yet (the rules just loaded, or Prometheus stopped for longer than its lookback),
+so that SixdimAgentDown can inhibit those stale alerts of its host for as long as they last; with its own
+value it keeps the name for as long as the agent is down."""
 
 
 class Alerts:
@@ -67,7 +92,18 @@ class Alerts:
 
     # --- helpers
     def by(self, *labels: str) -> str:
-        return ", ".join(labels)
+        """A label list for ``by (...)`` and ``on (...)``: the cluster label first, then ``labels``."""
+        return ", ".join((self.o.cluster_label,) + labels)
+
+    def host(self) -> str:
+        """The host name in a text, with its cluster where the alert has one: host-a (cluster eu-1)."""
+        return (f"{self.lab(catalog.HOSTNAME)}{{{{ with $labels.{self.o.cluster_label} }}}} (cluster {{{{ . }}}})"
+                f"{{{{ end }}}}")
+
+    def same_cluster(self) -> tuple[str, str]:
+        """A matcher for queries in texts (``cluster=%q,``) and its printf argument: the alert's own cluster,
+        or, where it has none, the series without the label (``cluster=""`` matches those)."""
+        return f"{self.o.cluster_label}=%q,", f"$labels.{self.o.cluster_label} "
 
     def ref(self, name: str) -> str:
         """A label as a template expression (``$labels.gpu``), for ``if`` and ``with``."""
@@ -82,11 +118,11 @@ class Alerts:
         GPU (empty ``gpu`` label), the CPU (AMD EPYC) of host-a."""
         return (f"{{{{ if {self.ref(catalog.GPU)} }}}}GPU {self.lab(catalog.GPU)} ({self.lab(catalog.MODEL_NAME)}, "
                 f"{self.lab(catalog.UUID)}){{{{ else }}}}the CPU ({self.lab(catalog.MODEL_NAME)}){{{{ end }}}} "
-                f"of {self.lab(catalog.HOSTNAME)}")
+                f"of {self.host()}")
 
     def where(self) -> str:
         """For summaries: host-a GPU 3, or host-a alone on a host without a GPU."""
-        return f"{self.lab(catalog.HOSTNAME)}{{{{ with {self.ref(catalog.GPU)} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
+        return f"{self.host()}{{{{ with {self.ref(catalog.GPU)} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
 
     def versions_in_labels(self) -> str:
         """driver 550.54.15, CUDA 12.4, torch 2.4.0; the driver and CUDA only where the series has them
@@ -98,11 +134,12 @@ class Alerts:
     def versions_now(self) -> str:
         """For alerts whose series carry no versions: the driver and torch the agent reports now, as a
         sentence with its leading space; nothing at all when the agent reports nothing (it is down)."""
-        gpu_info = (f"{catalog.GPU_INFO.name}{{{label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
+        cluster, arg = self.same_cluster()
+        gpu_info = (f"{catalog.GPU_INFO.name}{{{cluster}{label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
                     f"{label(catalog.GPU_INFO, catalog.UUID)}=%q}}")
-        build_info = f"{catalog.BUILD_INFO.name}{{{label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
-        return (f"{{{{ with query (printf `{build_info}` $labels.{catalog.HOSTNAME}) }}}} Now running"
-                f"{{{{ with query (printf `{gpu_info}` $labels.{catalog.HOSTNAME} $labels.{catalog.UUID}) }}}}"
+        build_info = f"{catalog.BUILD_INFO.name}{{{cluster}{label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
+        return (f"{{{{ with query (printf `{build_info}` {arg}$labels.{catalog.HOSTNAME}) }}}} Now running"
+                f"{{{{ with query (printf `{gpu_info}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID}) }}}}"
                 f" driver {{{{ . | first | label \"{label(catalog.GPU_INFO, catalog.DRIVER_VERSION)}\" }}}}"
                 "{{ end }}"
                 f" with torch {{{{ . | first | label \"{label(catalog.BUILD_INFO, catalog.TORCH_VERSION)}\" }}}}."
@@ -136,7 +173,7 @@ class Alerts:
         op = "=~" if len(statuses) > 1 else "="
         x = f"{runs.name}{{{label(runs, catalog.STATUS)}{op}{quote(matcher)}}}"
         w = format_duration(window)
-        host = label(catalog.HISTORY_UP, catalog.HOSTNAME)
+        host = self.by(label(catalog.HISTORY_UP, catalog.HOSTNAME))
         return (f"(\n"
                 f"    {x}\n"
                 f"  unless\n"
@@ -164,9 +201,10 @@ class Alerts:
                 f"  )\n"
                 f")")
         figure = label(state, catalog.FIGURE)
-        figures_query = (f"count by ({figure}) ({state.name}{{{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
-                         f"{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} == {REGRESSION_CODE})")
-        figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` $labels.{catalog.HOSTNAME} "
+        cluster, arg = self.same_cluster()
+        figures_query = (f"count by ({self.by(figure)}) ({state.name}{{{cluster}{catalog.HOSTNAME}=%q,"
+                         f"{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} == {REGRESSION_CODE})")
+        figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` {arg}$labels.{catalog.HOSTNAME} "
                    f"$labels.{catalog.UUID} $labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) "
                    f"| sortByLabel \"{figure}\" }}}}{{{{ if $i }}}}, {{{{ end }}}}"
                    f"{{{{ $s.Labels.{figure} }}}}{{{{ end }}}}")
@@ -176,9 +214,12 @@ class Alerts:
             f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} regressed on "
             f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
             f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
-            f"runs against the series' own baseline.", keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
+            f"runs against the series' own baseline.", for_=REGRESSION_FOR, keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
 
     def incorrect(self) -> dict[str, Any]:
+        """Incorrect results within the window, at the first evaluation (no ``for``): an incorrect result is a
+        definitive event the history records (the run's output failed its float64 check), not a noisy
+        sample, and its counter never goes back, so a ``for`` would only delay the critical page."""
         runs = catalog.WORKLOAD_RUNS
         group = self.device + (label(runs, catalog.WORKLOAD),)
         w = format_duration(self.o.incorrect_window)
@@ -242,7 +283,7 @@ class Alerts:
         """Each GPU's summary speed against its peers' median, among the summaries that cover the
         group's shapes: the recorded ratios (:mod:`sixdim.monitoring.recording`), where the peer
         group is large enough."""
-        peers = recording.peers_by(self.o.dcgm_label_names)
+        peers = recording.peers_by(self.o)
         arms = []
         for metric in recording.PEER_METRICS:
             arms.append(f"(\n"
@@ -272,28 +313,32 @@ class Alerts:
         expr = (f"quantile by ({self.by(*group)}) (\n"
                 f"  0.5, {change.name}{{{verdict}}}\n"
                 f")")
-        count_query = (f"count({change.name}{{{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,"
-                       f"{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,{catalog.CHANGE_FROM}=%q,"
-                       f"{catalog.CHANGE_TO}=%q,{verdict}}})")
-        count = (f"{{{{ with query (printf `{count_query}` $labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
+        cluster, arg = self.same_cluster()
+        count_query = (f"count({change.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
+                       f"{catalog.WORKLOAD}=%q,{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,"
+                       f"{catalog.CHANGE_FROM}=%q,{catalog.CHANGE_TO}=%q,{verdict}}})")
+        count = (f"{{{{ with query (printf `{count_query}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
                  f"$labels.{catalog.WORKLOAD} $labels.{catalog.FIGURE} $labels.{catalog.CHANGE_COMPONENT} "
                  f"$labels.{catalog.CHANGE_FROM} $labels.{catalog.CHANGE_TO}) }}}}"
                  f"{{{{ . | first | value }}}}{{{{ end }}}}")
         return self.alert(
             "SixdimVersionChangeRegression", expr, "warning",
             f"{self.lab(catalog.CHANGE_COMPONENT)} {self.lab(catalog.CHANGE_FROM)} to {self.lab(catalog.CHANGE_TO)} "
-            f"made {self.lab(catalog.WORKLOAD)} worse on {self.lab(catalog.HOSTNAME)}",
+            f"made {self.lab(catalog.WORKLOAD)} worse on {self.host()}",
             f"After {self.lab(catalog.CHANGE_COMPONENT)} changed from {self.lab(catalog.CHANGE_FROM)} to "
             f"{self.lab(catalog.CHANGE_TO)} on {self.gpu_ref()}, {self.lab(catalog.WORKLOAD)}'s "
             f"{self.lab(catalog.FIGURE)} is {{{{ $value | humanizePercentage }}}} of its value before the change "
-            f"(median over the {count} result series the agent judged worse).")
+            f"(median over the {count} result series the agent judged worse).", for_=VERSION_CHANGE_FOR,
+            keep_firing_for=VERSION_CHANGE_KEEP_FIRING_FOR)
 
     def agent_down(self) -> dict[str, Any]:
+        """A target down for ``AGENT_DOWN_FOR``, named by the host name recorded for it
+        (:data:`sixdim.monitoring.recording.TARGET_HOSTNAME`, which keeps the name for as long as the agent
+        is down), so that Alertmanager groups and inhibits it with that host's other alerts; a target never
+        scraped successfully has no host name to give and keeps only its target labels."""
         job = quote(self.o.job)
         up = f"{PROMETHEUS_UP}{{{JOB}={job}}}"
-        build = catalog.BUILD_INFO
-        host = label(build, catalog.HOSTNAME)
-        lookback = format_duration(self.o.stale_after + STALE_KEEP)
+        host = label(catalog.BUILD_INFO, catalog.HOSTNAME)
         w = format_duration(AGENT_MOSTLY_DOWN_WINDOW)
         # Both arms without the metric name (max without () drops it), so that `or` keeps one series per target.
         down = (f"(\n"
@@ -305,30 +350,30 @@ class Alerts:
                 f"    (\n"
                 f"  {indent(down, 4)}\n"
                 f"    )\n"
-                f"  * on ({JOB}, {INSTANCE}) group_left ({host})\n"
-                f"    max by ({JOB}, {INSTANCE}, {host}) (\n"
-                f"      topk by ({JOB}, {INSTANCE}) (1, last_over_time({build.name}{{{JOB}={job}}}[{lookback}]))\n"
-                f"    )\n"
+                f"  * on ({self.by(JOB, INSTANCE)}) group_left ({host})\n"
+                f"    {recording.TARGET_HOSTNAME.name}\n"
                 f")\n"
-                f"or on ({JOB}, {INSTANCE})\n"
+                f"or on ({self.by(JOB, INSTANCE)})\n"
                 f"  {down}")
         return self.alert(
             "SixdimAgentDown", expr, "warning",
             f"sixdim agent {{{{ $labels.{INSTANCE} }}}} is down",
             f"Prometheus cannot scrape the sixdim agent at {{{{ $labels.{INSTANCE} }}}} (job {{{{ $labels.{JOB} }}}}"
-            f"{{{{ with $labels.{host} }}}}, host {{{{ . }}}}{{{{ end }}}}) for {AGENT_DOWN_FOR}: no benchmarks "
+            f"{{{{ with $labels.{host} }}}}, host {{{{ . }}}}{{{{ end }}}}"
+            f"{{{{ with $labels.{self.o.cluster_label} }}}}, cluster {{{{ . }}}}{{{{ end }}}}) for {AGENT_DOWN_FOR}: "
+            f"no benchmarks "
             f"are recorded or exported from it, and its other alerts cannot fire.", for_=AGENT_DOWN_FOR)
 
     def history_down(self) -> dict[str, Any]:
-        host = label(catalog.HISTORY_UP, catalog.HOSTNAME)
+        host = self.by(label(catalog.HISTORY_UP, catalog.HOSTNAME))
         pending = catalog.HISTORY_PENDING
         expr = (f"max by ({host}) ({pending.name})\n"
                 f"and on ({host})\n"
                 f"max by ({host}) ({catalog.HISTORY_UP.name}) == 0")
         return self.alert(
             "SixdimHistoryDown", expr, "warning",
-            f"sixdim on {self.lab(catalog.HOSTNAME)} cannot write its history",
-            f"The last write to the history database of the agent on {self.lab(catalog.HOSTNAME)} failed, and "
+            f"sixdim on {self.host()} cannot write its history",
+            f"The last write to the history database of the agent on {self.host()} failed, and "
             f"writes have not recovered for {HISTORY_DOWN_FOR}; {{{{ $value }}}} result(s) wait in memory and in the "
             f"spool file. They are written once the database accepts writes again.", for_=HISTORY_DOWN_FOR)
 
@@ -339,37 +384,38 @@ class Alerts:
         than the window, the broken file found at start, so the counter's first sample is already
         1 and ``increase`` has nothing before it to compare with.  An agent process that started
         within the window counted all of its errors within the window, so for such a process its
-        counter's value counts whole; the alert takes the larger of the two."""
+        counter's value counts whole; the alert takes the larger of the two.  No ``for``: results dropped
+        or a history moved aside are definitive events the agent counted, not noisy samples."""
         errors = catalog.HISTORY_WRITE_ERRORS
-        host, reason = label(errors, catalog.HOSTNAME), label(errors, "reason")
+        host, reason = self.by(label(errors, catalog.HOSTNAME)), label(errors, "reason")
         w = format_duration(HISTORY_LOSS_WINDOW)
         series = f"{errors.name}{{{reason}=~\"dropped|corrupt\"}}"
         increase = f"sum by ({host}, {reason}) (increase({series}[{w}]))"
         young = (f"sum by ({host}, {reason}) (\n"
                  f"    {series}\n"
-                 f"  and on ({JOB}, {INSTANCE})\n"
+                 f"  and on ({self.by(JOB, INSTANCE)})\n"
                  f"    time() - {PROCESS_START_TIME} < {HISTORY_LOSS_WINDOW}\n"
                  f")")
         arms = (indent(young, 4), "  >=", indent(increase, 4), "  or", indent(increase, 4), "  or", indent(young, 4))
         expr = "(\n" + "\n".join(arms) + "\n) > 0"
         return self.alert(
             "SixdimHistoryDataLoss", expr, "warning",
-            f"sixdim on {self.lab(catalog.HOSTNAME)} lost history data",
-            f"The agent on {self.lab(catalog.HOSTNAME)} counted about {{{{ printf \"%.0f\" $value }}}} history write "
+            f"sixdim on {self.host()} lost history data",
+            f"The agent on {self.host()} counted about {{{{ printf \"%.0f\" $value }}}} history write "
             f"error(s) of reason {{{{ $labels.{reason} }}}} in the last {w}: dropped means results waiting for the "
             f"database were dropped because too many waited; corrupt means a broken database file was moved "
             f"aside at start and a new one begun.")
 
     def config_reload_failed(self) -> dict[str, Any]:
         success, last = catalog.CONFIG_RELOAD_SUCCESS, catalog.CONFIG_LAST_RELOAD
-        host = label(success, catalog.HOSTNAME)
+        host = self.by(label(success, catalog.HOSTNAME))
         expr = (f"time() - max by ({host}) ({last.name})\n"
                 f"and on ({host})\n"
                 f"max by ({host}) ({success.name}) == 0")
         return self.alert(
             "SixdimConfigReloadFailed", expr, "warning",
-            f"sixdim on {self.lab(catalog.HOSTNAME)} runs an old configuration",
-            f"The last configuration reload (SIGHUP) of the agent on {self.lab(catalog.HOSTNAME)} failed at least "
+            f"sixdim on {self.host()} runs an old configuration",
+            f"The last configuration reload (SIGHUP) of the agent on {self.host()} failed at least "
             f"{CONFIG_RELOAD_FAILED_FOR} ago: it still runs the configuration it loaded "
             f"{{{{ humanizeDuration $value }}}} ago, and would refuse the file on disk at its next restart.",
             for_=CONFIG_RELOAD_FAILED_FOR)
@@ -387,6 +433,8 @@ class Alerts:
             ]},
             {"name": "sixdim-fleet", "rules": [self.peers()]},
             {"name": "sixdim-runs", "rules": [self.stale(), self.failing()]},
-            {"name": "sixdim-agent", "rules": [self.agent_down(), self.history_down(), self.history_loss(),
-                                               self.config_reload_failed()]},
+            {"name": "sixdim-agent", "rules": [
+                # recorded in the group of the alert that reads it: evaluated just before it, in the same round
+                recording.target_hostname_rule(self.o, self.o.stale_after + STALE_KEEP),
+                self.agent_down(), self.history_down(), self.history_loss(), self.config_reload_failed()]},
         ]

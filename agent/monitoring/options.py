@@ -14,11 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from sixdim.core import catalog
 from sixdim.core.durations import format_duration, whole_seconds
+from sixdim.monitoring.promql import INSTANCE, JOB
 
 DEFAULT_RUNBOOK_BASE = "https://github.com/sixdim/sixdim/blob/main/docs/ALERTS.md"
 DURATIONS = ("stale_after", "failure_window", "incorrect_window")
 """The options that are durations (whole seconds; flags in the one duration grammar)."""
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+"""A Prometheus label name (names starting with ``__`` are reserved for Prometheus itself)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,12 @@ class Options:
     """GPUs (the one judged included) a peer group needs before it is compared."""
     job: str = "sixdim"
     """The scrape job of the agents (SixdimAgentDown)."""
+    cluster_label: str = "cluster"
+    """The label that tells clusters apart where several share one Prometheus or Thanos, as
+    kubernetes-mixin's ``clusterLabel``: every aggregation and every join of the rules and dashboards keeps
+    it, so each cluster gets its own alerts and its own peer groups.  The agent does not export it: the
+    scrape configuration adds it (a target label, or a relabelling), or Thanos adds its external label.
+    Absent, it groups everything as one cluster, as before."""
     dcgm_label_names: bool = False
     """Use dcgm-exporter's ``modelName`` for the model label, as the agent's --dcgm-label-names does."""
     runbook_base: str = DEFAULT_RUNBOOK_BASE
@@ -55,6 +65,11 @@ class Options:
             raise ValueError(f"min_peers: expected a whole number of at least 2, got {self.min_peers!r}")
         if not self.job or any(ch in self.job for ch in "\"\\\n"):
             raise ValueError(f"job: expected a non-empty job name without quotes or backslashes, got {self.job!r}")
+        if (not isinstance(self.cluster_label, str) or not LABEL_NAME.match(self.cluster_label)
+                or self.cluster_label.startswith("__") or self.cluster_label in _labels_in_use()):
+            raise ValueError(f"cluster_label: expected a Prometheus label name (letters, digits and _, not "
+                             f"starting with a digit or __) that sixdim's series do not carry already, got "
+                             f"{self.cluster_label!r}")
         if not re.match(r"^https?://\S+$", self.runbook_base) or "#" in self.runbook_base:
             raise ValueError(f"runbook_base: expected an http(s) URL without a #fragment, got {self.runbook_base!r}")
 
@@ -72,6 +87,13 @@ class Options:
             else:
                 out.append(f"{flag} {value}")
         return " ".join(out)
+
+
+def _labels_in_use() -> frozenset[str]:
+    """The labels sixdim's series carry already (the catalog's, in either model-label convention, and the
+    target labels): a cluster label named like one of them would merge two different things."""
+    names = {label for metric in catalog.ALL_METRICS for label in metric.labels}
+    return frozenset(names | {catalog.MODEL_NAME_DCGM, JOB, INSTANCE})
 
 
 # ----------------------------------------------------------------------------- the flags
@@ -147,6 +169,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"the same summary series (default: {d.min_peers})")
     group.add_argument("--job", type=_arg(_checked("job"), "job name"), default=d.job, metavar="NAME",
                        help=f"the Prometheus scrape job of the agents, for SixdimAgentDown (default: {d.job})")
+    group.add_argument("--cluster-label", type=_arg(_checked("cluster_label"), "label name"),
+                       default=d.cluster_label, metavar="LABEL",
+                       help="the label that tells clusters apart in a Prometheus or Thanos holding several: every "
+                            "aggregation and join of the rules and dashboards keeps it, so each cluster gets its "
+                            "own alerts and peer groups; the scrape configuration (or Thanos) adds it, the agent "
+                            f"does not (default: {d.cluster_label})")
     group.add_argument("--dcgm-label-names", action="store_true",
                        help="the agents run with --dcgm-label-names: use modelName for the model label "
                             "(default: model_name)")

@@ -10,6 +10,15 @@ and ``sixdim_peer_group:<summary>:count``) and read by both.  The names follow P
 
 The dashboards therefore need these rules loaded in the Prometheus they query, as the alerts do:
 the one rules file ``sixdim rules`` writes holds both.
+
+Each scrape target's host name is recorded too (``sixdim_target:sixdim_build_info:hostname``, by
+:func:`target_hostname_rule`, in the alerts' ``sixdim-agent`` group): the rule reads its own last value
+while the agent is down, so SixdimAgentDown names the host however long the agent stays down, and the
+agent dashboard's scrape panel shows the name of a host that is down.
+
+Peers are compared within one cluster: every grouping and matching keeps the options' cluster label
+(``--cluster-label``, default ``cluster``), so a fleet of several clusters in one Prometheus or Thanos
+gets one peer group per cluster, as kubernetes-mixin keeps its ``clusterLabel``.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from sixdim.core import catalog
-from sixdim.monitoring.promql import covering_shapes
+from sixdim.core.durations import format_duration
+from sixdim.monitoring.options import Options
+from sixdim.monitoring.promql import INSTANCE, JOB, PROMETHEUS_UP, covering_shapes, quote
 
 GROUP = "sixdim-recording"
 PEER_METRICS: tuple[catalog.MetricDef, ...] = (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES)
@@ -44,18 +55,28 @@ def peer_count(metric: catalog.MetricDef) -> catalog.MetricDef:
         "recording rule.", tuple(label for label in metric.labels if label in PEER_LABELS))
 
 
-RECORDED: tuple[catalog.MetricDef, ...] = tuple(d for m in PEER_METRICS for d in (peer_ratio(m), peer_count(m)))
+TARGET_HOSTNAME = catalog.MetricDef(
+    "sixdim_target:sixdim_build_info:hostname", "gauge",
+    "The host name each scrape target of the agents last reported in sixdim_build_info, kept while the target is "
+    "down and for as long as Prometheus still has it as a target (its up series); always 1; a recording rule.",
+    (catalog.HOSTNAME,))
+"""Labels: the target's (job, instance, and the cluster label where the scrape adds one) and the host name."""
+
+RECORDED: tuple[catalog.MetricDef, ...] = tuple(
+    d for m in PEER_METRICS for d in (peer_ratio(m), peer_count(m))) + (TARGET_HOSTNAME,)
 """Every recorded series, defined once: the rules write them, the alerts and dashboards read them."""
 
 
-def peers_by(dcgm_label_names: bool) -> str:
-    """The peer-group labels as exported, for ``by (...)`` and ``on (...)``."""
-    return ", ".join(catalog.exported_label(label, dcgm_label_names) for label in PEER_LABELS)
+def peers_by(options: Options) -> str:
+    """The peer-group labels as exported, the cluster label first, for ``by (...)`` and ``on (...)``."""
+    return ", ".join((options.cluster_label,) + tuple(catalog.exported_label(label, options.dcgm_label_names)
+                                                      for label in PEER_LABELS))
 
 
-def rules(dcgm_label_names: bool = False) -> list[dict[str, Any]]:
+def rules(options: Options | None = None) -> list[dict[str, Any]]:
     """The recording rules, in file order."""
-    peers = peers_by(dcgm_label_names)
+    options = options or Options()
+    peers = peers_by(options)
     out: list[dict[str, Any]] = []
     for metric in PEER_METRICS:
         full = covering_shapes(metric.name, catalog.SUMMARY_SHAPES.name, peers)
@@ -65,5 +86,39 @@ def rules(dcgm_label_names: bool = False) -> list[dict[str, Any]]:
     return out
 
 
-def group(dcgm_label_names: bool = False) -> dict[str, Any]:
-    return {"name": GROUP, "rules": rules(dcgm_label_names)}
+def target_hostname_rule(options: Options, fallback_seconds: int) -> dict[str, Any]:
+    """The recording rule that remembers each target's host name, in three arms, the first that has the
+    target winning (``or on`` the target's labels):
+
+    1. the host name the agent reports now (``sixdim_build_info``);
+    2. else the rule's own last value: a recording rule that reads itself carries its value from one
+       evaluation to the next for as long as the target is down, days or months, where a lookup of
+       ``sixdim_build_info`` over a fixed window loses the name once the window has passed;
+    3. else the name the agent reported within ``fallback_seconds``, for the evaluations where the rule has
+       no value of its own yet: the rules were just loaded, or Prometheus was stopped for longer than its
+       lookback (5 minutes) while the agent was down.
+
+    It is kept only while Prometheus still scrapes the target (``up`` exists), so a target taken out of
+    the scrape configuration is forgotten.  An agent back under a new host name records the new one at
+    once (arm 1), and the old series ends: one series per target, always."""
+    job = quote(options.job)
+    target = ", ".join((options.cluster_label, JOB, INSTANCE))
+    host = catalog.HOSTNAME
+    build = f"{catalog.BUILD_INFO.name}{{{JOB}={job}}}"
+    name = TARGET_HOSTNAME.name
+    expr = (f"(\n"
+            f"    max by ({target}, {host}) ({build})\n"
+            f"  or on ({target})\n"
+            f"    {name}\n"
+            f"  or on ({target})\n"
+            f"    max by ({target}, {host}) (\n"
+            f"      topk by ({target}) (1, last_over_time({build}[{format_duration(fallback_seconds)}]))\n"
+            f"    )\n"
+            f")\n"
+            f"and on ({target})\n"
+            f"  {PROMETHEUS_UP}{{{JOB}={job}}}")
+    return {"record": name, "expr": expr}
+
+
+def group(options: Options | None = None) -> dict[str, Any]:
+    return {"name": GROUP, "rules": rules(options)}

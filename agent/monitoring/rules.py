@@ -33,7 +33,7 @@ PROMETHEUS_RULE_NAME = "sixdim"
 def groups(options: Options | None = None) -> list[dict[str, Any]]:
     """The rule groups as data (what :func:`render` writes): the recording rules first, then the alerts."""
     options = options or Options()
-    return [recording.group(options.dcgm_label_names), *Alerts(options).groups()]
+    return [recording.group(options), *Alerts(options).groups()]
 
 
 def render(options: Options | None = None) -> str:

@@ -1,5 +1,7 @@
 """The exporter renders the catalog: names, labels, units, and promtool's lint."""
 
+import random
+
 import pynvml
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -118,6 +120,10 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     for run in range(30):  # a series with a verdict and a version change: the verdict metrics too
         board.add(make_record(shape="m=16,n=16,k=16", seconds=0.01 if run < 12 else 0.02, ended_at=1000.0 + run,
                               driver="550.54.15" if run < 12 else "560.28.03"))
+    wobble = random.Random(5)
+    for run in range(120):  # a series that drifts 0.1% a run: the drift metrics
+        board.add(make_record(workload="rnn", seconds=0.01 * 1.001 ** run * (1 + wobble.gauss(0, 0.005)),
+                              ended_at=1000.0 + 900.0 * run))
     figures = {metric.figure: 1.0 for metric in catalog.RESULT_METRICS
                if metric.figure not in ("ended_at",) and not metric.figure_labels}
     figures["quality:top1_accuracy:higher_is_better"] = 0.76

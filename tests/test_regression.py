@@ -124,7 +124,8 @@ def test_a_version_break_starts_a_new_segment():
 def test_per_workload_and_figure_effects():
     s = Settings(effects={"allreduce": 0.1, "gemm/power_watts": 0.05})
     assert s.effects_for("seconds", "allreduce")[1] == 0.1
-    assert s.effects_for("power_watts", "gemm") == pytest.approx((0.05 * 0.025 / 0.018, 0.05))
+    fast = 0.05 * Settings.fast_effect / Settings.min_effect
+    assert s.effects_for("power_watts", "gemm") == pytest.approx((fast, 0.05))
     assert s.effects_for("seconds", "gemm") == (s.fast_effect, s.min_effect)
     values = noisy(50) + noisy(10, level=1.05, seed=7)
     assert Detector(s).evaluate(values, "seconds", workload="allreduce").state != rg.REGRESSION
@@ -251,4 +252,4 @@ def test_tracker_is_cheap_per_run():
     for v in values:
         tracker.update(v)
     assert (time.perf_counter() - t0) / len(values) < 0.002
-    assert len(tracker.values) <= 2 * (Settings().window + Settings().slow_runs + Settings().reform_after)
+    assert len(tracker.values) <= 2 * Settings().kept_runs

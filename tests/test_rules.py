@@ -171,7 +171,8 @@ def test_severities_and_immediacy():
     assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
             "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
             "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimHistoryDown",
-            "SixdimHistoryDataLoss", "SixdimConfigReloadFailed"} == set(by_name)
+            "SixdimHistoryDataLoss", "SixdimConfigReloadFailed", "SixdimDrift"} == set(by_name)
+    assert by_name["SixdimDrift"]["labels"]["severity"] == "info" and by_name["SixdimDrift"]["for"] == "30m"
 
 
 def test_every_metric_and_label_in_the_rules_is_in_the_catalog():

@@ -476,6 +476,24 @@ VERSION_CHANGE_RATIO = MetricDef(
     "verdict regression, improvement, ok or "
     "insufficient_data (two-sided rank test and minimum effect).",
     VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))
+DRIFT_STATE = MetricDef(
+    "sixdim_drift_state", "gauge",
+    "Drift verdict of a figure of a result series: 1 the figure drifts the worse way, -1 the better way, 0 no "
+    "drift (a steady slope over the last runs that a line fits better than a step; never a regression verdict, "
+    "and steps are judged on top of it). Exported for every series exported per shape, and for any other "
+    "series while it drifts.",
+    VERDICT_LABELS)
+DRIFT_RATE = MetricDef(
+    "sixdim_drift_ratio_per_second", "gauge",
+    "The drift's slope: relative change of the figure per second along the fitted line (multiply by 86400 for "
+    "per day; its sign is the figure's own, so a rate falling is negative), ratio per second; only while a "
+    "drift holds.",
+    VERDICT_LABELS)
+DRIFT_TOTAL_RATIO = MetricDef(
+    "sixdim_drift_total_ratio", "gauge",
+    "The drift's total change: the fitted level now divided by the median of the first baseline of the "
+    "series' current segment (since its last version change), ratio; only while a drift holds.",
+    VERDICT_LABELS)
 WORKLOAD_LAST_SUCCESS = MetricDef(
     "sixdim_workload_last_success_timestamp_seconds", "gauge",
     "Unix time at which the newest ok run of the workload on the device ended, over all its shapes and "
@@ -494,7 +512,7 @@ SUITE_PEER_RATIO = MetricDef(
     "model have it.",
     SUMMARY_LABELS + (FIGURE,))
 VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
-                                          PEER_RATIO, SUITE_PEER_RATIO)
+                                          DRIFT_STATE, DRIFT_RATE, DRIFT_TOTAL_RATIO, PEER_RATIO, SUITE_PEER_RATIO)
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,

@@ -84,6 +84,7 @@ _GPU_IDENTITY = frozenset({catalog.GPU, catalog.UUID, catalog.PCI_BUS_ID})
 PARTS = ("all", "results", "live")
 
 NOTEWORTHY = frozenset({SUSPICIOUS, REGRESSION, IMPROVEMENT})
+SECONDS_PER_DAY = 86400.0
 """Verdict states exported for every series, not only those exported per shape."""
 
 
@@ -190,7 +191,7 @@ class SixdimCollector(PromCollector):
             labels = series.record.result_labels()
             shown = shape_keys is None or series.record.key() in shape_keys
             for figure, verdict in series.verdicts.items():
-                if not shown and verdict.state not in NOTEWORTHY:
+                if not shown and verdict.state not in NOTEWORTHY and not verdict.drift:
                     continue
                 at = {**labels, catalog.FIGURE: figure}
                 yield Sample(catalog.REGRESSION_STATE, at, float(verdict.code))
@@ -198,6 +199,11 @@ class SixdimCollector(PromCollector):
                     yield Sample(catalog.REGRESSION_RATIO, at, verdict.ratio)
                 if verdict.baseline is not None:
                     yield Sample(catalog.BASELINE_VALUE, at, verdict.baseline)
+                yield Sample(catalog.DRIFT_STATE, at, float(verdict.drift))
+                if verdict.drift and verdict.drift_per_day is not None:
+                    yield Sample(catalog.DRIFT_RATE, at, verdict.drift_per_day / SECONDS_PER_DAY)
+                if verdict.drift and verdict.drift_ratio is not None:
+                    yield Sample(catalog.DRIFT_TOTAL_RATIO, at, verdict.drift_ratio)
             for figure, change in series.changes.items():
                 if change.ratio is None or (not shown and change.state != REGRESSION):
                     continue

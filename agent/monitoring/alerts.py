@@ -62,6 +62,8 @@ VERSION_CHANGE_KEEP_FIRING_FOR = "1h"
 is judged again with each of the first runs after the change until it settles (docs/REGRESSIONS.md), and a
 p-value near the threshold can take it from regression to ok and back; the change is one incident, so
 one alert (a rollout's 320 GPUs, one notification, deploy/alertmanager/README.md)."""
+DRIFT_FOR = "30m"
+"""SixdimDrift: the drift verdict exported this long (two runs of the quick suite) before it fires."""
 AGENT_DOWN_FOR = "5m"
 AGENT_MOSTLY_DOWN_WINDOW = 900
 """SixdimAgentDown also counts an agent down for most of this window (seconds) as down: one that is up for
@@ -215,6 +217,33 @@ class Alerts:
             f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
             f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
             f"runs against the series' own baseline.", for_=REGRESSION_FOR, keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
+
+    def drift(self) -> dict[str, Any]:
+        """Shapes of one GPU, workload and precision whose figure drifts the worse way: a GPU degrading
+        slowly, named as a drift (the regression verdict never calls it one).  ``DRIFT_FOR`` because
+        a drift is confirmed over tens of runs and does not end in minutes; no hurry to page."""
+        state = catalog.DRIFT_STATE
+        group = self.device + (label(state, catalog.WORKLOAD), label(state, catalog.PRECISION)) + self.versions
+        case = group + (label(state, catalog.SHAPE), label(state, catalog.MODE), label(state, catalog.PASS))
+        expr = (f"count by ({self.by(*group)}) (\n"
+                f"  count by ({self.by(*case)}) (\n"
+                f"    {state.name} == 1\n"
+                f"  )\n"
+                f")")
+        total = catalog.DRIFT_TOTAL_RATIO
+        cluster, arg = self.same_cluster()
+        worst = (f"min by ({self.by()}) (abs({total.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
+                 f"{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} - 1) and on ({self.by(*case)}, "
+                 f"{label(state, catalog.FIGURE)}) ({state.name} == 1))")
+        change = (f"{{{{ with query (printf `{worst}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
+                  f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}}, by at least "
+                  f"{{{{ . | first | value | humanizePercentage }}}} since the series' first baseline{{{{ end }}}}")
+        return self.alert(
+            "SixdimDrift", expr, "info",
+            f"{self.lab(catalog.WORKLOAD)} drifts worse on {self.where()}",
+            f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} is drifting the worse "
+            f"way on {{{{ $value }}}} shape(s){change}, under {self.versions_in_labels()}: a steady slope over its "
+            f"recent runs, not a step. See sixdim_drift_ratio_per_second for the slope.", for_=DRIFT_FOR)
 
     def incorrect(self) -> dict[str, Any]:
         """Incorrect results within the window, at the first evaluation (no ``for``): an incorrect result is a
@@ -424,6 +453,7 @@ class Alerts:
         return [
             {"name": "sixdim-results", "rules": [
                 self.regression(),
+                self.drift(),
                 self.incorrect(),
                 self.version_change(),
                 self.slowdown("SixdimThermalSlowdown", catalog.WORKLOAD_THERMAL_SLOWDOWN,

@@ -76,28 +76,62 @@ class Settings:
     docs/REGRESSIONS.md for the trade-off curve behind each)."""
 
     window: int = 40
-    """W: accepted runs of the current segment forming the baseline (median, scaled MAD).  40,
-    not 20: a 20-run median wanders (sd 0.28 sigma) enough that every fast-rule threshold either
-    misses the 1-in-100,000 false-alarm target on spiky noise or the 5%-in-3-runs target; the
-    simulation (docs/REGRESSIONS.md) measured 30 just missing the spiky targets and 40 meeting all."""
+    """W: accepted runs of the current segment forming the baseline's level (median).  40, not 20:
+    a 20-run median wanders (sd 0.28 sigma) enough to cost either the false-alarm budget or the
+    5%-in-3-runs target (docs/REGRESSIONS.md)."""
+    noise_window: int = 100
+    """Accepted runs (the baseline's and up to this many in all) whose spread is the series' noise.
+    A 1-in-100,000 false-alarm rate sits far in the tail, where a noise estimate from 40 runs is
+    itself too noisy: the thresholds would need a 20% margin for it.  The noise of a series changes
+    more slowly than its level, so it is estimated over a longer span."""
     min_baseline: int = 10
     """Fewer baseline runs than this: ``insufficient_data``."""
     fast_runs: int = 3
-    """The fast rule: the last ``fast_runs`` runs all worse by ``fast_effect`` (catches a 5% step
-    within 3 runs; three in a row because two 20% spikes in a row happen 1 in 10^4 runs)."""
-    fast_effect: float = 0.025
+    """The fast rule: the mean of the last ``fast_runs`` runs (outlier-scale runs left out, at most
+    one of them) and their median worse by ``fast_effect``, and each of the runs kept worse by
+    ``fast_floor`` (catches a 5% step within 3 runs; the median keeps one heavy-tailed run from
+    carrying two ordinary ones over the threshold)."""
+    fast_effect: float = 0.03
+    fast_floor: float = 0.0125
     fast_alpha: float = 0.01
     slow_runs: int = 6
-    """The slow rule: the mean of the ``slow_kept`` least-worse of the last ``slow_runs`` runs worse
-    by ``min_effect`` (catches a 3% step within 6 runs; dropping the 2 worst makes it immune to two
-    spikes in the window)."""
-    slow_kept: int = 4
+    """The slow rule: the mean of the ``slow_kept`` least-worse of the last ``slow_runs`` runs that
+    are not outlier-scale worse by ``min_effect``, and the last run too (catches a 3% step within
+    6 runs)."""
+    slow_kept: int = 5
     min_effect: float = 0.018
     slow_alpha: float = 0.002
-    fast_noise: float = 2.0
-    """Noise guard: a run is a violation only beyond ``fast_noise`` scaled MADs as well, so a series
-    much noisier than 1% does not alarm on a 2.5% wobble.  Binds only above ~1.25% noise."""
-    slow_noise: float = 1.2
+    fast_noise: float = 5.0
+    """Noise guard of the fast rule: its mean must also exceed ``fast_noise`` noise-sigmas of a
+    mean of ``fast_runs`` runs (5 / sqrt(3) = 2.9 sigma).  Binds above ~1% noise; calibrated so a
+    series of any noise level stays under 1 false regression in 100,000 runs (docs/REGRESSIONS.md)."""
+    floor_noise: float = 1.25
+    """Each kept run of the fast rule is also worse by this many noise-sigmas."""
+    slow_noise: float = 2.0
+    """Noise guard of the slow rule, in noise-sigmas of one run."""
+    outlier_effect: float = 0.08
+    outlier_noise: float = 5.0
+    """A run worse by more than max(``outlier_effect``, ``outlier_noise`` sigmas) is outlier-scale:
+    what preemption, a neighbour's burst or a thermal event does to a run.  The fast rule leaves
+    such runs out (at most one among its runs) and the slow rule needs ``slow_kept`` runs that are
+    not, so spikes and bursts do not add up to an alarm; a step that large is confirmed by the large
+    rule instead."""
+    large_runs: int = 8
+    """The large rule: the last ``large_runs`` runs all worse by the fast rule's threshold, at one
+    level (their range within ``large_spread`` of their median deviation or ``large_spread_noise``
+    sigmas).  Longer than a neighbour's burst (2-5 runs in the noise model): a step of more than
+    ~8% is confirmed after 8 runs, and shows ``suspicious`` from its second."""
+    large_spread: float = 0.10
+    large_spread_noise: float = 4.0
+    drift_runs: int = 96
+    """Drift: the last ``drift_runs`` accepted runs of the segment (at least ``drift_min_runs``)
+    are fitted with a line; a drift is a slope ``drift_z`` standard errors from zero that changed
+    the figure by at least its minimum effect over those runs, where the line fits the runs better
+    than the best single step (at least ``drift_min_side`` runs each side) does."""
+    drift_min_runs: int = 64
+    drift_z: float = 6.0
+    drift_keep_z: float = 3.0
+    drift_min_side: int = 8
     suspicious_runs: int = 2
     """Violations (by ``min_effect``) among the last ``slow_runs`` that make a series ``suspicious``."""
     reform_after: int = 20
@@ -110,6 +144,13 @@ class Settings:
     effects: Mapping[str, float] = field(default_factory=dict)
     """Per-figure and per-workload ``min_effect`` overrides, keyed ``"workload/figure"``,
     ``"workload"`` or ``"figure"`` (most specific wins).  ``fast_effect`` scales with it."""
+
+    @property
+    def kept_runs(self) -> int:
+        """Accepted runs a tracker keeps (and a restart restores): the noise (or drift) window before
+        the slow window, and the runs an episode may last before its baseline re-forms."""
+        widest = max(self.window, self.noise_window, self.drift_runs)
+        return widest + max(self.slow_runs, self.large_runs) + self.reform_after
 
     def effects_for(self, figure: str, workload: str = "") -> tuple[float, float]:
         """(fast, slow) minimum relative effects for one figure of one workload."""
@@ -140,6 +181,120 @@ def scaled_mad(values: Sequence[float], center: float | None = None) -> float:
     """1.4826 x median absolute deviation: a sigma that one spike cannot inflate."""
     c = median(values) if center is None else center
     return MAD_SCALE * median([abs(v - c) for v in values])
+
+
+TRIM_MADS = 3.5
+"""Runs farther than this many scaled MADs from the median are left out of :func:`noise_sigma`."""
+
+
+def noise_sigma(values: Sequence[float]) -> float:
+    """The standard deviation of the runs within ``TRIM_MADS`` scaled MADs of their median.
+
+    Robust like the MAD (spikes and bursts are trimmed) but nearly as precise as a plain standard
+    deviation on the rest: the MAD alone uses a third of the information, and at a 1-in-100,000
+    tail a noisy sigma costs either false alarms or a threshold with a wide margin."""
+    center = median(values)
+    mad = scaled_mad(values, center)
+    kept = [v for v in values if abs(v - center) <= TRIM_MADS * mad] if mad > 0 else list(values)
+    if len(kept) < 2:
+        return mad
+    mean = sum(kept) / len(kept)
+    return math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
+
+
+FALSE_ALARM_Z = 4.265
+"""The one-sided normal quantile of a 1-in-100,000 tail."""
+
+
+def _t_quantile(dof: int) -> float:
+    """Student's t quantile at the same tail, by the Cornish-Fisher expansion (within 1% from 10
+    degrees of freedom on; standard library only)."""
+    z = FALSE_ALARM_Z
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+
+
+SMALL_SAMPLE_POWER = 2.0
+"""The t-quantile ratio alone left a new segment's first 90 verdicts at about 1 false regression in
+100,000 on 5%-noise series (five times the rate once the windows are full): the median baseline and
+the trimming are rougher than a t statistic assumes on few runs.  Squared, 2 in 570,000 (0.35 in
+100,000; 6 before), measured on 6,000 new 5%-noise segments of 110 runs."""
+
+
+def small_sample_factor(runs: int, full: int) -> float:
+    """How much wider the noise thresholds are when the noise comes from fewer runs than the full
+    noise window (a new segment): the ratio of the t quantiles, so the false-alarm rate holds from
+    a segment's first verdicts on, not only once its noise window is full."""
+    if runs >= full:
+        return 1.0
+    return (_t_quantile(max(runs - 1, 2)) / _t_quantile(full - 1)) ** SMALL_SAMPLE_POWER
+
+
+MEDIAN_VARIANCE = math.pi / 2
+"""The variance of a median of n Gaussian runs is about pi/2 sigma^2 / n."""
+
+
+def short_baseline_factor(runs: int, baseline: int, full: int) -> float:
+    """How much wider a threshold on the mean of ``runs`` runs against the median of ``baseline``
+    runs must be than against a full baseline of ``full`` runs: the ratio of the spreads of the
+    difference.  A new segment's first verdicts compare with a 10-run median, whose own error is
+    then a good part of the difference."""
+    if baseline >= full:
+        return 1.0
+    return math.sqrt((1 / runs + MEDIAN_VARIANCE / baseline) / (1 / runs + MEDIAN_VARIANCE / full))
+
+
+TREND_MIN_RUNS = 30
+TREND_Z = 3.0
+"""A trend of the runs before the window explains a rule firing only when its slope is this many
+standard errors from zero (and the window's runs sit within the minimum effect of its line)."""
+
+
+def _line(times: Sequence[float], values: Sequence[float]) -> tuple[float, float, float, float] | None:
+    """(slope, intercept, slope's standard error, median) of a least-squares line through the
+    values clipped to their median +- ``TRIM_MADS`` scaled MADs (a spike does not tilt it); None
+    when the values are flat or too few."""
+    n = len(values)
+    if n < 3:
+        return None
+    center = median(values)
+    mad = scaled_mad(values, center)
+    if mad <= 0 or not center:
+        return None
+    low, high = center - TRIM_MADS * mad, center + TRIM_MADS * mad
+    ys = [min(max(y, low), high) for y in values]
+    t_mean, y_mean = sum(times) / n, sum(ys) / n
+    sxx = sum((t - t_mean) ** 2 for t in times)
+    if sxx <= 0:
+        return None
+    slope = sum((t - t_mean) * (y - y_mean) for t, y in zip(times, ys, strict=True)) / sxx
+    intercept = y_mean - slope * t_mean
+    residual = sum((y - intercept - slope * t) ** 2 for t, y in zip(times, ys, strict=True))
+    se = math.sqrt(residual / (n - 2) / sxx)
+    if se <= 0:
+        return None
+    return slope, intercept, se, center
+
+
+def _line_beats_step(times: Sequence[float], values: Sequence[float], slope: float, intercept: float,
+                     center: float, min_side: int) -> bool:
+    """Whether the line leaves a smaller squared residual than the best two-level step (split
+    anywhere with ``min_side`` runs each side), on the values clipped as :func:`_line` clips them.
+    A ramp of total change D over n runs leaves a step n D^2 / 48 to explain; a step of s leaves a
+    line n s^2 / 16: the two shapes are told apart long before either is small against the noise."""
+    mad = scaled_mad(values, center)
+    low, high = center - TRIM_MADS * mad, center + TRIM_MADS * mad
+    ys = [min(max(y, low), high) for y in values]
+    line = sum((y - intercept - slope * t) ** 2 for t, y in zip(times, ys, strict=True))
+    n = len(ys)
+    total, total_sq = sum(ys), sum(y * y for y in ys)
+    best = math.inf
+    left = 0.0
+    for k, y in enumerate(ys[:-min_side], start=1):
+        left += y
+        if k >= min_side:
+            right = total - left
+            best = min(best, total_sq - left * left / k - right * right / (n - k))
+    return line < best
 
 
 @lru_cache(maxsize=256)
@@ -231,6 +386,7 @@ class Verdict:
     ratio: float | None = None
     """current / baseline (the ``sixdim_regression_ratio``)."""
     p_value: float | None = None
+    """The rank test of the rule that fired (None when no rule's effect condition held)."""
     violations: int = 0
     """Runs among the last ``slow_runs`` worse than the baseline by the minimum effect."""
     runs: int = 0
@@ -240,6 +396,14 @@ class Verdict:
     onset: int | None = None
     """Index of the first run of the active regression or improvement episode."""
     reason: str = ""
+    drift: int = 0
+    """+1 the figure drifts the worse way, -1 the better way, 0 no drift (a verdict of its own,
+    beside ``state``: a drift is never called a regression, and steps are judged on top of it)."""
+    drift_per_day: float | None = None
+    """The drift as a relative change per day (per run when the runs' times are not known: the
+    tests' and simulations' series)."""
+    drift_ratio: float | None = None
+    """The fitted level now over the segment's first baseline: the total change since it."""
 
     @property
     def code(self) -> int:
@@ -250,18 +414,21 @@ class Verdict:
 class _Check:
     fast: bool
     slow: bool
-    fast_p: float
-    slow_p: float
+    large: bool
+    fast_p: float | None
+    slow_p: float | None
+    """The rank tests' p-values, where the rule's effect condition held (else None: not tested)."""
     fast_effect: float
     slow_effect: float
     violations: int
     first_violation: int | None
-    """Position in the window where the change began: the start of the trailing streak of
-    violations when the fast rule fired, else the earliest violating run."""
+    """Position in the slow window where the change began: the start of the trailing streak of
+    violations when the fast or large rule fired (negative when it began before the window), else
+    the earliest violating run."""
 
     @property
     def fires(self) -> bool:
-        return self.fast or self.slow
+        return self.fast or self.slow or self.large
 
 
 class SeriesTracker:
@@ -276,26 +443,44 @@ class SeriesTracker:
         self.settings = settings or Settings()
         self.direction = WATCHED.get(figure, UP) if direction is None else direction
         self.fast_effect, self.min_effect = self.settings.effects_for(figure, workload)
+        ratio = self.min_effect / self.settings.min_effect if self.settings.min_effect else 1.0
+        self.fast_floor = self.settings.fast_floor * ratio
+        self.outlier_effect = self.settings.outlier_effect * ratio
         self.values: list[float] = []
         self.indices: list[int] = []
+        self.times: list[float] = []
+        """Each accepted run's time (Unix seconds; its index when the caller gives no time)."""
+        self.timed = True
+        self.drifting = 0
+        """The direction of the slope of a confirmed drift (0: none): it holds on a looser test."""
+        self.recent: list[tuple[float, float]] = []
+        """(time, value) of the segment's last ``drift_runs`` accepted runs: what a drift is fitted
+        on.  Unlike ``values`` it is not cut when an episode's baseline re-forms, so a drift that
+        started an episode before it was confirmed is still seen as one."""
+        self.anchor: float | None = None
+        """Median of the segment's first ``window`` runs: what a drift's total change is against."""
         self.seen = 0
         self.segment_start = 0
         self.frozen: list[float] | None = None
+        """The runs before an active episode's onset (its noise window): the baseline it is judged on."""
         self.episode: int = 0
         """+1 a regression episode is active, -1 an improvement one, 0 none."""
         self.onset: int | None = None
         """Position in ``values`` of the episode's first run."""
         self.last: Verdict = Verdict(INSUFFICIENT_DATA, figure, self.direction)
+        self._short: tuple[int, int] = (self.settings.window, self.settings.window)
+        """(baseline runs, full baseline) of the verdict being judged: thresholds widen for short ones."""
 
     # -- input --
 
     def break_segment(self) -> None:
         """A known break point (a version change): the next run starts a new segment."""
         self.values, self.indices, self.frozen, self.episode, self.onset = [], [], None, 0, None
+        self.times, self.anchor, self.recent, self.drifting = [], None, [], 0
         self.segment_start = self.seen
 
-    def update(self, value: float | None, status: str = "ok") -> Verdict:
-        """Feed one run (in time order); returns the verdict after it."""
+    def update(self, value: float | None, status: str = "ok", at: float | None = None) -> Verdict:
+        """Feed one run (in time order, ``at`` its Unix time where known); returns the verdict after it."""
         index = self.seen
         self.seen += 1
         if status == INCORRECT:
@@ -307,73 +492,192 @@ class SeriesTracker:
             self.segment_start = index
         self.values.append(float(value))
         self.indices.append(index)
+        if at is None:
+            self.timed = False
+        self.times.append(float(index) if at is None else float(at))
+        self.recent.append((self.times[-1], float(value)))
+        del self.recent[:-self.settings.drift_runs]
+        if self.anchor is None and len(self.values) >= self.settings.window:
+            self.anchor = median(self.values[:self.settings.window])
         self.last = self._judge()
         self._trim()
         return self.last
 
     # -- judging --
 
-    def _baseline(self) -> list[float]:
-        """The frozen baseline of an episode, else the W runs before the slow window."""
+    def _reference(self, values: list[float]) -> list[float]:
+        """The noise window: the frozen runs of an episode, else up to ``noise_window`` runs before
+        the slow window.  Its last ``window`` runs are the baseline."""
         if self.frozen is not None:
             return self.frozen
-        end = len(self.values) - self.settings.slow_runs
-        return self.values[max(0, end - self.settings.window):max(0, end)]
+        s = self.settings
+        end = len(values) - s.slow_runs
+        return values[max(0, end - max(s.window, s.noise_window)):max(0, end)]
 
     def _judge(self) -> Verdict:
+        drift = self._drift()
+        values = self.values
+        if drift is not None:
+            slope, intercept = drift
+            now = self.times[-1]
+            if self.episode and self._on_line(slope, intercept, self.episode):
+                self.episode, self.frozen, self.onset = 0, None, None  # it was the drift, not a step
+            if not self.episode:  # judge steps on top of the drift: every run projected to now along it
+                values = [v + slope * (now - t) for v, t in zip(self.values, self.times, strict=True)]
+        verdict = self._judge_steps(values)
+        if drift is None or verdict.state == INSUFFICIENT_DATA:
+            return verdict
+        slope, intercept = drift
+        level = intercept + slope * self.times[-1]
+        per = slope / level if level else 0.0
+        ratio = level / self.anchor if self.anchor else None
+        return replace(verdict, drift=1 if per * self.direction > 0 else -1,
+                       drift_per_day=per * 86400.0 if self.timed else per, drift_ratio=ratio)
+
+    def _drift(self) -> tuple[float, float] | None:
+        """(slope per time unit, intercept) when the segment's recent runs drift, else None.
+
+        A least-squares line through the runs clipped to their median +- 3.5 scaled MADs (spikes
+        do not tilt it), its slope tested against its standard error, the total change against the
+        minimum effect, and the line checked to fit better than the best single step (a step tilts
+        a line too).  Once confirmed, a drift holds while its slope stays ``drift_keep_z`` standard
+        errors out and the line still beats a step, so its verdict does not flicker."""
         s = self.settings
-        base = self._baseline()
+        n = len(self.recent)
+        if n < s.drift_min_runs:
+            self.drifting = 0
+            return None
+        ts, ys = [t for t, _ in self.recent], [y for _, y in self.recent]
+        third = n // 3
+        early, late = median(ys[:third]), median(ys[-third:])
+        if not self.drifting and abs(late - early) < 0.5 * self.min_effect * abs(early):
+            return None  # the cheap test first: a drift of the minimum effect moves the thirds this much
+        fit = _line(ts, ys)
+        if fit is None:
+            self.drifting = 0
+            return None
+        slope, intercept, se, center = fit
+        sign = 1 if slope > 0 else -1
+        change = abs(slope * (ts[-1] - ts[0]) / center)
+        if self.drifting == sign:
+            holds = abs(slope) >= s.drift_keep_z * se and change >= self.min_effect / 2
+        else:
+            holds = abs(slope) >= s.drift_z * se and change >= self.min_effect
+        if holds:
+            holds = _line_beats_step(ts, ys, slope, intercept, center, s.drift_min_side)
+        self.drifting = sign if holds else 0
+        return (slope, intercept) if holds else None
+
+    def _on_line(self, slope: float, intercept: float, sign: int) -> bool:
+        """Whether the last runs sit within the minimum effect of a line (the sign: which way is
+        off the line for the episode)."""
+        oriented = sign * self.direction
+        level = intercept + slope * self.times[-1]
+        recent = [(v - intercept - slope * t) * oriented / abs(level)
+                  for v, t in zip(self.values[-self.settings.fast_runs:], self.times[-self.settings.fast_runs:],
+                                  strict=True)]
+        return bool(level) and median(recent) < self.min_effect
+
+    def _trend_explains(self, values: list[float], sign: int) -> bool:
+        """Whether a trend of the runs before the slow window, carried on, already puts the window's
+        last runs where they are: a drift not yet confirmed (it needs ``drift_min_runs``) must not
+        start a regression episode.  The line is fitted without the window, so a step at the end
+        cannot tilt it; a step on top of a trend still stands out from the line."""
+        s = self.settings
+        before = values[:-s.slow_runs][-s.drift_runs:]
+        times = self.times[:len(values) - s.slow_runs][-s.drift_runs:]
+        if len(before) < TREND_MIN_RUNS:
+            return False
+        fit = _line(times, before)
+        if fit is None:
+            return False
+        slope, intercept, se, _ = fit
+        if sign * self.direction * slope <= 0 or abs(slope) < TREND_Z * se:
+            return False
+        return self._on_line(slope, intercept, sign)
+
+    def _judge_steps(self, values: list[float]) -> Verdict:
+        s = self.settings
+        reference = self._reference(values)
+        base = reference[-s.window:]
         if len(base) < s.min_baseline:
             return Verdict(INSUFFICIENT_DATA, self.figure, self.direction, runs=len(self.values),
                            segment_start=self.segment_start,
                            reason=f"{len(base)} baseline runs, {s.min_baseline} needed")
         center = median(base)
-        spread = scaled_mad(base, center)
-        window = self.values[-s.slow_runs:]
+        spread = noise_sigma(reference) * small_sample_factor(len(reference), s.noise_window)
+        self._short = (len(base), s.window)
+        window = values[-max(s.slow_runs, s.large_runs):]
         worse = self._check(window, base, center, spread, self.direction)
         better = self._check(window, base, center, spread, -self.direction)
-        state = self._state(worse, better, len(window))
+        state = self._state(worse, better, s.slow_runs, values)
         if self.episode and self._should_reform(state):
             return self._reform()
-        return self._verdict(state, worse if state != IMPROVEMENT else better, center, spread)
+        return self._verdict(state, worse if state != IMPROVEMENT else better, center, spread, values)
 
-    def _check(self, window: list[float], base: list[float], center: float, spread: float,
+    def _check(self, recent: list[float], base: list[float], center: float, spread: float,
                sign: int) -> _Check:
-        """Both rules in one direction (sign +1: larger is worse)."""
+        """The three rules in one direction (sign +1: larger is worse).  ``recent`` holds the last
+        ``max(slow_runs, large_runs)`` runs; ``spread`` is the noise sigma (absolute)."""
         s = self.settings
         scale = abs(center) if center else 1.0
         noise = spread / scale
-        fast_tau = max(self.fast_effect, s.fast_noise * noise)
-        slow_tau = max(self.min_effect, s.slow_noise * noise)
-        dev = [sign * (v - center) / scale for v in window]
+        n_base, full = self._short
+        fast_tau = max(self.fast_effect,
+                       s.fast_noise * noise / math.sqrt(s.fast_runs) * short_baseline_factor(s.fast_runs, n_base, full))
+        floor_tau = max(self.fast_floor, s.floor_noise * noise)
+        slow_tau = max(self.min_effect, s.slow_noise * noise * short_baseline_factor(s.slow_runs, n_base, full))
+        outlier_tau = max(self.outlier_effect, s.outlier_noise * noise)
+        dev_all = [sign * (v - center) / scale for v in recent]
+        dev = dev_all[-s.slow_runs:]
         oriented_base = [sign * v for v in base]
+
         fast_part = dev[-s.fast_runs:]
-        fast_eff = min(fast_part)
-        fast_p = mann_whitney_greater([sign * v for v in window[-s.fast_runs:]], oriented_base)
-        fast = len(fast_part) == s.fast_runs and fast_eff >= fast_tau and fast_p <= s.fast_alpha
-        kept = sorted(dev)[:s.slow_kept]
-        slow_eff = sum(kept) / len(kept)
-        slow_p = mann_whitney_greater([sign * v for v in window], oriented_base)
-        slow = (len(dev) == s.slow_runs and slow_eff >= slow_tau and dev[-1] >= slow_tau
-                and slow_p <= s.slow_alpha)
+        fast_kept = [d for d in fast_part if d < outlier_tau]
+        fast_eff = sum(fast_kept) / len(fast_kept) if fast_kept else 0.0
+        fast = (len(fast_part) == s.fast_runs and len(fast_kept) >= s.fast_runs - 1 and fast_eff >= fast_tau
+                and median(fast_part) >= fast_tau and min(fast_kept) >= floor_tau)
+        fast_p = None  # the rank test only where the effect is there: it is most of a run's cost
+        if fast:
+            fast_p = mann_whitney_greater([sign * v for v in recent[-s.fast_runs:]], oriented_base)
+            fast = fast_p <= s.fast_alpha
+
+        large_part = dev_all[-s.large_runs:]
+        large = (len(large_part) == s.large_runs and min(large_part) >= fast_tau
+                 and max(large_part) - min(large_part) <= max(s.large_spread * median(large_part),
+                                                              s.large_spread_noise * noise))
+
+        slow_kept = sorted(d for d in dev if d < outlier_tau)[:s.slow_kept]
+        slow_eff = sum(slow_kept) / len(slow_kept) if slow_kept else 0.0
+        slow = (len(dev) == s.slow_runs and len(slow_kept) == s.slow_kept and slow_eff >= slow_tau
+                and dev[-1] >= slow_tau)
+        slow_p = None
+        if slow:
+            slow_p = mann_whitney_greater([sign * v for v in recent[-s.slow_runs:]], oriented_base)
+            slow = slow_p <= s.slow_alpha
+
         flags = [d >= slow_tau for d in dev]
         first = flags.index(True) if True in flags else None
-        if fast:  # a clear step: it began where the trailing streak of violations began
-            first = len(flags) - s.fast_runs
-            while first > 0 and flags[first - 1]:
-                first -= 1
-        return _Check(fast, slow, fast_p, slow_p, fast_eff, slow_eff, sum(flags), first)
+        if fast or large:  # a clear step: it began where the trailing streak of violations began
+            streak = [d >= slow_tau for d in dev_all]
+            start = len(streak) - 1
+            while start > 0 and streak[start - 1]:
+                start -= 1
+            first = start - (len(dev_all) - len(dev))  # before the slow window (< 0) for a large step
+        return _Check(fast, slow, large, fast_p, slow_p, fast_eff, slow_eff, sum(flags), first)
 
-    def _state(self, worse: _Check, better: _Check, n_window: int) -> str:
+    def _state(self, worse: _Check, better: _Check, n_window: int, values: list[float]) -> str:
         """Rules, then the episode's hysteresis (half the window still violating keeps it on)."""
         s = self.settings
         if self.episode == 0:
-            if worse.fires:
-                self._start_episode(+1, worse, n_window)
+            if worse.fires and not self._trend_explains(values, +1):
+                self._start_episode(+1, worse, n_window, values)
                 return REGRESSION
-            if better.fires:
-                self._start_episode(-1, better, n_window)
+            if better.fires and not self._trend_explains(values, -1):
+                self._start_episode(-1, better, n_window, values)
                 return IMPROVEMENT
+            if worse.fires or better.fires:
+                return SUSPICIOUS
             return SUSPICIOUS if worse.violations >= s.suspicious_runs else OK
         active = worse if self.episode > 0 else better
         if active.violations == 0:  # reverted: the episode is over, the baseline unfreezes
@@ -384,11 +688,12 @@ class SeriesTracker:
             return REGRESSION if holding else SUSPICIOUS
         return IMPROVEMENT if holding else OK
 
-    def _start_episode(self, sign: int, check: _Check, n_window: int) -> None:
+    def _start_episode(self, sign: int, check: _Check, n_window: int, values: list[float]) -> None:
         """Freeze the baseline before the change: the runs before the first violating one."""
         first = check.first_violation if check.first_violation is not None else n_window - 1
         self.onset = len(self.values) - n_window + first
-        self.frozen = self.values[max(0, self.onset - self.settings.window):self.onset]
+        s = self.settings
+        self.frozen = values[max(0, self.onset - max(s.window, s.noise_window)):self.onset]
         self.episode = sign
 
     def _should_reform(self, state: str) -> bool:
@@ -400,14 +705,15 @@ class SeriesTracker:
         onset = self.onset or 0
         kind = "regression" if self.episode > 0 else "improvement"
         at = self.indices[onset]
-        self.values, self.indices = self.values[onset:], self.indices[onset:]
+        self.values, self.indices, self.times = self.values[onset:], self.indices[onset:], self.times[onset:]
         self.segment_start, self.frozen, self.episode, self.onset = at, None, 0, None
+        self.anchor = median(self.values[:self.settings.window]) if len(self.values) >= self.settings.window else None
         verdict = self._judge()
         return replace(verdict, reason=f"baseline re-formed after a persistent {kind} from run {at}")
 
-    def _verdict(self, state: str, check: _Check, center: float, spread: float) -> Verdict:
+    def _verdict(self, state: str, check: _Check, center: float, spread: float, values: list[float]) -> Verdict:
         s = self.settings
-        current = median(self.values[-s.fast_runs:])
+        current = median(values[-s.fast_runs:])
         fired_p = check.fast_p if check.fast else check.slow_p
         onset = self.indices[self.onset] if self.onset is not None else None
         return Verdict(state, self.figure, self.direction, center, current, current / center if center else None,
@@ -416,13 +722,13 @@ class SeriesTracker:
     def _trim(self) -> None:
         """Keep what the rules, the freeze and the re-forming can still need."""
         s = self.settings
-        keep = s.window + s.slow_runs + s.reform_after
+        keep = s.kept_runs
         if self.episode == 0 and len(self.values) > 2 * keep:
             cut = len(self.values) - keep
-            self.values, self.indices = self.values[cut:], self.indices[cut:]
+            self.values, self.indices, self.times = self.values[cut:], self.indices[cut:], self.times[cut:]
         elif self.episode != 0 and self.onset is not None and self.onset > 2 * keep:
-            cut = self.onset - s.window
-            self.values, self.indices = self.values[cut:], self.indices[cut:]
+            cut = self.onset - max(s.window, s.noise_window)
+            self.values, self.indices, self.times = self.values[cut:], self.indices[cut:], self.times[cut:]
             self.onset -= cut
 
 
@@ -446,17 +752,33 @@ class VersionVerdict:
     label: str = ""
 
 
+def _without_outliers(values: list[float], effect: float, noise: float) -> list[float]:
+    """The runs of one side of a version change less the outlier-scale ones (farther from the side's
+    median than ``effect`` or ``noise`` noise-sigmas): two spikes among ten runs used to move the
+    rank test enough (p 0.023 for a clean 5% step) that the change was called ok, and nothing else
+    judged it, since the live tracker starts a new segment at the change."""
+    if len(values) < 3:
+        return values
+    center = median(values)
+    sigma = noise_sigma(values)
+    limit = max(effect * abs(center), noise * sigma)
+    return [v for v in values if abs(v - center) <= limit]
+
+
 def version_verdict(before: Sequence[float], after: Sequence[float], figure: str,
                     changes: Mapping[str, tuple[str, str]], settings: Settings | None = None,
                     workload: str = "", label: str = "", at: float | None = None) -> VersionVerdict:
     """Compare the last runs before a version change with the first runs after it.
 
     ``regression`` or ``improvement`` needs a two-sided Mann-Whitney p <= version_alpha AND a
-    change of at least the figure's minimum effect; fewer than version_min_runs either side is
-    ``insufficient_data``."""
+    change of at least the figure's minimum effect, outlier-scale runs of either side left out;
+    fewer than version_min_runs either side is ``insufficient_data``."""
     s = settings or Settings()
     direction = WATCHED.get(figure, UP)
     b, a = list(before)[-s.version_runs:], list(after)[:s.version_runs]
+    min_effect = s.effects_for(figure, workload)[1]
+    outlier = s.outlier_effect * (min_effect / s.min_effect if s.min_effect else 1.0)
+    b, a = _without_outliers(b, outlier, s.outlier_noise), _without_outliers(a, outlier, s.outlier_noise)
     if len(b) < s.version_min_runs or len(a) < s.version_min_runs:
         return VersionVerdict(figure, dict(changes), INSUFFICIENT_DATA, None, None, len(b), len(a), at, label)
     mb, ma = median(b), median(a)
@@ -465,7 +787,7 @@ def version_verdict(before: Sequence[float], after: Sequence[float], figure: str
     state = OK
     if ratio is not None and p <= s.version_alpha:
         worse = direction * (ratio - 1.0)
-        if abs(worse) >= s.effects_for(figure, workload)[1]:
+        if abs(worse) >= min_effect:
             state = REGRESSION if worse > 0 else IMPROVEMENT
     return VersionVerdict(figure, dict(changes), state, ratio, p, len(b), len(a), at, label)
 
@@ -491,8 +813,10 @@ def series_label(record: Any) -> str:
 
 def settings_from(config: Config) -> Settings:
     """The detector's settings from the configuration (``[regression]``; the rest keep this
-    module's defaults).  The fast rule's effect scales with the minimum effect."""
+    module's defaults).  The fast rule's effect and floor and the outlier scale scale with the
+    minimum effect."""
+    ratio = config.regression_min_effect / Settings.min_effect
     return Settings(window=config.regression_window, min_baseline=config.regression_min_baseline,
-                    min_effect=config.regression_min_effect,
-                    fast_effect=Settings.fast_effect * config.regression_min_effect / Settings.min_effect,
+                    min_effect=config.regression_min_effect, fast_effect=Settings.fast_effect * ratio,
+                    fast_floor=Settings.fast_floor * ratio, outlier_effect=Settings.outlier_effect * ratio,
                     effects=dict(config.regression_effects))

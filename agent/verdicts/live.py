@@ -90,7 +90,7 @@ class SeriesWatch:
             tracker = self.trackers.get(figure)
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
-            tracker.update(value)
+            tracker.update(value, at=record.started_at)
             recent = self.recent.setdefault(figure, deque(maxlen=self.settings.version_runs))
             recent.append(value)
             self._after(figure, value, record)
@@ -131,7 +131,7 @@ class Verdicts:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         s = self.settings
-        self.restore_runs = 2 * (s.window + s.slow_runs + s.reform_after)
+        self.restore_runs = 2 * s.kept_runs
         """Runs per series read back at start: the most a tracker keeps (it trims to half of it)."""
         self._lock = threading.Lock()
         self._series: dict[tuple[str, ...], SeriesWatch] = {}

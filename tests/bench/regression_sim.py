@@ -1,29 +1,27 @@
 #!/usr/bin/env python3
-"""Simulation benchmark of the regression detector (agent/verdicts/detector.py), fixed seed.
+"""Simulation benchmark of the live regression detector (agent/verdicts/detector.py), fixed seed.
 
 Usage (from the repository root):
 
-    python -m tests.bench.regression_sim [--runs 1000000] [--trials 4000] [--workers 2]
-        [--set window=40] [--no-sweep] [--out FILE]
+    python -m tests.bench.regression_sim [--runs 1000000] [--trials 2000] [--workers 2]
+        [--models gauss_1,spiky] [--set noise_window=100] [--out FILE]
 
-Synthetic run histories of one ``seconds`` figure (larger is worse) at level 1.0 with 1% noise of
-three kinds:
+Synthetic run histories of one ``seconds`` figure (larger is worse) at level 1.0, for every noise
+model of tests/bench/noise_models.py (Gaussian at CV 0.25-5%, Student t3, spiky, bursts), fed run
+by run to the real tracker (tests.verdict_reference.Detector, the daemon's own code).  It measures:
 
-- ``gauss``: Gaussian, sd 1%;
-- ``t3``: Student t with 3 degrees of freedom scaled to sd 1% (scale 1%/sqrt(3));
-- ``spiky``: Gaussian sd 1% plus rare spikes: 1% of runs 20% slow.
-
-It measures, with the real :class:`tests.verdict_reference.Detector` (the daemon's own tracker, run by run):
-
-- detection of a 5% step: share of trials reporting ``regression`` within 3 runs after the step
-  (goal >= 95%), and of a 3% step within 6 runs (goal >= 90%), with the delay distribution;
-- false alarms: regression onsets (a series entering ``regression``) per 100,000 evaluated
-  no-change series-runs (goal <= 1), over ``--runs`` runs per noise kind.
-
-Then (unless ``--no-sweep``) a vectorised numpy model of the same two rules, without the episode
-bookkeeping (which only matters after a first alarm; the model's first alarms are checked to
-match the Detector's on a sample), sweeps each parameter around the defaults and prints the
-trade-off curve that chose them.
+- false alarms: regression *onsets* (a series entering ``regression``) per 100,000 evaluated
+  no-change series-runs (goal <= 1), with a one-sided 95% upper bound;
+- detection: the share of trials reporting ``regression`` within 3 runs of a 5% step (goal >= 95%
+  at CV <= 1%, t3 and spiky) and within 6 runs of a 3% step (goal >= 90%), with the delays;
+- drift: series that get 0.05% slower each run from run 150 on: regression onsets during the
+  drift, how soon the drift verdict names it, and whether a version change that did nothing, in
+  the middle of the drift, is called a regression;
+- beside it, a **reference detector** that knows the true level and standard deviation: the mean
+  of the last k runs (k = 3 for the 5% target, 6 for the 3% one) against a threshold set so that it
+  too raises 1 false onset per 100,000 runs on Gaussian noise of that standard deviation.  No
+  detector that must estimate the level and the noise from the series can do better on Gaussian
+  noise; at high noise the goal is to stay within 10 points of it.
 """
 
 from __future__ import annotations
@@ -33,82 +31,61 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from scipy import optimize, stats
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.verdicts.detector import REGRESSION, Settings, _u_tail  # noqa: E402
+from sixdim.verdicts.detector import INSUFFICIENT_DATA, REGRESSION, Settings, version_verdict  # noqa: E402
+from tests.bench import noise_models  # noqa: E402
 from tests.verdict_reference import Detector  # noqa: E402
 
-SEED = 20261122
-KINDS = ("gauss", "t3", "spiky")
-PRE = 60
-"""Runs before a step: the baseline is full (W + slow window) well before it."""
+SEED = 20261125
+PRE = 120
+"""Runs before a step: a series that has run for a day or so (noise window and baseline full)."""
 POST = 15
-SERIES_LEN = 536
-"""No-change series length; the first runs are insufficient_data and are not counted."""
-
-
-# --- synthetic histories -------------------------------------------------------------------
-
-def noise(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Relative noise of one kind (multiplies a level of 1.0)."""
-    if kind == "gauss":
-        return 1.0 + 0.01 * rng.standard_normal(shape)
-    if kind == "t3":
-        return 1.0 + 0.01 / math.sqrt(3.0) * rng.standard_t(3, shape)
-    if kind == "t3_scale1":
-        return 1.0 + 0.01 * rng.standard_t(3, shape)
-    if kind == "spiky":
-        return (1.0 + 0.01 * rng.standard_normal(shape)) * np.where(rng.random(shape) < 0.01, 1.2, 1.0)
-    raise ValueError(kind)
-
-
-def histories(seed: int, kind: str, n: int, length: int, step: float = 0.0, at: int = PRE) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = noise(rng, kind, (n, length))
-    if step:
-        x[:, at:] *= 1.0 + step
-    return x
+SERIES_LEN = 600
+"""No-change series length; runs still ``insufficient_data`` are not counted."""
+TARGETS = ((0.05, 3), (0.03, 6))
+"""(step, within runs): the detection goals."""
+FALSE_ALARM_RATE = 1e-5
 
 
 # --- the real detector ----------------------------------------------------------------------
 
 def _false_alarm_chunk(job: tuple[int, str, int, dict]) -> tuple[int, int, int]:
-    """(onsets, evaluated runs, runs in regression) over one chunk of no-change series."""
-    seed, kind, n, settings = job
+    """(regression onsets, evaluated runs, runs with a drift verdict) over one chunk of no-change series."""
+    seed, model, n, settings = job
     detector = Detector(Settings(**settings))
-    onsets = evaluated = in_regression = 0
-    for row in histories(seed, kind, n, SERIES_LEN):
+    onsets = evaluated = drifts = 0
+    for row in noise_models.series(seed, model, n, SERIES_LEN):
         previous = None
         for verdict in detector.trace(row.tolist(), "seconds"):
-            if verdict.state != "insufficient_data":
+            if verdict.state != INSUFFICIENT_DATA:
                 evaluated += 1
-            if verdict.state == REGRESSION:
-                in_regression += 1
-                if previous != REGRESSION:
-                    onsets += 1
+            if verdict.state == REGRESSION and previous != REGRESSION:
+                onsets += 1
+            drifts += verdict.drift != 0
             previous = verdict.state
-    return onsets, evaluated, in_regression
+    return onsets, evaluated, drifts
 
 
 def _delay_chunk(job: tuple[int, str, int, float, dict]) -> list[int]:
-    """Delay (runs after the step, 1 = the first slow run) to the first regression; 0 = none."""
-    seed, kind, n, step, settings = job
+    """Delay (runs after the step, 1 = the first slow run) to the first regression; 0 = none in
+    POST runs; -1 = a regression before the step."""
+    seed, model, n, step, settings = job
     detector = Detector(Settings(**settings))
     out = []
-    for row in histories(seed, kind, n, PRE + POST, step):
+    for row in noise_models.series(seed, model, n, PRE + POST, step, PRE):
         states = [v.state for v in detector.trace(row.tolist(), "seconds")]
-        early = REGRESSION in states[:PRE]
         post = states[PRE:]
-        out.append(-1 if early else (post.index(REGRESSION) + 1 if REGRESSION in post else 0))
+        out.append(-1 if REGRESSION in states[:PRE] else (post.index(REGRESSION) + 1 if REGRESSION in post else 0))
     return out
 
 
@@ -116,184 +93,195 @@ def _chunks(total: int, size: int) -> list[int]:
     return [min(size, total - i) for i in range(0, total, size)]
 
 
-def real_figures(kinds: tuple[str, ...], runs: int, trials: int, settings: Settings, workers: int) -> dict:
-    """Detection and false-alarm figures of the real Detector."""
-    cfg = asdict(settings)
-    cfg["effects"] = dict(cfg["effects"])
-    evaluated_per_series = SERIES_LEN - (settings.min_baseline + settings.slow_runs - 1)
-    n_series = math.ceil(runs / evaluated_per_series)
-    out: dict = {}
-    with Pool(workers) as pool:
-        for k, kind in enumerate(kinds):
-            t0 = time.time()
-            jobs = [(SEED + 1000 * k + i, kind, n, cfg) for i, n in enumerate(_chunks(n_series, 100))]
-            fa = pool.map(_false_alarm_chunk, jobs)
-            onsets, evaluated, in_reg = (sum(x[i] for x in fa) for i in range(3))
-            res = {"false_alarm": {"onsets": onsets, "evaluated_runs": evaluated, "runs_in_regression": in_reg,
-                                   "per_100k": onsets / evaluated * 1e5,
-                                   "per_100k_upper95": _poisson_upper(onsets) / evaluated * 1e5}}
-            for step, within in ((0.05, 3), (0.03, 6)):
-                jobs = [(SEED + 7 + 1000 * k + int(step * 1000) * 100 + i, kind, n, step, cfg)
-                        for i, n in enumerate(_chunks(trials, 250))]
-                delays = np.array([d for chunk in pool.map(_delay_chunk, jobs) for d in chunk])
-                res[f"step_{int(round(step * 100))}pct"] = _delay_summary(delays, within)
-            res["seconds"] = round(time.time() - t0, 1)
-            out[kind] = res
-            print(f"  {kind}: done in {res['seconds']} s", flush=True)
+def poisson_upper(k: int) -> float:
+    """One-sided 95% upper bound of a Poisson mean given k events (exact, chi-square)."""
+    return float(stats.chi2.ppf(0.95, 2 * (k + 1)) / 2)
+
+
+def wilson(p: float, n: int) -> tuple[float, float]:
+    """95% Wilson interval of a share p of n trials."""
+    z = 1.959964
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+DRIFT_PER_RUN = 0.0005
+DRIFT_START = 150
+DRIFT_LEN = 300
+DRIFT_MODELS = ("gauss_1", "gauss_2", "t3", "spiky", "bursts")
+CHANGE_AT = DRIFT_START + 150
+"""A version change that did nothing, in the middle of the drift."""
+
+
+def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool]]:
+    """Per series drifting by DRIFT_PER_RUN from run DRIFT_START: (regression onsets during the drift,
+    runs from its start to the first drift verdict or -1, whether a no-effect version change in the
+    middle of it got a regression version verdict)."""
+    seed, model, n, settings = job
+    s = Settings(**settings)
+    detector = Detector(s)
+    out = []
+    for row in noise_models.drift(noise_models.series(seed, model, n, DRIFT_START + DRIFT_LEN), DRIFT_PER_RUN,
+                                  DRIFT_START):
+        trace = detector.trace(row.tolist(), "seconds")
+        states = [v.state for v in trace]
+        onsets = sum(1 for i in range(DRIFT_START, len(states))
+                     if states[i] == REGRESSION and states[i - 1] != REGRESSION)
+        first = next((i - DRIFT_START for i, v in enumerate(trace) if v.drift == 1 and i >= DRIFT_START), -1)
+        before, after = row[CHANGE_AT - s.version_runs:CHANGE_AT], row[CHANGE_AT:CHANGE_AT + s.version_runs]
+        change = version_verdict(before.tolist(), after.tolist(), "seconds", {"driver": ("a", "b")}, s)
+        out.append((onsets, first, change.state == REGRESSION))
     return out
 
 
-def _poisson_upper(k: int) -> float:
-    """One-sided 95% upper bound of a Poisson mean given k events (chi-square via Wilson-Hilferty)."""
-    dof = 2 * (k + 1)
-    z = 1.6448536
-    return 0.5 * dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+def _drift_summary(rows: list[tuple[int, int, bool]]) -> dict:
+    firsts = np.array([r[1] for r in rows])
+    found = firsts[firsts >= 0]
+    return {"series": len(rows), "onsets": int(sum(r[0] for r in rows)),
+            "series_with_onsets": int(sum(r[0] > 0 for r in rows)),
+            "found": float(np.mean(firsts >= 0)),
+            "runs_to_find_p50_p90": [float(np.percentile(found, q)) if found.size else None for q in (50, 90)],
+            "version_blamed": int(sum(r[2] for r in rows))}
+
+
+def real_figures(models: tuple[str, ...], runs: int, trials: int, settings: Settings, workers: int,
+                 drift_series: int = 500) -> dict:
+    cfg = asdict(settings)
+    cfg["effects"] = dict(cfg["effects"])
+    n_series = math.ceil(runs / (SERIES_LEN - settings.min_baseline - settings.slow_runs))
+    out: dict = {}
+    with Pool(workers) as pool:
+        for k, model in enumerate(models):
+            t0 = time.time()
+            jobs = [(SEED + 1000 * k + i, model, n, cfg) for i, n in enumerate(_chunks(n_series, 50))]
+            fa = pool.map(_false_alarm_chunk, jobs)
+            onsets, evaluated, drifts = (sum(x[i] for x in fa) for i in range(3))
+            res: dict = {"false_alarm": {"onsets": onsets, "evaluated_runs": evaluated, "drift_runs": drifts,
+                                         "per_100k": onsets / evaluated * 1e5,
+                                         "per_100k_upper95": poisson_upper(onsets) / evaluated * 1e5}}
+            for step, within in TARGETS:
+                jobs = [(SEED + 7 + 1000 * k + int(step * 1000) * 100 + i, model, n, step, cfg)
+                        for i, n in enumerate(_chunks(trials, 100))]
+                delays = np.array([d for chunk in pool.map(_delay_chunk, jobs) for d in chunk])
+                res[f"step_{round(step * 100)}pct"] = _delay_summary(delays, within)
+            res["reference"] = reference_figures(model)
+            if model in DRIFT_MODELS:
+                jobs = [(SEED + 5 + 1000 * k + i, model, n, cfg) for i, n in enumerate(_chunks(drift_series, 25))]
+                res["drift"] = _drift_summary([d for chunk in pool.map(_drift_chunk, jobs) for d in chunk])
+            res["seconds"] = round(time.time() - t0, 1)
+            out[model] = res
+            print(f"  {model}: {_line(model, res)}  ({res['seconds']} s)", flush=True)
+    return out
 
 
 def _delay_summary(delays: np.ndarray, within: int) -> dict:
     found = delays[delays > 0]
-    pct = {f"p{q}": (float(np.percentile(found, q, method="inverted_cdf")) if found.size else None)
-           for q in (50, 90, 95, 99)}
-    caught = delays > 0
-    return {"trials": int(delays.size), "within": within,
-            "detected_within": float(np.mean(caught & (delays <= within))),
-            "detected_by_run": {str(r): float(np.mean(caught & (delays <= r))) for r in range(1, POST + 1)},
-            "missed_in_window": float(np.mean(delays == 0)), "alarm_before_step": int(np.sum(delays < 0)),
-            "delay_of_detected": pct}
+    caught = float(np.mean((delays > 0) & (delays <= within)))
+    return {"trials": int(delays.size), "within": within, "detected_within": caught,
+            "interval95": wilson(caught, int(delays.size)),
+            "alarm_before_step": int(np.sum(delays < 0)), "missed_in_window": float(np.mean(delays == 0)),
+            "delay_p50_p90": [float(np.percentile(found, q, method="inverted_cdf")) if found.size else None
+                              for q in (50, 90)]}
 
 
-# --- the vectorised model (for the sweep) ---------------------------------------------------
+# --- the reference detector (known level and sigma) -------------------------------------------
 
-def model_alarms(x: np.ndarray, s: Settings) -> np.ndarray:
-    """Whether either rule fires at each run, against the unfrozen baseline (no episodes).
-    Column j is run j + W + slow_runs - 1 of the series."""
-    w, m, k = s.window, s.slow_runs, s.fast_runs
-    view = sliding_window_view(x, w + m, axis=1)
-    base, win = view[..., :w], view[..., w:]
-    center = np.median(base, axis=-1)
-    noise_ = 1.4826 * np.median(np.abs(base - center[..., None]), axis=-1) / np.abs(center)
-    dev = win / center[..., None] - 1.0
-    fast_tau = np.maximum(s.fast_effect, s.fast_noise * noise_)
-    slow_tau = np.maximum(s.min_effect, s.slow_noise * noise_)
-    above = (win[..., :, None] > base[..., None, :]).sum(-1)
-    fast_p = np.asarray(_u_tail(k, w))[above[..., -k:].sum(-1)]
-    slow_p = np.asarray(_u_tail(m, w))[above.sum(-1)]
-    fast = (dev[..., -k:].min(-1) >= fast_tau) & (fast_p <= s.fast_alpha)
-    kept = np.sort(dev, axis=-1)[..., :s.slow_kept].mean(-1)
-    slow = (kept >= slow_tau) & (dev[..., -1] >= slow_tau) & (slow_p <= s.slow_alpha)
-    return fast | slow
+def reference_threshold(k: int, rate: float = FALSE_ALARM_RATE) -> float:
+    """h (in sigmas of one run) such that the mean of the last k runs of Gaussian noise first
+    exceeds h at ``rate`` onsets per run: P(S_t > h) - P(S_t > h, S_t-1 > h) = rate, the means of
+    consecutive windows having correlation (k - 1) / k."""
+    rho = (k - 1) / k
+    sd = 1 / math.sqrt(k)
+    both = stats.multivariate_normal(mean=[0, 0], cov=[[sd * sd, rho * sd * sd], [rho * sd * sd, sd * sd]])
+
+    def onsets(h: float) -> float:
+        tail = stats.norm.sf(h / sd)
+        joint = 1 - 2 * stats.norm.cdf(h / sd) + both.cdf([h, h])
+        return tail - joint - rate
+
+    return float(optimize.brentq(onsets, 0.5 * sd, 10 * sd, xtol=1e-6))
 
 
-def model_figures(kind: str, s: Settings, runs: int, trials: int, seed: int) -> dict:
-    lead = s.window + s.slow_runs - 1
-    onsets = evaluated = 0
-    n_series = math.ceil(runs / (SERIES_LEN - lead))
-    for i, n in enumerate(_chunks(n_series, 500)):
-        alarms = model_alarms(histories(seed + i, kind, n, SERIES_LEN), s)
-        onsets += int(alarms[:, 0].sum() + (alarms[:, 1:] & ~alarms[:, :-1]).sum())
-        evaluated += alarms.size
-    out = {"fa_per_100k": onsets / evaluated * 1e5, "fa_onsets": onsets, "fa_runs": evaluated}
-    for step, within in ((0.05, 3), (0.03, 6)):
-        alarms = model_alarms(histories(seed + 99, kind, trials, PRE + POST, step), s)[:, PRE - lead:]
-        first = np.where(alarms.any(1), alarms.argmax(1) + 1, 0)
-        out[f"step_{int(round(step * 100))}pct"] = float(np.mean((first > 0) & (first <= within)))
+def reference_figures(model: str, trials: int = 200_000) -> dict:
+    """The reference detector on this model's series (level 1 and the model's Gaussian sigma known)."""
+    sigma = noise_models.cv_of(model)
+    out = {}
+    for step, within in TARGETS:
+        h = reference_threshold(within) * sigma
+        x = noise_models.series(SEED + 99, model, trials, within + within - 1, step, within - 1) - 1.0
+        windows = np.lib.stride_tricks.sliding_window_view(x, within, axis=1)  # checks 1 .. within after
+        caught = (windows.mean(-1) > h).any(-1)
+        out[f"step_{round(step * 100)}pct"] = float(np.mean(caught))
     return out
-
-
-def cross_check(kind: str, s: Settings, n: int = 200) -> int:
-    """Series where the model's first alarm differs from the Detector's first regression."""
-    x = histories(SEED + 555, kind, n, PRE + POST, 0.03)
-    lead = s.window + s.slow_runs - 1
-    alarms = model_alarms(x, s)
-    detector = Detector(s)
-    mismatches = 0
-    for row, a in zip(x, alarms):
-        states = [v.state for v in detector.trace(row.tolist(), "seconds")]
-        real = states.index(REGRESSION) if REGRESSION in states else -1
-        model = int(a.argmax()) + lead if a.any() else -1
-        mismatches += real != model
-    return mismatches
-
-
-SWEEP: dict[str, tuple] = {
-    "window": (20, 25, 30, 40),
-    "fast_runs": (2, 3, 4),
-    "fast_effect": (0.02, 0.0225, 0.025, 0.0275, 0.03),
-    "min_effect": (0.015, 0.016, 0.017, 0.018, 0.02, 0.022),
-    "slow_kept": (3, 4, 5, 6),
-    "slow_alpha": (0.0005, 0.002, 0.01, 0.05),
-    "fast_alpha": (0.002, 0.01, 0.05),
-}
-"""Each parameter varied alone around the defaults."""
-
-
-def sweep(kinds: tuple[str, ...], runs: int, trials: int, base: Settings) -> list[dict]:
-    rows = []
-    for name, values in SWEEP.items():
-        for value in values:
-            s = replace(base, **{name: value})
-            row = {"param": name, "value": value, "default": getattr(base, name) == value}
-            for k, kind in enumerate(kinds):
-                row[kind] = model_figures(kind, s, runs, trials, SEED + 31 * k)
-            rows.append(row)
-            print(_sweep_line(row, kinds), flush=True)
-    return rows
-
-
-def _sweep_line(row: dict, kinds: tuple[str, ...]) -> str:
-    cells = " | ".join(f"{row[k]['step_5pct']:.3f} {row[k]['step_3pct']:.3f} {row[k]['fa_per_100k']:5.2f}"
-                       for k in kinds)
-    mark = "*" if row["default"] else " "
-    return f"{mark}{row['param']:>12} {row['value']!s:>7} | {cells}"
 
 
 # --- report --------------------------------------------------------------------------------
 
-def print_table(real: dict) -> None:
-    print("\nReal Detector (defaults):")
-    print(f"{'noise':>8} | {'5% in 3':>8} | {'3% in 6':>8} | {'delay 5% p50/p90/p99':>20} | "
-          f"{'delay 3% p50/p90/p99':>20} | {'FA onsets / runs':>20} | {'FA /100k (95% up)':>18}")
-    for kind, r in real.items():
-        d5, d3, fa = r["step_5pct"], r["step_3pct"], r["false_alarm"]
-        q5, q3 = d5["delay_of_detected"], d3["delay_of_detected"]
-        print(f"{kind:>8} | {d5['detected_within']:8.3f} | {d3['detected_within']:8.3f} | "
-              f"{q5['p50']:>6} {q5['p90']:>6} {q5['p99']:>6} | {q3['p50']:>6} {q3['p90']:>6} {q3['p99']:>6} | "
-              f"{fa['onsets']:>7} / {fa['evaluated_runs']:<10} | {fa['per_100k']:6.2f} ({fa['per_100k_upper95']:.2f})")
-    print("\nFleet: at ~50 series per GPU and 96 runs a day (4,800 series-runs per GPU-day), false regression "
-          "onsets per 1,000 GPU-days (before grouping; grouping merges only coincident ones):")
-    for kind, r in real.items():
-        print(f"  {kind}: {r['false_alarm']['per_100k'] * 4800 * 1000 / 1e5:.1f} "
-              f"(95% upper {r['false_alarm']['per_100k_upper95'] * 4800 * 1000 / 1e5:.1f})")
+def _line(model: str, r: dict) -> str:
+    fa, s5, s3, ref = r["false_alarm"], r["step_5pct"], r["step_3pct"], r["reference"]
+    return (f"{model:>10} | FA {fa['onsets']:>3} / {fa['evaluated_runs']:>9,} = {fa['per_100k']:5.2f} "
+            f"(up {fa['per_100k_upper95']:4.2f}) /1e5 | 5%in3 {s5['detected_within']:.3f} (ref "
+            f"{ref['step_5pct']:.3f}) | 3%in6 {s3['detected_within']:.3f} (ref {ref['step_3pct']:.3f})")
+
+
+def markdown(real: dict) -> str:
+    rows = ["| noise | false regressions / no-change runs | per 10⁵ (95% upper) | 5% step within 3 runs "
+            "(95% CI) | reference | 3% step within 6 runs (95% CI) | reference | delay p50/p90 5%, 3% |",
+            "|---|---|---|---|---|---|---|---|"]
+    for model, r in real.items():
+        fa, s5, s3, ref = r["false_alarm"], r["step_5pct"], r["step_3pct"], r["reference"]
+        rows.append(
+            f"| {model} | {fa['onsets']} / {fa['evaluated_runs']:,} | **{fa['per_100k']:.2f}** "
+            f"({fa['per_100k_upper95']:.2f}) | **{100 * s5['detected_within']:.1f}%** "
+            f"({100 * s5['interval95'][0]:.1f}–{100 * s5['interval95'][1]:.1f}) | {100 * ref['step_5pct']:.1f}% | "
+            f"**{100 * s3['detected_within']:.1f}%** ({100 * s3['interval95'][0]:.1f}–"
+            f"{100 * s3['interval95'][1]:.1f}) | {100 * ref['step_3pct']:.1f}% | "
+            f"{_pair(s5['delay_p50_p90'])}, {_pair(s3['delay_p50_p90'])} |")
+    return "\n".join(rows)
+
+
+def drift_markdown(real: dict) -> str:
+    rows = [f"| noise | series | regression onsets during the drift (series with any) | drift verdict found | runs to "
+            f"find it p50/p90 | no-effect version change at run {CHANGE_AT - DRIFT_START} of the drift called a "
+            "regression |", "|---|---|---|---|---|---|"]
+    for model, r in real.items():
+        if "drift" not in r:
+            continue
+        d = r["drift"]
+        rows.append(f"| {model} | {d['series']} | {d['onsets']} ({d['series_with_onsets']}) | "
+                    f"{100 * d['found']:.1f}% | {_pair(d['runs_to_find_p50_p90'])} | {d['version_blamed']} |")
+    return "\n".join(rows)
+
+
+def _pair(values: list) -> str:
+    return "/".join("-" if v is None else f"{v:g}" for v in values)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=1_000_000, help="no-change series-runs per noise kind (real Detector)")
-    ap.add_argument("--trials", type=int, default=4000, help="step trials per noise kind and step size")
-    ap.add_argument("--sweep-runs", type=int, default=500_000, help="no-change runs per kind and sweep point")
+    ap.add_argument("--runs", type=int, default=1_000_000, help="no-change series-runs per noise model")
+    ap.add_argument("--trials", type=int, default=2000, help="step trials per noise model and step size")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--kinds", default=",".join(KINDS), help="noise kinds (gauss, t3, spiky, t3_scale1)")
+    ap.add_argument("--drift-series", type=int, default=500, help="drifting series per drift model")
+    ap.add_argument("--models", default=",".join(noise_models.MODELS),
+                    help=f"noise models (default: all of {', '.join(noise_models.MODELS)})")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="override one Settings default (e.g. window=40); the sweep still varies around it")
-    ap.add_argument("--no-sweep", action="store_true")
+                    help="override one Settings default (e.g. noise_window=100)")
     ap.add_argument("--out", type=Path, help="write every figure as JSON")
     args = ap.parse_args(argv)
-    kinds = tuple(args.kinds.split(","))
+    models = tuple(args.models.split(","))
     settings = Settings(**{k: type(getattr(Settings(), k))(v) for k, v in (o.split("=", 1) for o in args.set)})
     started = time.time()
-    report: dict = {"seed": SEED, "settings": {**asdict(settings), "effects": dict(settings.effects)}, "kinds": kinds}
-    print(f"Settings: {report['settings']}")
-    print("Cross-check, model first alarm vs Detector first regression (200 series each, 3% step): "
-          + ", ".join(f"{k} {cross_check(k, settings)} mismatches" for k in kinds), flush=True)
-    print(f"Real Detector: {args.runs} no-change runs and {args.trials} trials per step per kind, "
+    report: dict = {"seed": SEED, "settings": {**asdict(settings), "effects": dict(settings.effects)},
+                    "models": models, "runs": args.runs, "trials": args.trials}
+    print(f"Real detector, {args.runs:,} no-change runs and {args.trials} trials per step per model, "
           f"{args.workers} workers", flush=True)
-    report["real"] = real_figures(kinds, args.runs, args.trials, settings, args.workers)
-    print_table(report["real"])
-    if not args.no_sweep:
-        print(f"\nSweep (vectorised model; each cell: 5% within 3, 3% within 6, false onsets per 100k; "
-              f"{args.sweep_runs} runs, {args.trials} trials; * = default):")
-        print(f"{'':>22} | " + " | ".join(f"{k:^19}" for k in kinds))
-        report["sweep"] = sweep(kinds, args.sweep_runs, args.trials, settings)
+    report["real"] = real_figures(models, args.runs, args.trials, settings, args.workers, args.drift_series)
+    print()
+    print(markdown(report["real"]))
+    print()
+    print(drift_markdown(report["real"]))
     report["seconds"] = round(time.time() - started, 1)
     print(f"\nTotal {report['seconds']} s")
     if args.out:

@@ -15,7 +15,9 @@ import pytest
 
 from sixdim.verdicts import detector as rg
 from sixdim.verdicts.detector import Settings
+from sixdim.verdicts.live import Verdicts
 from tests.bench import noise_models
+from tests.helpers import make_record
 from tests.verdict_reference import Detector
 
 
@@ -219,3 +221,23 @@ def test_spikes_after_a_version_change_that_did_nothing_are_not_a_regression():
     for i in (1, 4, 6):
         after[i] *= 1.3
     assert rg.version_verdict(before, after, "seconds", {"driver": ("550", "560")}).state == rg.OK
+
+
+def test_a_regression_at_an_upgrade_on_a_noisy_series_is_flagged_by_the_second_look():
+    """5% slower at a driver upgrade, 5% noise: ten runs a side cannot tell (the first look says ok,
+    and the live tracker starts a new segment at the change, so nothing else would); once the new
+    driver has 40 runs, the change is judged again on 40 runs a side and called a regression."""
+    rnd = random.Random(2)
+    watch = Verdicts()
+    states = []
+    for i in range(100):
+        level = 1.0 if i < 50 else 1.05
+        watch.add(make_record(seconds=0.01 * level * (1 + rnd.gauss(0, 0.05)), ended_at=1000.0 + 60 * i,
+                              driver="550" if i < 50 else "560"))
+        changes = watch.snapshot()[0].changes
+        states.append(changes["flops"].state if "flops" in changes else None)
+    assert states[52:60] == [rg.OK] * 8  # the first look: ten runs a side
+    assert states[88] == rg.OK and states[89:] == [rg.REGRESSION] * 11  # the 40th run after the change
+    change = watch.snapshot()[0].changes["flops"]
+    assert (change.before, change.after) == (40, 40)
+    assert change.ratio == pytest.approx(1 / 1.05, abs=0.03)

@@ -138,7 +138,12 @@ class Settings:
     """Runs after a regression's (or improvement's) onset after which the new level is the new
     normal: the segment restarts at the onset and the baseline re-forms there."""
     version_runs: int = 10
-    """Runs each side of a version change compared by :func:`version_verdict`."""
+    """Runs each side of a version change compared by :func:`version_verdict`, judged again as each
+    of them arrives."""
+    version_settle_runs: int = 40
+    """The second look: once the new segment has this many runs, the change is judged once more on
+    this many runs each side.  Ten runs a side cannot see a 5% step in 5% noise (a quarter of them);
+    forty see most, so a regression at an upgrade is flagged by something even on noisy series."""
     version_min_runs: int = 3
     version_alpha: float = 0.01
     effects: Mapping[str, float] = field(default_factory=dict)
@@ -767,15 +772,22 @@ def _without_outliers(values: list[float], effect: float, noise: float) -> list[
 
 def version_verdict(before: Sequence[float], after: Sequence[float], figure: str,
                     changes: Mapping[str, tuple[str, str]], settings: Settings | None = None,
-                    workload: str = "", label: str = "", at: float | None = None) -> VersionVerdict:
+                    workload: str = "", label: str = "", at: float | None = None,
+                    runs: int | None = None) -> VersionVerdict:
     """Compare the last runs before a version change with the first runs after it.
 
     ``regression`` or ``improvement`` needs a two-sided Mann-Whitney p <= version_alpha AND a
     change of at least the figure's minimum effect, outlier-scale runs of either side left out;
-    fewer than version_min_runs either side is ``insufficient_data``."""
+    fewer than version_min_runs either side is ``insufficient_data``.  The agent judges a change
+    again as each run after it arrives, so a judgement on fewer than ``runs`` runs after it uses a
+    smaller alpha (version_alpha x (runs after / runs)^2): eight looks at the full alpha called 1-2%
+    of changes that did nothing a regression on noisy series, with the spending about a third of that
+    (tests/bench/regression_sim.py --version-only).  ``runs`` is ``version_runs`` unless given (the
+    second look passes ``version_settle_runs``)."""
     s = settings or Settings()
     direction = WATCHED.get(figure, UP)
-    b, a = list(before)[-s.version_runs:], list(after)[:s.version_runs]
+    n = runs or s.version_runs
+    b, a = list(before)[-n:], list(after)[:n]
     min_effect = s.effects_for(figure, workload)[1]
     outlier = s.outlier_effect * (min_effect / s.min_effect if s.min_effect else 1.0)
     b, a = _without_outliers(b, outlier, s.outlier_noise), _without_outliers(a, outlier, s.outlier_noise)
@@ -785,7 +797,8 @@ def version_verdict(before: Sequence[float], after: Sequence[float], figure: str
     ratio = ma / mb if mb else None
     p = mann_whitney_two_sided(a, b)
     state = OK
-    if ratio is not None and p <= s.version_alpha:
+    alpha = s.version_alpha * min(1.0, len(a) / n) ** 2  # alpha spending: a verdict is judged with each run
+    if ratio is not None and p <= alpha:
         worse = direction * (ratio - 1.0)
         if abs(worse) >= min_effect:
             state = REGRESSION if worse > 0 else IMPROVEMENT

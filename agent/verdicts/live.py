@@ -59,8 +59,8 @@ class SeriesWatch:
         self.trackers: dict[str, SeriesTracker] = {}
         self.versions: dict[str, str] | None = None
         self.recent: dict[str, deque[float]] = {}
-        """Each figure's values of the current segment's last ``version_runs`` accepted runs: the
-        "before" side of the next version change."""
+        """Each figure's values of the current segment's last ``version_settle_runs`` accepted runs:
+        the "before" side of the next version change."""
         self.change: _Change | None = None
 
     def add(self, record: RunRecord) -> None:
@@ -72,7 +72,9 @@ class SeriesWatch:
             self.versions = versions
         if self.change is not None:
             self.change.age += 1
-            if self.change.age > self.keep:
+            if self.change.age > self.keep - self.settings.version_settle_runs:
+                # forgotten while a restart still reads the runs of both its looks back: the exported
+                # change never depends on when the agent last restarted
                 self.change = None
         if record.status == INCORRECT:
             if not self.trackers:
@@ -91,7 +93,8 @@ class SeriesWatch:
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
             tracker.update(value, at=record.started_at)
-            recent = self.recent.setdefault(figure, deque(maxlen=self.settings.version_runs))
+            recent = self.recent.setdefault(
+                figure, deque(maxlen=max(self.settings.version_runs, self.settings.version_settle_runs)))
             recent.append(value)
             self._after(figure, value, record)
 
@@ -106,13 +109,25 @@ class SeriesWatch:
         change = self.change
         if change is None or figure not in change.before:
             return
+        s = self.settings
         after = change.after.setdefault(figure, [])
-        if len(after) >= self.settings.version_runs:
-            return  # settled: the first version_runs runs after the change decide it
+        if len(after) >= max(s.version_runs, s.version_settle_runs):
+            return  # settled
         after.append(value)
-        change.verdicts[figure] = regression.version_verdict(
-            change.before[figure], after, figure, change.changes, self.settings, record.workload,
-            regression.series_label(record), change.at)
+        if len(after) <= s.version_runs:  # judged as each of the first runs arrives
+            runs = s.version_runs
+        elif len(after) == s.version_settle_runs and len(change.before[figure]) >= s.version_settle_runs:
+            runs = s.version_settle_runs  # the second look, on more runs each side
+        else:
+            return
+        settled = change.verdicts.get(figure)
+        verdict = regression.version_verdict(
+            change.before[figure], after, figure, change.changes, s, record.workload,
+            regression.series_label(record), change.at, runs=runs)
+        if runs == s.version_settle_runs and settled is not None and settled.state == regression.REGRESSION \
+                and verdict.state != regression.REGRESSION:
+            return  # the second look adds a regression the first runs could not see; it does not take one back
+        change.verdicts[figure] = verdict
 
 
 @dataclass(frozen=True)

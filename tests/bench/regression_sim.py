@@ -166,6 +166,7 @@ def real_figures(models: tuple[str, ...], runs: int, trials: int, settings: Sett
                 delays = np.array([d for chunk in pool.map(_delay_chunk, jobs) for d in chunk])
                 res[f"step_{round(step * 100)}pct"] = _delay_summary(delays, within)
             res["reference"] = reference_figures(model)
+            res["version"] = version_figures(model, settings)
             if model in DRIFT_MODELS:
                 jobs = [(SEED + 5 + 1000 * k + i, model, n, cfg) for i, n in enumerate(_chunks(drift_series, 25))]
                 res["drift"] = _drift_summary([d for chunk in pool.map(_drift_chunk, jobs) for d in chunk])
@@ -183,6 +184,31 @@ def _delay_summary(delays: np.ndarray, within: int) -> dict:
             "alarm_before_step": int(np.sum(delays < 0)), "missed_in_window": float(np.mean(delays == 0)),
             "delay_p50_p90": [float(np.percentile(found, q, method="inverted_cdf")) if found.size else None
                               for q in (50, 90)]}
+
+
+# --- version verdicts ------------------------------------------------------------------------
+
+def version_figures(model: str, settings: Settings, trials: int = 2000) -> dict:
+    """Share of version changes called a regression by :func:`version_verdict`: the first look (its
+    ``version_runs`` runs each side) and the second (``version_settle_runs`` each side, once the new
+    segment has them; it adds regressions, never takes one back), with a 5% and a 3% step at the
+    change, and with none (false).  The first look counts as called if any of its judgements (3 to 10
+    runs after) said regression, as the live agent exports each of them."""
+    out = {}
+    first, settle = settings.version_runs, settings.version_settle_runs
+    for step in (0.05, 0.03, 0.0):
+        x = noise_models.series(SEED + 77 + int(step * 1000), model, trials, 2 * settle, step, settle)
+        early = both = 0
+        for row in x:
+            before, after = row[:settle].tolist(), row[settle:].tolist()
+            seen = any(version_verdict(before, after[:k], "seconds", {"driver": ("a", "b")}, settings).state
+                       == REGRESSION for k in range(settings.version_min_runs, first + 1))
+            late = version_verdict(before, after, "seconds", {"driver": ("a", "b")}, settings,
+                                   runs=settle).state == REGRESSION
+            early += seen
+            both += seen or late
+        out[f"step_{round(step * 100)}pct"] = {"first_look": early / trials, "with_second_look": both / trials}
+    return out
 
 
 # --- the reference detector (known level and sigma) -------------------------------------------
@@ -254,6 +280,17 @@ def drift_markdown(real: dict) -> str:
     return "\n".join(rows)
 
 
+def version_markdown(real: dict) -> str:
+    rows = ["| noise | 5% step at the change: first look (10 runs a side) | with the second look (40) | 3% step: first "
+            "| with second | no change, called a regression: first | with second |", "|---|---|---|---|---|---|---|"]
+    for model, r in real.items():
+        v = r["version"]
+        cells = [f"{100 * v[f'step_{k}pct'][look]:.1f}%" for k in (5, 3, 0) for look in ("first_look",
+                                                                                           "with_second_look")]
+        rows.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def _pair(values: list) -> str:
     return "/".join("-" if v is None else f"{v:g}" for v in values)
 
@@ -269,9 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override one Settings default (e.g. noise_window=100)")
     ap.add_argument("--out", type=Path, help="write every figure as JSON")
+    ap.add_argument("--version-only", action="store_true", help="only the version-verdict figures (seconds)")
     args = ap.parse_args(argv)
     models = tuple(args.models.split(","))
     settings = Settings(**{k: type(getattr(Settings(), k))(v) for k, v in (o.split("=", 1) for o in args.set)})
+    if args.version_only:
+        print(version_markdown({m: {"version": version_figures(m, settings, args.trials)} for m in models}))
+        return 0
     started = time.time()
     report: dict = {"seed": SEED, "settings": {**asdict(settings), "effects": dict(settings.effects)},
                     "models": models, "runs": args.runs, "trials": args.trials}
@@ -282,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(report["real"]))
     print()
     print(drift_markdown(report["real"]))
+    print()
+    print(version_markdown(report["real"]))
     report["seconds"] = round(time.time() - started, 1)
     print(f"\nTotal {report['seconds']} s")
     if args.out:

@@ -277,7 +277,7 @@ OPTIONS: tuple[Option, ...] = (
            _whole(5, 1000), "a whole number from 5 to 1000", lambda env: 10),
     Option("regression.min_effect", "--regression-min-effect", "SIXDIM_REGRESSION_MIN_EFFECT",
            "smallest relative change the 6-run rule reports, a ratio (default: 0.018, i.e. 1.8%%; the 3-run "
-           "rule's 2.5%% scales with it); per workload or figure in the file's [regression.effects] table",
+           "rule's 3%% scales with it); per workload or figure in the file's [regression.effects] table",
            _effect, "a ratio above 0 and below 1", lambda env: 0.018),
     Option("guard.enabled", "--guard", "SIXDIM_GUARD",
            "skip a GPU run while another process uses the GPU or it is busy (default: on)",

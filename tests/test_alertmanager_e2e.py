@@ -82,7 +82,7 @@ OLD_DRIVER, NEW_DRIVER = "550.54.15", "560.35.03"
 TORCH = "2.4.0"
 RUN_INTERVAL = 900
 """Seconds between the simulated runs (the quick suite's 15 minutes)."""
-BEFORE_RUNS, AFTER_RUNS = 12, 4
+BEFORE_RUNS, AFTER_RUNS = 12, 6
 """Runs of each series before the rollout (past min_baseline) and after it (enough for a version verdict)."""
 ROLLOUT_SLOWDOWN = 0.9
 FLAPPING_HOST, DOWN_HOST = ("eu-1", "cpu-a"), ("us-1", "cpu-b")

@@ -491,8 +491,8 @@ DRIFT_RATE = MetricDef(
     VERDICT_LABELS)
 DRIFT_TOTAL_RATIO = MetricDef(
     "sixdim_drift_total_ratio", "gauge",
-    "The drift's total change: the fitted level now divided by the median of the first baseline of the "
-    "series' current segment (since its last version change), ratio; only while a drift holds.",
+    "The drift's change: the fitted level now divided by the fitted level at the first of the runs the drift is "
+    "fitted on (the series' last 96 runs, or fewer since its last version change), ratio; only while a drift holds.",
     VERDICT_LABELS)
 WORKLOAD_LAST_SUCCESS = MetricDef(
     "sixdim_workload_last_success_timestamp_seconds", "gauge",

@@ -237,7 +237,7 @@ class Alerts:
                  f"{label(state, catalog.FIGURE)}) ({state.name} == 1))")
         change = (f"{{{{ with query (printf `{worst}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
                   f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}}, by at least "
-                  f"{{{{ . | first | value | humanizePercentage }}}} since the series' first baseline{{{{ end }}}}")
+                  f"{{{{ . | first | value | humanizePercentage }}}} over its last runs{{{{ end }}}}")
         return self.alert(
             "SixdimDrift", expr, "info",
             f"{self.lab(catalog.WORKLOAD)} drifts worse on {self.where()}",

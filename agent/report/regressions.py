@@ -2,15 +2,17 @@
 
 The online detector (:mod:`sixdim.verdicts.detector`) says whether a series is regressed *now*; this
 report looks back: for every series (``RunRecord.key()``) and every watched figure of its ``ok``
-runs, it runs E-Divisive means (:mod:`sixdim.verdicts.changepoints`, with version changes as known break
-points) and lists each shift with its time, change, p-value and the software versions either
-side.  See docs/REGRESSIONS.md, "Looking back".
+runs, it runs E-Divisive means with rank-based decisions (:mod:`sixdim.verdicts.changepoints`, with
+version changes as known break points) and lists each shift with its time, change, p-value and
+the software versions either side, and each slow drift with its span and total change (a drift
+is never put down to a version change).  See docs/REGRESSIONS.md, "Looking back".
 
 It reads the history read-only (``mode=ro``), in chunks of :data:`sixdim.store.reader.CHUNK` rows, each its own short
 read, so it never writes the agent's database and holds no lock for long; it reads only the
-columns it needs (never ``details``).  This module is imported by :mod:`sixdim.report.command`
-(and so by the command line) to register the command's arguments, so it imports nothing heavy at
-import time: numpy, scipy and the analysis load inside the command.
+columns it needs (never ``details``), and SQLite reads the watched figures out of the ``figures``
+JSON.  This module is imported by :mod:`sixdim.report.command` (and so by the command line) to
+register the command's arguments, so it imports nothing heavy at import time: numpy and the
+analysis load inside the command.
 
 Exit codes: 0 when the report was made, whether or not it found a shift (a report, not a check:
 alert on ``sixdim_regression_state``); 2 for bad usage, bad configuration, or a history that is
@@ -74,8 +76,8 @@ class Series:
     key: SeriesKey
     model_name: str = ""
     rows: list[tuple[float, ...]] = field(default_factory=list)
-    """Per run: started_at, ended_at, version-set id, then each watched figure (NaN where absent),
-    in the order of :attr:`OkRuns.figures`."""
+    """Per run: started_at, ended_at, version-set id, then each watched figure (not finite where
+    absent: NaN or +inf), in the order of :attr:`OkRuns.figures`."""
 
 
 @dataclass
@@ -94,12 +96,13 @@ class OkRuns:
 
 def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
     """The ok runs of every series: ids in increasing order, :data:`sixdim.store.reader.CHUNK` rows per read.  Only
-    the watched figures are kept, and each distinct environment is parsed once."""
+    the watched figures are kept, read out of each row's JSON by SQLite (a row SQLite cannot read is
+    parsed here), and each distinct environment is parsed once."""
     figures = tuple(WATCHED)
     column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
-    query = reader.RunsQuery((*reader.SERIES_COLUMNS, "model_name", "started_at", "ended_at", "figures",
-                              "environment"), ok_only=True, workloads=tuple(workloads or ()))
+    query = reader.RunsQuery((*reader.SERIES_COLUMNS, "model_name", "started_at", "ended_at", "environment"),
+                             ok_only=True, workloads=tuple(workloads or ()), figure_values=figures)
     series: dict[tuple[str, ...], Series] = {}
     versions = VersionSets()
     runs = 0
@@ -107,13 +110,16 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
         for rows in reader.chunks(db, query):
             runs += len(rows)
             for row in rows:
-                key = SeriesKey(*row[1:10])
+                key = row[1:10]
                 s = series.get(key)
                 if s is None:
-                    s = series[key] = Series(key)
+                    s = series[key] = Series(SeriesKey(*key))
                 s.model_name = row[10]
-                vid = versions.id(row[14], row[5])
-                s.rows.append(figure_row(row[11], row[12], vid, json.loads(row[13]), column, width))
+                vid = versions.id(row[13], row[5])
+                if row[14] is None:  # the figures as SQLite read them: a number, or +inf where absent
+                    s.rows.append((row[11], row[12], vid, *row[15:]))
+                else:
+                    s.rows.append(figure_row(row[11], row[12], vid, json.loads(row[14]), column, width))
     return OkRuns(series, versions.sets, figures, runs, frozenset(versions.unknown))
 
 
@@ -169,84 +175,122 @@ class VersionSets:
 # ---------------------------------------------------------------------------- analysis
 
 def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | None = None,
-            progress: Any = None) -> list[dict[str, Any]]:
+            progress: Any = None, drifts: bool = False) -> list[dict[str, Any]]:
     """Every shift of every watched figure of every series, oldest first.  ``settings``
     (:class:`sixdim.verdicts.detector.Settings`) give each figure's minimum effect, as for the online
-    verdicts (``regression.min_effect`` and ``[regression.effects]``)."""
+    verdicts (``regression.min_effect`` and ``[regression.effects]``).  ``drifts``: list the slow
+    drifts too (``"kind": "drift"``); a shift is ``"kind": "shift"``.
+
+    Every series and figure is prepared first and the change points of all of them are found in
+    one call (:func:`sixdim.verdicts.changepoints.find_changes_many`): its split windows are
+    screened in numpy batches across series, which is most of the speed over a large history."""
     import numpy as np
 
     from sixdim.verdicts import detector as rg
-    from sixdim.verdicts.changepoints import find_change_points
+    from sixdim.verdicts.changepoints import find_changes_many
 
     settings = settings or rg.Settings()
     wanted = set(history.figures if figures is None else figures)
-    shifts: list[dict[str, Any]] = []
-    total = len(history.series)
-    for number, s in enumerate(history.series.values(), 1):
-        if progress is not None:
-            progress(number, total)
+    items: list[tuple[Any, list[int], float]] = []
+    where: list[tuple[Series, str, Any, Any]] = []
+    for s in history.series.values():
         runs = np.array(s.rows, dtype=float)
         runs = runs[np.lexsort((runs[:, 1], runs[:, 0]))]  # by start, then end, as group_series sorts
         started, vids = runs[:, 0], runs[:, 2].astype(int)
-        for j, figure in enumerate(history.figures, 3):
+        finite = np.isfinite(runs[:, 3:])
+        for j, figure in enumerate(history.figures):
             if figure not in wanted:
                 continue
-            keep = np.flatnonzero(np.isfinite(runs[:, j]))
+            keep = np.flatnonzero(finite[:, j])
             if keep.size < 2:
                 continue
-            said = _versions_said(vids[keep].tolist(), history.unknown)
-            breaks = version_breaks(said)
+            said = _versions_said(vids[keep], history.unknown)
             min_effect = settings.effects_for(figure, s.key.workload)[1]
-            for cp in find_change_points(runs[keep, j], breaks=breaks, min_magnitude=min_effect):
-                before, after = said[cp.index - 1], said[cp.index]
-                shifts.append(_shift(s, figure, cp, history.versions[before], history.versions[after],
-                                     float(started[keep[cp.index]])))
+            items.append((runs[keep, j + 3], version_breaks(said), min_effect))
+            where.append((s, figure, said, started[keep]))
+    shifts: list[dict[str, Any]] = []
+    for (s, figure, said, started), found in zip(where, find_changes_many(items, drifts=drifts, progress=progress)):
+        for cp in found.points:
+            before, after = int(said[cp.index - 1]), int(said[cp.index])
+            shifts.append(_shift(s, figure, cp, history.versions[before], history.versions[after],
+                                 float(started[cp.index])))
+        for d in found.drifts:
+            first, last = history.versions[int(said[d.start])], history.versions[int(said[d.end - 1])]
+            shifts.append(_drift(s, figure, d, first, last, float(started[d.start]), float(started[d.end - 1])))
     shifts.sort(key=lambda d: (d["at"], d["hostname"], d["gpu"], d["workload"], d["precision"], d["shape"],
-                               d["figure"]))
+                               d["figure"], d["kind"]))
     return shifts
 
 
-def _versions_said(vids: list[int], unknown: frozenset[int]) -> list[int]:
-    """Each run's version set, a run that did not say its versions taking the last one said before
-    it (the first ones, the first said after them; all unknown if none was said)."""
-    said = [v for v in vids if v not in unknown]
-    if not said:
+def _versions_said(vids: Any, unknown: frozenset[int]) -> Any:
+    """Each run's version set (a numpy array of ids), a run that did not say its versions taking the
+    last one said before it (the first ones, the first said after them; all unknown if none was said)."""
+    import numpy as np
+
+    vids = np.asarray(vids, dtype=int)
+    if not unknown or vids.size == 0:
         return vids
-    known = said[0]
-    out = []
-    for v in vids:
-        if v not in unknown:
-            known = v
-        out.append(known)
-    return out
+    said = ~np.isin(vids, list(unknown))
+    if not said.any():
+        return vids
+    last = np.maximum.accumulate(np.where(said, np.arange(vids.size), -1))
+    last[last < 0] = np.flatnonzero(said)[0]
+    return vids[last]
 
 
-def version_breaks(vids: list[int]) -> list[int]:
+def version_breaks(vids: Sequence[int]) -> list[int]:
     """Positions whose version set differs from the run before: the known break points, as the
     online detector's :func:`sixdim.verdicts.detector.version_breaks` finds them."""
-    return [i for i in range(1, len(vids)) if vids[i] != vids[i - 1]]
+    import numpy as np
+
+    ids = np.asarray(vids)
+    return [int(i) for i in np.flatnonzero(ids[1:] != ids[:-1]) + 1]
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _head(s: Series, figure: str, kind: str, before: float, after: float, ratio: float | None) -> dict[str, Any]:
+    """The fields a shift and a drift share: the series, the figure, the kind, the state and the change."""
+    from sixdim.verdicts import detector as rg
+
+    change = (ratio - 1.0) if ratio is not None else math.copysign(math.inf, after - before)
+    hostname, device_type, gpu, uuid, workload, precision, shape, mode, kernel_pass = s.key
+    return {
+        "hostname": hostname, "device_type": device_type, "gpu": gpu, "uuid": uuid, "model_name": s.model_name,
+        "workload": workload, "precision": precision, "shape": shape, "mode": mode, "pass": kernel_pass,
+        "figure": figure, "kind": kind,
+        "state": rg.REGRESSION if rg.WATCHED[figure] * change > 0 else rg.IMPROVEMENT,
+        "change_ratio": ratio,
+    }
 
 
 def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, str], at: float) -> dict[str, Any]:
     from sixdim.verdicts import detector as rg
 
-    direction = rg.WATCHED[figure]
-    ratio = cp.ratio
-    change = (ratio - 1.0) if ratio is not None else math.copysign(math.inf, cp.median_after - cp.median_before)
-    hostname, device_type, gpu, uuid, workload, precision, shape, mode, kernel_pass = s.key
     return {
-        "hostname": hostname, "device_type": device_type, "gpu": gpu, "uuid": uuid, "model_name": s.model_name,
-        "workload": workload, "precision": precision, "shape": shape, "mode": mode, "pass": kernel_pass,
-        "figure": figure,
-        "state": rg.REGRESSION if direction * change > 0 else rg.IMPROVEMENT,
-        "change_ratio": ratio,
+        **_head(s, figure, "shift", cp.median_before, cp.median_after, cp.ratio),
         "p_value": cp.p_value,
         "at": at,
-        "at_utc": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "at_utc": _utc(at),
         "median_before": cp.median_before, "median_after": cp.median_after,
         "runs_before": cp.runs_before, "runs_after": cp.runs_after,
         "versions_before": dict(old), "versions_after": dict(new),
         "version_changed": [k for k in rg.VERSION_KEYS if old.get(k) != new.get(k)],
+    }
+
+
+def _drift(s: Series, figure: str, d: Any, first: dict[str, str], last: dict[str, str], at: float,
+           until: float) -> dict[str, Any]:
+    """A drift: the fitted level at its first and last run, over how many runs; never put down to
+    a version change (``version_changed`` is empty even where the versions differ between its ends)."""
+    return {
+        **_head(s, figure, "drift", d.level_start, d.level_end, d.ratio),
+        "p_value": d.p_value,
+        "at": at, "at_utc": _utc(at), "until": until, "until_utc": _utc(until),
+        "level_start": d.level_start, "level_end": d.level_end, "runs": d.runs,
+        "versions_before": dict(first), "versions_after": dict(last), "version_changed": [],
     }
 
 
@@ -274,19 +318,27 @@ def _versions(shift: dict[str, Any]) -> str:
     return ", ".join(f"{k} {old.get(k) or '?'} \u2192 {new.get(k) or '?'}" for k in changed)
 
 
+def _minute(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
 def table(shifts: list[dict[str, Any]]) -> str:
-    """One line per shift, oldest first, under a header."""
+    """One line per shift or drift, oldest first, under a header.  A drift's line reads
+    "regression drift", its levels at its first and last run, and its runs up to when it ends."""
     from sixdim.verdicts.detector import series_label
 
     rows = [("when (UTC)", "state", "change", "p", "host", "gpu", "series", "mode/pass", "figure",
              "median before \u2192 after", "runs before | after", "version change")]
     for s in shifts:
-        when = datetime.fromtimestamp(s["at"], timezone.utc).strftime("%Y-%m-%d %H:%M")
         label = series_label(SimpleNamespace(precision=s["precision"], workload=s["workload"], shape=s["shape"]))
-        rows.append((when, s["state"], _percent(s["change_ratio"]), _p(s["p_value"]), s["hostname"], s["gpu"],
-                     label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"],
-                     f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}",
-                     f"{s['runs_before']} | {s['runs_after']}", _versions(s)))
+        if s["kind"] == "drift":
+            state, levels = f"{s['state']} drift", f"{s['level_start']:.4g} \u2192 {s['level_end']:.4g}"
+            runs = f"{s['runs']} runs to {_minute(s['until'])}"
+        else:
+            state, levels = s["state"], f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}"
+            runs = f"{s['runs_before']} | {s['runs_after']}"
+        rows.append((_minute(s["at"]), state, _percent(s["change_ratio"]), _p(s["p_value"]), s["hostname"], s["gpu"],
+                     label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"], levels, runs, _versions(s)))
     return text.table(rows)
 
 
@@ -298,15 +350,15 @@ def command(args: argparse.Namespace) -> int:
     line = text.Progress(sys.stderr, min_interval=0.2)
 
     def progress(number: int, total: int) -> None:
-        line.update(f"sixdim: analysing series {number}/{total}", force=number == total)
+        line.update(f"sixdim: analysing series-figure {number}/{total}", force=number == total)
 
     try:
-        shifts = analyse(history, settings=settings_from(config), figures=args.figure, progress=progress)
+        shifts = analyse(history, settings=settings_from(config), figures=args.figure, progress=progress, drifts=True)
     finally:
         line.clear()
-    if args.since is not None:
+    if args.since is not None:  # a drift still going on at the cutoff is listed
         cutoff = time.time() - args.since
-        shifts = [s for s in shifts if s["at"] >= cutoff]
+        shifts = [s for s in shifts if s.get("until", s["at"]) >= cutoff]
     if args.state:
         shifts = [s for s in shifts if s["state"] == args.state]
     if args.json:
@@ -318,10 +370,12 @@ def command(args: argparse.Namespace) -> int:
     if not shifts:
         print(f"no shifts found{scope}: {examined}")
         return exits.OK
-    regressions = sum(s["state"] == "regression" for s in shifts)
+    steps = [s for s in shifts if s["kind"] == "shift"]
+    regressions = sum(s["state"] == "regression" for s in steps)
+    drifts = len(shifts) - len(steps)
     print(table(shifts))
-    print(f"\n{len(shifts)} shift(s){scope}: {regressions} regression(s), {len(shifts) - regressions} improvement(s); "
-          f"{examined}")
+    print(f"\n{len(steps)} shift(s){scope}: {regressions} regression(s), {len(steps) - regressions} improvement(s)"
+          + (f"; {drifts} drift(s)" if drifts else "") + f"; {examined}")
     return exits.OK
 
 

@@ -9,6 +9,7 @@ own short read (keyset paging by id), so a report never holds a lock for long an
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
@@ -85,11 +86,22 @@ class RunsQuery:
     columns: tuple[str, ...]
     ok_only: bool = False
     workloads: tuple[str, ...] = ()
+    figure_values: tuple[str, ...] = ()
+    """Figures to read out of the ``figures`` JSON by SQLite, after ``columns``: first the ``figures``
+    text where SQLite cannot read it (a NaN or an infinity, which Python writes and SQLite refuses:
+    parse that row in Python), else None; then each figure's number, +inf where the figure is
+    absent or not a number (a bool or a text is no figure).  Reading the numbers this way costs
+    less than parsing every row's JSON in Python (``sixdim report regressions`` over 100,000 runs:
+    0.6 s against 1 s), and +inf rather than None keeps a row all floats, which numpy takes in a
+    third of the time."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.columns) - RUN_COLUMNS)
         if unknown:
             raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+        odd = [name for name in self.figure_values if not _FIGURE_NAME.fullmatch(name)]
+        if odd:
+            raise ValueError(f"not a figure name: {', '.join(odd)}")
 
     def sql(self) -> str:
         where = ["id > ?"]
@@ -97,13 +109,22 @@ class RunsQuery:
             where.append("status = 'ok'")
         if self.workloads:
             where.append(f"workload IN ({', '.join('?' * len(self.workloads))})")
-        return (f"SELECT id, {', '.join(self.columns)} FROM runs WHERE {' AND '.join(where)} "
+        columns = list(self.columns)
+        if self.figure_values:
+            columns.append("iif(json_valid(figures), NULL, figures)")
+            columns += [f"iif(json_valid(figures) AND json_type(figures, '$.{name}') IN ('integer', 'real'), "
+                        f"json_extract(figures, '$.{name}'), 9e999)" for name in self.figure_values]
+        return (f"SELECT id, {', '.join(columns)} FROM runs WHERE {' AND '.join(where)} "
                 f"ORDER BY id LIMIT {CHUNK}")
+
+
+_FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A figure name that is a JSON path step as it is (no quoting, nothing SQL could read otherwise)."""
 
 
 def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
     """The rows of ``query`` a chunk at a time, by id (keyset paging, so each read is short and
-    indexed): each row is ``(id, *query.columns)``."""
+    indexed): each row is ``(id, *query.columns)``, then the columns of ``query.figure_values``."""
     sql, args = query.sql(), tuple(query.workloads)
     last = 0
     while True:

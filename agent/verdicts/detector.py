@@ -144,7 +144,10 @@ class Settings:
     """The second look: once the new segment has this many runs, the change is judged once more on
     this many runs each side.  Ten runs a side cannot see a 5% step in 5% noise (a quarter of them);
     forty see most, so a regression at an upgrade is flagged by something even on noisy series."""
-    version_min_runs: int = 3
+    version_min_runs: int = 5
+    """Fewer runs than this either side: ``insufficient_data``.  Five, not three: with the alpha spent
+    over the looks (see :func:`version_verdict`) three or four runs after a change can never reach
+    significance, so the verdict says it cannot judge yet rather than ``ok``."""
     version_alpha: float = 0.01
     effects: Mapping[str, float] = field(default_factory=dict)
     """Per-figure and per-workload ``min_effect`` overrides, keyed ``"workload/figure"``,
@@ -408,7 +411,9 @@ class Verdict:
     """The drift as a relative change per day (per run when the runs' times are not known: the
     tests' and simulations' series)."""
     drift_ratio: float | None = None
-    """The fitted level now over the segment's first baseline: the total change since it."""
+    """The fitted level now over the fitted level at the first of the runs the drift is fitted on (up
+    to ``drift_runs``): the change the drift made over them.  Not since the segment's start: a
+    restarted agent restores only its last runs, and must export what the stopped one did."""
 
     @property
     def code(self) -> int:
@@ -462,8 +467,6 @@ class SeriesTracker:
         """(time, value) of the segment's last ``drift_runs`` accepted runs: what a drift is fitted
         on.  Unlike ``values`` it is not cut when an episode's baseline re-forms, so a drift that
         started an episode before it was confirmed is still seen as one."""
-        self.anchor: float | None = None
-        """Median of the segment's first ``window`` runs: what a drift's total change is against."""
         self.seen = 0
         self.segment_start = 0
         self.frozen: list[float] | None = None
@@ -481,7 +484,7 @@ class SeriesTracker:
     def break_segment(self) -> None:
         """A known break point (a version change): the next run starts a new segment."""
         self.values, self.indices, self.frozen, self.episode, self.onset = [], [], None, 0, None
-        self.times, self.anchor, self.recent, self.drifting = [], None, [], 0
+        self.times, self.recent, self.drifting = [], [], 0
         self.segment_start = self.seen
 
     def update(self, value: float | None, status: str = "ok", at: float | None = None) -> Verdict:
@@ -502,8 +505,6 @@ class SeriesTracker:
         self.times.append(float(index) if at is None else float(at))
         self.recent.append((self.times[-1], float(value)))
         del self.recent[:-self.settings.drift_runs]
-        if self.anchor is None and len(self.values) >= self.settings.window:
-            self.anchor = median(self.values[:self.settings.window])
         self.last = self._judge()
         self._trim()
         return self.last
@@ -535,7 +536,8 @@ class SeriesTracker:
         slope, intercept = drift
         level = intercept + slope * self.times[-1]
         per = slope / level if level else 0.0
-        ratio = level / self.anchor if self.anchor else None
+        start = intercept + slope * self.recent[0][0]
+        ratio = level / start if start else None
         return replace(verdict, drift=1 if per * self.direction > 0 else -1,
                        drift_per_day=per * 86400.0 if self.timed else per, drift_ratio=ratio)
 
@@ -712,7 +714,6 @@ class SeriesTracker:
         at = self.indices[onset]
         self.values, self.indices, self.times = self.values[onset:], self.indices[onset:], self.times[onset:]
         self.segment_start, self.frozen, self.episode, self.onset = at, None, 0, None
-        self.anchor = median(self.values[:self.settings.window]) if len(self.values) >= self.settings.window else None
         verdict = self._judge()
         return replace(verdict, reason=f"baseline re-formed after a persistent {kind} from run {at}")
 
@@ -781,7 +782,7 @@ def version_verdict(before: Sequence[float], after: Sequence[float], figure: str
     fewer than version_min_runs either side is ``insufficient_data``.  The agent judges a change
     again as each run after it arrives, so a judgement on fewer than ``runs`` runs after it uses a
     smaller alpha (version_alpha x (runs after / runs)^2): eight looks at the full alpha called 1-2%
-    of changes that did nothing a regression on noisy series, with the spending about a third of that
+    of changes that did nothing a regression on noisy series, with the spending half of that
     (tests/bench/regression_sim.py --version-only).  ``runs`` is ``version_runs`` unless given (the
     second look passes ``version_settle_runs``)."""
     s = settings or Settings()

@@ -192,8 +192,8 @@ def version_figures(model: str, settings: Settings, trials: int = 2000) -> dict:
     """Share of version changes called a regression by :func:`version_verdict`: the first look (its
     ``version_runs`` runs each side) and the second (``version_settle_runs`` each side, once the new
     segment has them; it adds regressions, never takes one back), with a 5% and a 3% step at the
-    change, and with none (false).  The first look counts as called if any of its judgements (3 to 10
-    runs after) said regression, as the live agent exports each of them."""
+    change, and with none (false).  The first look counts as called if any of its judgements (from
+    version_min_runs to version_runs runs after) said regression, as the live agent exports each of them."""
     out = {}
     first, settle = settings.version_runs, settings.version_settle_runs
     for step in (0.05, 0.03, 0.0):

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""How long ``sixdim report regressions`` takes over a large history, and what it finds there.
+"""How long ``sixdim report regressions`` takes over a large history, what it finds there, and what
+its detector finds on every noise model of tests/bench/noise_models.py.
 
-Usage (from the repository root):
+Usage (from the repository root; 2.5 minutes on the 2-core development machine, one worker):
 
-    python -m tests.bench.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR] [--out FILE]
+    python -m tests.bench.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR]
+        [--repeat 5] [--no-history] [--false-series 1000] [--sim-series 500] [--model NAME ...] [--out FILE]
 
 It writes a history of ``--series`` x ``--runs-per-series`` synthetic runs (default 100,000) in a
 temporary folder, in the history's own row format, with a fixed seed:
@@ -11,7 +13,8 @@ temporary folder, in the history's own row format, with a fixed seed:
 - two hosts of 8 GPUs; 40 GEMM-like kernel series (GPU x precision x shape: time, FLOP/s, power,
   energy, FLOP/J, memory, fraction of peak and unwatched extras) and 10 model-like series
   (samples/s, time, latency p50/p99, power, samples/J, memory), one run every 15 minutes each;
-- noise: time 1% Gaussian, plus 1% of runs 20% slow (spikes); power 1%; memory constant;
+- noise: time by the ``spiky`` model of noise_models (1% Gaussian, 3% of runs 10-40% slow); power
+  1% Gaussian; memory constant;
 - 2% of runs ``failed`` or ``skipped`` (not analysed, as in a real history);
 - injected shifts: a driver upgrade 550.54 -> 560.28 on host ``node-a`` at 60% of the history,
   which slows its bf16 kernel series by 7% (the other series of node-a change driver with no
@@ -19,14 +22,30 @@ temporary folder, in the history's own row format, with a fixed seed:
   improvement) on one, +3% on one.
 
 Then it times ``python -m sixdim report regressions --json`` end to end as a subprocess (interpreter
-start, read, analysis, JSON out), and the read and the analysis alone in this process, and
-counts the change points found against the injected ones: a shift counts as found when the
-``seconds`` figure of its series has a change point within 2 runs of it; any other change point
-of any figure is unexpected.
+start, read, analysis, JSON out) ``--repeat`` times, with the load average before each (the
+figure is the median: the machine is shared), and the read and the analysis alone in this
+process, and counts the change points found against the injected ones: a shift counts as found
+when the ``seconds`` figure of its series has a change point within 2 runs of it; any other
+change point of any figure is unexpected.
 
-Last (unless ``--sim-series 0``), the detector alone (:func:`sixdim.verdicts.changepoints.find_change_points`)
-on synthetic series with the noise kinds of tests/bench/regression_sim.py: change points in no-change
-series of 2,000 runs, and steps of 5%, 3% and 2% found at the right run.
+Last (unless ``--sim-series 0``), the detector alone (:func:`sixdim.verdicts.changepoints.find_changes`)
+on every noise model (``--model`` to choose), each case from its own fixed seeds:
+
+- ``false``: ``--false-series`` no-change series of 2,000 runs: change points and drifts, with
+  the 95% upper bound of change points per series;
+- ``step_5%``, ``step_3%``: a step at a random run from 100 to 399, 40 runs after it: found (a
+  point within 10 runs), placed at its run +-1, other points;
+- ``short_tail_5%``: a 5% step at run 200 with 6-10 runs after it: listed, and every point of
+  those listed at its run +-1;
+- ``upgrade_after_spikes``: an upgrade at run 200 of 300 that costs 5%, runs 198 and 199 25%
+  slow: the shift put down to the upgrade (a known point at 200);
+- ``harmless_upgrade``: an upgrade at run 200 of 400 that does nothing: listed at it;
+- ``drift_harmless_upgrade``: the same with a drift of +0.05% a run all along: put down to the
+  upgrade, any change point at all, listed as a drift;
+- ``step_on_drift_5%``: a 5% step at run 200 of 400 on that drift, no upgrade: found, placed +-1.
+
+``--sim-series`` series per case and model (default 500).  It prints the table of
+docs/REGRESSIONS.md ("Looking back", "Measured behaviour").
 """
 
 from __future__ import annotations
@@ -38,6 +57,7 @@ import platform
 import random
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,10 +75,13 @@ import numpy as np  # noqa: E402
 
 from sixdim.core.results import RunRecord  # noqa: E402
 from sixdim.store.history import History, _row  # noqa: E402
+from tests.bench import noise_models as nm  # noqa: E402
 
 INTERVAL = 900.0
 """Seconds between two runs of one series."""
 OLD, NEW = "550.54", "560.28"
+HISTORY_NOISE = "spiky"
+"""The time figure's noise in the fleet history (tests/bench/noise_models.py): 1% Gaussian, 3% of runs 10-40% slow."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ def write_history(path: Path, specs: list[SeriesSpec], runs: int, seed: int) -> 
     start = time.time() - runs * INTERVAL
     factor_at = {(sh.series, sh.run): sh.factor for sh in shifts}
     level = [1.0] * len(specs)
+    noise = nm.noise(np.random.default_rng(seed), HISTORY_NOISE, (len(specs), runs))
     columns: list[str] | None = None
     with sqlite3.connect(path) as db:
         for r in range(runs):
@@ -127,8 +151,7 @@ def write_history(path: Path, specs: list[SeriesSpec], runs: int, seed: int) -> 
                 status = "ok"
                 if rnd.random() < 0.02:
                     status = rnd.choice(["failed", "skipped"])
-                noise = 1 + rnd.gauss(0, 0.01) + (0.2 if rnd.random() < 0.01 else 0.0)
-                seconds = spec.base_seconds * level[i] * noise
+                seconds = spec.base_seconds * level[i] * noise[i, r]
                 power = 650.0 * (1 + rnd.gauss(0, 0.01))
                 if status != "ok":
                     figures: dict[str, float] = {}
@@ -193,47 +216,161 @@ def score(shifts: list[Shift], specs: list[SeriesSpec], found: list[dict[str, An
                                 for cp in unexpected]}
 
 
-def noise(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    """Relative noise of one series: ``gauss`` sd 1%; ``t3`` Student t (3 dof) scaled to sd 1%;
-    ``spiky`` 1% Gaussian plus 1% of runs 20% slow; ``gauss5`` sd 5%."""
-    if kind == "gauss":
-        return rng.normal(0, 0.01, n)
-    if kind == "t3":
-        return rng.standard_t(3, n) * 0.01 / np.sqrt(3)
-    if kind == "spiky":
-        return rng.normal(0, 0.01, n) + np.where(rng.random(n) < 0.01, 0.2, 0.0)
-    return rng.normal(0, 0.05, n)
+SIM_LENGTH = 2000
+"""Runs of a no-change series in the simulation (as a busy series holds in a few weeks)."""
+TAIL = 40
+"""Runs after a step in the detection cases: the issue's "found with 40 runs after them"."""
+SHORT_TAILS = (6, 7, 8, 9, 10)
+DRIFT = 0.0005
+"""The slow drift of the drift cases: +0.05% a run, compounded (noise_models.drift)."""
 
 
-def simulate(series: int, seed: int) -> dict[str, Any]:
-    """The detector alone on synthetic series: change points per 2,000-run no-change series, and
-    steps (at a random run of 600) found at the right run, within 1, with how many other points."""
-    from sixdim.verdicts.changepoints import find_change_points
+def _changes(values: np.ndarray, breaks: tuple[int, ...] = ()) -> tuple[list[Any], list[Any]]:
+    """The change points and drifts of one series (the drifts only where the detector lists them)."""
+    from sixdim.verdicts import changepoints as cpm
 
-    out: dict[str, Any] = {"false": {}, "steps": {}}
-    for kind in ("gauss", "t3", "spiky", "gauss5"):
-        points = 0
-        started = time.perf_counter()
+    find = getattr(cpm, "find_changes", None)
+    if find is not None:
+        found = find(values, breaks=breaks)
+        return list(found.points), list(found.drifts)
+    return cpm.find_change_points(values, breaks=breaks), []
+
+
+def upper95(events: int, trials: int) -> float:
+    """One-sided 95% upper bound of a Poisson rate per trial (exact: the chi-squared form)."""
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(0.95, 2 * events + 2) / 2 / trials)
+
+
+def share_bound(hits: int, trials: int) -> tuple[float, float]:
+    """A share and its 95% Clopper-Pearson interval."""
+    from scipy.stats import beta
+
+    lo = float(beta.ppf(0.025, hits, trials - hits + 1)) if hits else 0.0
+    hi = float(beta.ppf(0.975, hits + 1, trials - hits)) if hits < trials else 1.0
+    return lo, hi
+
+
+def _seed(seed: int, model: int, case: int, k: int) -> int:
+    return ((seed * 16 + model) * 16 + case) * 1_000_003 + k
+
+
+def simulate_model(model: str, index: int, false_series: int, series: int, seed: int) -> dict[str, Any]:
+    """Every case of one noise model (tests/bench/noise_models.py), each from its own fixed seeds."""
+    from tests.bench import noise_models as nm
+
+    out: dict[str, Any] = {"model": model}
+    started = time.perf_counter()
+    points = drifts = hit = 0
+    for values in nm.series(_seed(seed, index, 0, 0), model, false_series, SIM_LENGTH):
+        cps, dfs = _changes(values)
+        points += len(cps)
+        drifts += len(dfs)
+        hit += bool(cps)
+    out["false"] = {"series": false_series, "runs": SIM_LENGTH, "change_points": points, "drifts": drifts,
+                    "series_with_one": hit, "per_series": points / false_series,
+                    "per_series_upper95": upper95(points, false_series),
+                    "ms_per_series": round((time.perf_counter() - started) / false_series * 1e3, 2)}
+
+    rng = np.random.default_rng(_seed(seed, index, 1, 0))
+    for case, step in ((2, 0.05), (3, 0.03)):
+        found = placed = extra = 0
         for k in range(series):
-            points += len(find_change_points(1 + noise(kind, np.random.default_rng([seed, k]), 2000)))
-        out["false"][kind] = {"series": series, "change_points": points,
-                              "ms_per_series": round((time.perf_counter() - started) / series * 1e3, 2)}
-    for kind in ("gauss", "t3", "spiky"):
-        for step in (0.05, 0.03, 0.02):
-            found = off = others = 0
-            for k in range(series):
-                rng = np.random.default_rng([seed, 1000 + k])
-                at = int(rng.integers(100, 500))
-                values = 1 + noise(kind, rng, 600)
-                values[at:] *= 1 + step
-                cps = find_change_points(values)
-                near = [c for c in cps if abs(c.index - at) <= 1]
-                found += bool(near)
-                off += sum(1 < abs(c.index - at) <= 10 for c in cps)
-                others += sum(abs(c.index - at) > 10 for c in cps)
-            out["steps"][f"{kind} +{step:.0%}"] = {"series": series, "found_within_1": found,
-                                                   "points_2_to_10_off": off, "points_further": others}
+            at = int(rng.integers(100, 400))
+            values = nm.series(_seed(seed, index, case, k), model, 1, at + TAIL, step, at)[0]
+            cps, _ = _changes(values)
+            near = [c.index - at for c in cps if abs(c.index - at) <= 10]
+            found += bool(near)
+            placed += any(abs(d) <= 1 for d in near)
+            extra += sum(abs(c.index - at) > 10 for c in cps)
+        out[f"step_{step:.0%}"] = {"series": series, "found": found, "placed_within_1": placed,
+                                   "other_points": extra}
+
+    listed = placed = 0
+    for k in range(series):
+        tail = SHORT_TAILS[k % len(SHORT_TAILS)]
+        values = nm.series(_seed(seed, index, 4, k), model, 1, 200 + tail, 0.05, 200)[0]
+        cps, _ = _changes(values)
+        listed += bool(cps)
+        placed += bool(cps) and all(abs(c.index - 200) <= 1 for c in cps)
+    out["short_tail_5%"] = {"series": series, "tails": list(SHORT_TAILS), "listed": listed,
+                            "all_within_1": placed}
+
+    attributed = unattributed = 0
+    for k in range(series):  # an upgrade that costs 5%, two spikes (+25%) in the two runs before it
+        values = nm.series(_seed(seed, index, 5, k), model, 1, 300, 0.05, 200)[0]
+        values[198:200] *= 1.25
+        cps, _ = _changes(values, (200,))
+        attributed += any(c.known and c.index == 200 for c in cps)
+        unattributed += any(not c.known and abs(c.index - 200) <= 5 for c in cps)
+    out["upgrade_after_spikes"] = {"series": series, "attributed": attributed, "listed_without_version": unattributed}
+
+    at_break = anywhere = 0
+    for k in range(series):  # an upgrade that does nothing
+        values = nm.series(_seed(seed, index, 6, k), model, 1, 400)[0]
+        cps, _ = _changes(values, (200,))
+        at_break += any(c.known for c in cps)
+        anywhere += bool(cps)
+    out["harmless_upgrade"] = {"series": series, "listed_at_upgrade": at_break, "any_point": anywhere}
+
+    at_break = anywhere = as_drift = 0
+    for k in range(series):  # a slow drift, and an upgrade in the middle that does nothing
+        values = nm.drift(nm.series(_seed(seed, index, 7, k), model, 1, 400)[0], DRIFT)
+        cps, dfs = _changes(values, (200,))
+        at_break += any(c.known for c in cps)
+        anywhere += bool(cps)
+        as_drift += bool(dfs)
+    out["drift_harmless_upgrade"] = {"series": series, "blamed_on_upgrade": at_break, "any_point": anywhere,
+                                     "listed_as_drift": as_drift}
+
+    found = placed = 0
+    for k in range(series):  # a 5% step on top of the drift, no version change
+        values = nm.drift(nm.series(_seed(seed, index, 8, k), model, 1, 400, 0.05, 200)[0], DRIFT)
+        cps, _ = _changes(values)
+        found += any(abs(c.index - 200) <= 10 for c in cps)
+        placed += any(abs(c.index - 200) <= 1 for c in cps)
+    out["step_on_drift_5%"] = {"series": series, "found": found, "placed_within_1": placed}
+    out["seconds"] = round(time.perf_counter() - started, 1)
     return out
+
+
+def simulate(false_series: int, series: int, seed: int, models: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The detector alone (:func:`sixdim.verdicts.changepoints.find_change_points`) on every noise model."""
+    from tests.bench import noise_models as nm
+
+    chosen = models or nm.MODELS
+    return [simulate_model(model, nm.MODELS.index(model), false_series, series, seed) for model in chosen]
+
+
+def _pct(hits: int, n: int) -> str:
+    return f"{100 * hits / n:.1f}" if n else "-"
+
+
+def markdown(sim: list[dict[str, Any]]) -> str:
+    """The table of docs/REGRESSIONS.md ("Measured behaviour" of "Looking back")."""
+    head = ("| noise | no change: points; drifts in series (points/series, 95% ≤) | 5% found; ±1 | 3% found; ±1 "
+            "| short tail: listed; ±1 "
+            "| upgrade after spikes: named | harmless upgrade listed | drift: blamed on upgrade; as steps; as drift "
+            "| 5% step on drift: found; ±1 |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sim:
+        f = r["false"]
+        s5, s3, st = r["step_5%"], r["step_3%"], r["short_tail_5%"]
+        up, hu = r["upgrade_after_spikes"], r["harmless_upgrade"]
+        dr, sd = r["drift_harmless_upgrade"], r["step_on_drift_5%"]
+        rows.append(
+            f"| {r['model']} | {f['change_points']}; {f['drifts']} in {f['series']:,} "
+            f"(≤ {f['per_series_upper95']:.4f}) "
+            f"| {_pct(s5['found'], s5['series'])}; {_pct(s5['placed_within_1'], s5['series'])} "
+            f"| {_pct(s3['found'], s3['series'])}; {_pct(s3['placed_within_1'], s3['series'])} "
+            f"| {_pct(st['listed'], st['series'])}; {_pct(st['all_within_1'], st['listed'])} "
+            f"| {_pct(up['attributed'], up['series'])} "
+            f"| {_pct(hu['listed_at_upgrade'], hu['series'])} "
+            f"| {_pct(dr['blamed_on_upgrade'], dr['series'])}; {_pct(dr['any_point'], dr['series'])}; "
+            f"{_pct(dr['listed_as_drift'], dr['series'])} "
+            f"| {_pct(sd['found'], sd['series'])}; {_pct(sd['placed_within_1'], sd['series'])} |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,87 +379,105 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-per-series", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", metavar="DIR", help="write the history here and keep it (default: a temporary folder)")
-    ap.add_argument("--sim-series", type=int, default=100,
-                    help="series per case of the detector-alone simulation (0: skip it)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs of the command (the median is the figure)")
+    ap.add_argument("--no-history", action="store_true", help="skip the history and its timing: the simulation only")
+    ap.add_argument("--false-series", type=int, default=1000,
+                    help="no-change series of 2,000 runs per noise model in the simulation")
+    ap.add_argument("--sim-series", type=int, default=500,
+                    help="series per case and noise model of the detector-alone simulation (0: skip it)")
+    ap.add_argument("--model", action="append", help="only this noise model (repeatable; default: all)")
     ap.add_argument("--out", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args(argv)
 
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(args.keep or scratch)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "history.db"
-        path.unlink(missing_ok=True)
-        specs = build_series(args.series)
-        t = time.perf_counter()
-        shifts, start = write_history(path, specs, args.runs_per_series, args.seed)
-        build_s = time.perf_counter() - t
-        total = args.series * args.runs_per_series
-        print(f"history: {total:,} runs over {args.series} series, {path.stat().st_size / 2**20:.1f} MiB, "
-              f"written in {build_s:.1f} s")
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
-        cmd = [sys.executable, "-m", "sixdim", "report", "regressions", "--history", str(path), "--json"]
-        walls = []
-        for _ in range(3):
-            t = time.perf_counter()
-            result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
-            walls.append(time.perf_counter() - t)
-            if result.returncode != 0:
-                print(result.stderr, file=sys.stderr)
-                return 1
-        child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        found = json.loads(result.stdout)
-
-        from sixdim.report.regressions import analyse, read_history
-        t = time.perf_counter()
-        history = read_history(str(path))
-        read_s = time.perf_counter() - t
-        t = time.perf_counter()
-        again = analyse(history)
-        analyse_s = time.perf_counter() - t
-        assert again == found, "the subprocess and the in-process analysis disagree"
-        ok_runs = history.runs
-        series_figures = sum(int((np.isfinite(np.array(s.rows, dtype=float)[:, 3:]).sum(axis=0) >= 2).sum())
-                             for s in history.series.values())
-
-        scored = score(shifts, specs, found, start, args.runs_per_series)
-        wall = min(walls)
-        figures = {
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-            "runs": total, "ok_runs": ok_runs, "series": len(history.series), "series_figures": series_figures,
-            "subprocess_wall_seconds": [round(w, 3) for w in walls], "subprocess_best_seconds": round(wall, 3),
-            "subprocess_max_rss_mib": round(child_rss, 1),
-            "read_seconds": round(read_s, 3), "analysis_seconds": round(analyse_s, 3),
-            "runs_per_second_end_to_end": round(total / wall), "runs_per_second_analysis": round(ok_runs / analyse_s),
-            **scored,
-        }
-        print(f"machine: {figures['machine']}")
-        print(f"end to end (python -m sixdim report regressions --json, 3 runs): "
-              f"{', '.join(f'{w:.2f}' for w in walls)} s; best {wall:.2f} s = {total / wall:,.0f} runs/s; "
-              f"child peak RSS {child_rss:.0f} MiB")
-        print(f"in process: read {read_s:.2f} s ({ok_runs:,} ok runs, {len(history.series)} series), "
-              f"analysis {analyse_s:.2f} s ({series_figures} series-figures, {ok_runs / analyse_s:,.0f} runs/s)")
-        print(f"injected shifts found (seconds, within 2 runs): {scored['found']} of {scored['injected']}")
-        for h in scored["shifts"]:
-            ratio = f"{h['change_ratio']:.4f}" if h["change_ratio"] else "-"
-            print(f"  series {h['series']:2d} run {h['run']:4d} {h['why']}: "
-                  f"{'found' if h['found'] else 'MISSED'} ratio {ratio} {h['state'] or ''} "
-                  f"versions {h['version_changed']} figures {', '.join(h['figures'])}")
-        print(f"change points: {scored['change_points']} in all, {scored['unexpected']} matching no injected shift")
-        for cp in scored["unexpected_list"]:
-            print(f"  unexpected: {cp}")
-        if args.sim_series:
-            sim = figures["simulation"] = simulate(args.sim_series, args.seed)
-            print("detector alone, change points in no-change series of 2,000 runs:")
-            for kind, r in sim["false"].items():
-                print(f"  {kind}: {r['change_points']} in {r['series']} series ({r['ms_per_series']} ms a series)")
-            print("steps at a random run of 600: found within 1 run; change points 2-10 runs off; further off:")
-            for case, r in sim["steps"].items():
-                print(f"  {case}: {r['found_within_1']} of {r['series']}; {r['points_2_to_10_off']}; "
-                      f"{r['points_further']}")
-        if args.out:
-            Path(args.out).write_text(json.dumps(figures, indent=2))
+    figures: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "load_before": os.getloadavg()}
+    if not args.no_history:
+        with tempfile.TemporaryDirectory() as scratch:
+            figures.update(history_figures(Path(args.keep or scratch), args))
+    if args.sim_series:
+        started = time.perf_counter()
+        sim = figures["simulation"] = simulate(args.false_series, args.sim_series, args.seed,
+                                               tuple(args.model) if args.model else None)
+        figures["simulation_seconds"] = round(time.perf_counter() - started, 1)
+        print(f"detector alone: {args.false_series} no-change series of {SIM_LENGTH} runs and {args.sim_series} "
+              f"series per case, per noise model ({figures['simulation_seconds']} s):")
+        print(markdown(sim))
+    figures["load_after"] = os.getloadavg()
+    print(f"machine: {figures['machine']}; load average before {figures['load_before'][0]:.2f}, "
+          f"after {figures['load_after'][0]:.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Write the fleet history, time the command over it ``args.repeat`` times, score what it found."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "history.db"
+    path.unlink(missing_ok=True)
+    specs = build_series(args.series)
+    t = time.perf_counter()
+    shifts, start = write_history(path, specs, args.runs_per_series, args.seed)
+    build_s = time.perf_counter() - t
+    total = args.series * args.runs_per_series
+    print(f"history: {total:,} runs over {args.series} series, {path.stat().st_size / 2**20:.1f} MiB, "
+          f"written in {build_s:.1f} s")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
+    cmd = [sys.executable, "-m", "sixdim", "report", "regressions", "--history", str(path), "--json"]
+    walls, loads = [], []
+    result = None
+    for _ in range(max(1, args.repeat)):
+        loads.append(os.getloadavg()[0])
+        t = time.perf_counter()
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        walls.append(time.perf_counter() - t)
+        if result.returncode != 0:
+            print(result.stderr, file=sys.stderr)
+            raise SystemExit(1)
+    assert result is not None
+    child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    found = json.loads(result.stdout)
+
+    from sixdim.report.regressions import analyse, read_history
+    t = time.perf_counter()
+    history = read_history(str(path))
+    read_s = time.perf_counter() - t
+    t = time.perf_counter()
+    again = analyse(history, drifts=True) if "drifts" in analyse.__code__.co_varnames else analyse(history)
+    analyse_s = time.perf_counter() - t
+    assert again == found, "the subprocess and the in-process analysis disagree"
+    ok_runs = history.runs
+    series_figures = sum(int((np.isfinite(np.array(s.rows, dtype=float)[:, 3:]).sum(axis=0) >= 2).sum())
+                         for s in history.series.values())
+
+    scored = score(shifts, specs, found, start, args.runs_per_series)
+    wall = statistics.median(walls)
+    out = {
+        "runs": total, "ok_runs": ok_runs, "series": len(history.series), "series_figures": series_figures,
+        "subprocess_wall_seconds": [round(w, 3) for w in walls], "subprocess_median_seconds": round(wall, 3),
+        "load_average_1min_at_each_run": [round(x, 2) for x in loads],
+        "subprocess_max_rss_mib": round(child_rss, 1),
+        "read_seconds": round(read_s, 3), "analysis_seconds": round(analyse_s, 3),
+        "runs_per_second_end_to_end": round(total / wall), "runs_per_second_analysis": round(ok_runs / analyse_s),
+        **scored,
+    }
+    print(f"end to end (python -m sixdim report regressions --json, {len(walls)} runs): "
+          f"{', '.join(f'{w:.2f}' for w in walls)} s; median {wall:.2f} s = {total / wall:,.0f} runs/s; "
+          f"load average {', '.join(f'{x:.2f}' for x in loads)}; child peak RSS {child_rss:.0f} MiB")
+    print(f"in process: read {read_s:.2f} s ({ok_runs:,} ok runs, {len(history.series)} series), "
+          f"analysis {analyse_s:.2f} s ({series_figures} series-figures, {ok_runs / analyse_s:,.0f} runs/s)")
+    print(f"injected shifts found (seconds, within 2 runs): {scored['found']} of {scored['injected']}")
+    for h in scored["shifts"]:
+        ratio = f"{h['change_ratio']:.4f}" if h["change_ratio"] else "-"
+        print(f"  series {h['series']:2d} run {h['run']:4d} {h['why']}: "
+              f"{'found' if h['found'] else 'MISSED'} ratio {ratio} {h['state'] or ''} "
+              f"versions {h['version_changed']} figures {', '.join(h['figures'])}")
+    print(f"change points: {scored['change_points']} in all, {scored['unexpected']} matching no injected shift")
+    for cp in scored["unexpected_list"]:
+        print(f"  unexpected: {cp}")
+    return out
 
 
 if __name__ == "__main__":

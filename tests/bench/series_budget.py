@@ -11,7 +11,7 @@ figures a GPU result of that workload has (the table :data:`GPU_FIGURES`, from t
 code: kernels report time, rate, power phase, memory, clocks, clock events, spread, error and
 fraction of peak), adds one result per status a suite commonly sees, and renders them through
 the real exporter (``results`` part, with the suite's export setting, and every series' regression
-verdicts after 20 steady runs: state, ratio and baseline per watched figure).  It counts the samples of
+verdicts after 20 steady runs: state, ratio, baseline and drift state per watched figure).  It counts the samples of
 the exposition: that is the number of series one GPU adds to Prometheus.  It runs nothing on a
 device: the counts follow from the configuration and the exporter alone.
 """
@@ -88,7 +88,7 @@ def records_for(suites: list[Suite]) -> list[RunRecord]:
 
 STEADY_RUNS = 20
 """Runs fed to each series' regression verdicts first, so they are past ``insufficient_data`` and
-export what a steady agent exports (state, ratio and baseline)."""
+export what a steady agent exports (state, ratio, baseline and drift state)."""
 
 
 def count_series(suites: list[Suite]) -> tuple[int, int, dict[str, int]]:
@@ -120,7 +120,7 @@ def main() -> None:
                       if k.startswith("sixdim_suite_") and not k.startswith("sixdim_suite_peer_"))
         verdicts = sum(v for k, v in by_family.items()
                        if k.startswith(("sixdim_regression_", "sixdim_baseline_", "sixdim_version_change_",
-                                        "sixdim_peer_", "sixdim_suite_peer_")))
+                                        "sixdim_drift_", "sixdim_peer_", "sixdim_suite_peer_")))
         print(f"{name}:\n  {cases} cases per GPU -> {series:,} series per GPU "
               f"({summary:,} summary, {by_family.get('sixdim_workload_runs', 0)} run counters, "
               f"{verdicts:,} verdict); "

@@ -62,6 +62,8 @@ VERSION_CHANGE_KEEP_FIRING_FOR = "1h"
 is judged again with each of the first runs after the change until it settles (docs/REGRESSIONS.md), and a
 p-value near the threshold can take it from regression to ok and back; the change is one incident, so
 one alert (a rollout's 320 GPUs, one notification, deploy/alertmanager/README.md)."""
+DRIFT_WORSE = 1
+"""``sixdim_drift_state`` of a figure drifting the worse way."""
 DRIFT_FOR = "30m"
 """SixdimDrift: the drift verdict exported this long (two runs of the quick suite) before it fires."""
 AGENT_DOWN_FOR = "5m"
@@ -192,16 +194,23 @@ class Alerts:
                 f"-\n"
                 f"  min_over_time({x}[{w}])")
 
-    # --- the alerts
-    def regression(self) -> dict[str, Any]:
-        state = catalog.REGRESSION_STATE
+    def shapes_where(self, state: catalog.MetricDef, value: int) -> tuple[tuple[str, ...], str]:
+        """The cases of a verdict gauge (one per shape, mode and pass) and the expression that counts,
+        per GPU, workload, precision and versions, the shapes where it equals ``value``: a GPU that
+        regressed (or drifts) on 40 shapes is one alert whose value is 40."""
         group = self.device + (label(state, catalog.WORKLOAD), label(state, catalog.PRECISION)) + self.versions
         case = group + (label(state, catalog.SHAPE), label(state, catalog.MODE), label(state, catalog.PASS))
         expr = (f"count by ({self.by(*group)}) (\n"
                 f"  count by ({self.by(*case)}) (\n"
-                f"    {state.name} == {REGRESSION_CODE}\n"
+                f"    {state.name} == {value}\n"
                 f"  )\n"
                 f")")
+        return case, expr
+
+    # --- the alerts
+    def regression(self) -> dict[str, Any]:
+        state = catalog.REGRESSION_STATE
+        _, expr = self.shapes_where(state, REGRESSION_CODE)
         figure = label(state, catalog.FIGURE)
         cluster, arg = self.same_cluster()
         figures_query = (f"count by ({self.by(figure)}) ({state.name}{{{cluster}{catalog.HOSTNAME}=%q,"
@@ -223,18 +232,12 @@ class Alerts:
         slowly, named as a drift (the regression verdict never calls it one).  ``DRIFT_FOR`` because
         a drift is confirmed over tens of runs and does not end in minutes; no hurry to page."""
         state = catalog.DRIFT_STATE
-        group = self.device + (label(state, catalog.WORKLOAD), label(state, catalog.PRECISION)) + self.versions
-        case = group + (label(state, catalog.SHAPE), label(state, catalog.MODE), label(state, catalog.PASS))
-        expr = (f"count by ({self.by(*group)}) (\n"
-                f"  count by ({self.by(*case)}) (\n"
-                f"    {state.name} == 1\n"
-                f"  )\n"
-                f")")
+        case, expr = self.shapes_where(state, DRIFT_WORSE)
         total = catalog.DRIFT_TOTAL_RATIO
         cluster, arg = self.same_cluster()
         worst = (f"min by ({self.by()}) (abs({total.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
                  f"{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} - 1) and on ({self.by(*case)}, "
-                 f"{label(state, catalog.FIGURE)}) ({state.name} == 1))")
+                 f"{label(state, catalog.FIGURE)}) ({state.name} == {DRIFT_WORSE}))")
         change = (f"{{{{ with query (printf `{worst}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
                   f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}}, by at least "
                   f"{{{{ . | first | value | humanizePercentage }}}} over its last runs{{{{ end }}}}")
@@ -243,7 +246,7 @@ class Alerts:
             f"{self.lab(catalog.WORKLOAD)} drifts worse on {self.where()}",
             f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} is drifting the worse "
             f"way on {{{{ $value }}}} shape(s){change}, under {self.versions_in_labels()}: a steady slope over its "
-            f"recent runs, not a step. See sixdim_drift_ratio_per_second for the slope.", for_=DRIFT_FOR)
+            f"recent runs, not a step. See {catalog.DRIFT_RATE.name} for the slope.", for_=DRIFT_FOR)
 
     def incorrect(self) -> dict[str, Any]:
         """Incorrect results within the window, at the first evaluation (no ``for``): an incorrect result is a

@@ -476,8 +476,6 @@ class SeriesTracker:
         self.onset: int | None = None
         """Position in ``values`` of the episode's first run."""
         self.last: Verdict = Verdict(INSUFFICIENT_DATA, figure, self.direction)
-        self._short: tuple[int, int] = (self.settings.window, self.settings.window)
-        """(baseline runs, full baseline) of the verdict being judged: thresholds widen for short ones."""
 
     # -- input --
 
@@ -613,7 +611,6 @@ class SeriesTracker:
                            reason=f"{len(base)} baseline runs, {s.min_baseline} needed")
         center = median(base)
         spread = noise_sigma(reference) * small_sample_factor(len(reference), s.noise_window)
-        self._short = (len(base), s.window)
         window = values[-max(s.slow_runs, s.large_runs):]
         worse = self._check(window, base, center, spread, self.direction)
         better = self._check(window, base, center, spread, -self.direction)
@@ -629,7 +626,7 @@ class SeriesTracker:
         s = self.settings
         scale = abs(center) if center else 1.0
         noise = spread / scale
-        n_base, full = self._short
+        n_base, full = len(base), s.window  # a short baseline widens the thresholds
         fast_tau = max(self.fast_effect,
                        s.fast_noise * noise / math.sqrt(s.fast_runs) * short_baseline_factor(s.fast_runs, n_base, full))
         floor_tau = max(self.fast_floor, s.floor_noise * noise)

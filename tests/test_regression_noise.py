@@ -242,3 +242,22 @@ def test_a_regression_at_an_upgrade_on_a_noisy_series_is_flagged_by_the_second_l
     change = watch.snapshot()[0].changes["flops"]
     assert (change.before, change.after) == (40, 40)
     assert change.ratio == pytest.approx(1 / 1.05, abs=0.03)
+
+
+@pytest.mark.parametrize("k", [3, 6])
+def test_the_reference_detectors_threshold_gives_the_false_alarm_rate_it_is_set_for(k):
+    """The simulation compares the live detector with a reference that knows the level and sigma,
+    its threshold set for a false-onset rate (1 in 100,000, and the rate the live detector measured).
+    Checked at a rate a test can count: the onsets of the mean of k Gaussian runs over the
+    threshold, in 2 million runs, come within 10% of the rate asked for, and a smaller rate asks for
+    a higher threshold."""
+    from tests.bench.regression_sim import reference_threshold
+
+    rate = 2e-3
+    h = reference_threshold(k, rate)
+    x = np.random.default_rng(k).standard_normal(2_000_000)
+    means = np.convolve(x, np.ones(k) / k, mode="valid")
+    over = means > h
+    measured = np.count_nonzero(over[1:] & ~over[:-1]) / over.size
+    assert measured == pytest.approx(rate, rel=0.1)
+    assert reference_threshold(k, 1e-5) > reference_threshold(k, 1e-4) > h

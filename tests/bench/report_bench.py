@@ -344,7 +344,11 @@ def simulate(false_series: int, series: int, seed: int, models: tuple[str, ...] 
 
 
 def _pct(hits: int, n: int) -> str:
-    return f"{100 * hits / n:.1f}" if n else "-"
+    """A share in percent with its 95% Clopper-Pearson interval: ``97.2 (95.4–98.5)``."""
+    if not n:
+        return "-"
+    lo, hi = share_bound(hits, n)
+    return f"{100 * hits / n:.1f} ({100 * lo:.1f}–{100 * hi:.1f})"
 
 
 def markdown(sim: list[dict[str, Any]]) -> str:

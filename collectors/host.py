@@ -4,6 +4,10 @@ RAPL (``/sys/class/powercap/intel-rapl:N/energy_uj``, also used by AMD CPUs on
 recent kernels) gives a CPU-only host a real power reading.  Its counter wraps
 at ``max_energy_range_uj`` and is root-only on most kernels since 2020; where it
 is absent or unreadable the host reports no energy rather than zero.
+
+:func:`host_conditions` reads the host's snapshot conditions (``agent/core/conditions.py``, scope
+``host``): the CPU governor and frequency, load per usable CPU, memory pressure, the cgroup's CPU
+quota and the CPUs this process may use.  Each one it cannot read is left out, with the reason.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from sixdim.collectors.base import Availability, LogOnce, Sample
 from sixdim.core import catalog
+from sixdim.core.conditions import UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +132,202 @@ class HostCollector:
         for domain, joules in (self.rapl.read() if self.rapl.available else {}).items():
             samples.append(Sample(catalog.HOST_RAPL_ENERGY, {**labels, "domain": domain}, joules))
         return samples
+
+
+# ---------------------------------------------------------------------------- conditions
+
+_CPU_DIR = "sys/devices/system/cpu"
+_CGROUP_ROOT = "sys/fs/cgroup"
+_CGROUP_V1_CPU = ("cpu,cpuacct", "cpu", "cpuacct,cpu")
+"""Where cgroup v1 mounts the cpu controller under /sys/fs/cgroup (distributions differ)."""
+
+
+def _why(path: Path, exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{path}: {exc.strerror}"
+    return f"{path}: {type(exc).__name__}: {exc}"
+
+
+def _usable_cpus() -> tuple[int | None, str]:
+    try:
+        return len(os.sched_getaffinity(0)), ""
+    except AttributeError:
+        return None, "os.sched_getaffinity is not available on this platform"
+    except OSError as exc:
+        return None, f"os.sched_getaffinity(0): {exc}"
+
+
+def _cpu_frequency_hertz(root: Path, real: bool) -> tuple[float | None, str]:
+    """The mean current CPU frequency: psutil's on this machine, else (a test's tree) the mean of
+    every ``cpuN/cpufreq/scaling_cur_freq`` (kHz) under ``root`` - the same sysfs files psutil reads."""
+    if real:
+        try:
+            freq = psutil.cpu_freq()
+        except Exception as exc:  # psutil raises NotImplementedError or OSError where it cannot tell
+            return None, f"psutil.cpu_freq(): {type(exc).__name__}: {exc}"
+        if freq is None or not freq.current:
+            return None, "psutil.cpu_freq() gives no current frequency here (no cpufreq, no 'cpu MHz')"
+        return float(freq.current) * 1e6, ""
+    files = sorted((root / _CPU_DIR).glob("cpu[0-9]*/cpufreq/scaling_cur_freq"))
+    if not files:
+        return None, f"{root / _CPU_DIR}/cpuN/cpufreq/scaling_cur_freq: no such file"
+    khz: list[int] = []
+    for path in files:
+        try:
+            khz.append(int(path.read_text().strip()))
+        except (OSError, ValueError) as exc:
+            return None, _why(path, exc)
+    mean = sum(khz) / len(khz) * 1e3
+    return (mean, "") if mean > 0 else (None, f"{files[0]}: reads 0")
+
+
+def _load_per_cpu(root: Path, real: bool, cpus: int | None) -> tuple[float | None, str]:
+    if cpus is None:
+        cpus = os.cpu_count()
+    if not cpus:
+        return None, "the number of usable CPUs is unknown"
+    if real:
+        try:
+            return os.getloadavg()[0] / cpus, ""
+        except (AttributeError, OSError) as exc:
+            return None, f"os.getloadavg(): {type(exc).__name__}: {exc}"
+    path = root / "proc/loadavg"
+    try:
+        return float(path.read_text().split()[0]) / cpus, ""
+    except (OSError, ValueError, IndexError) as exc:
+        return None, _why(path, exc)
+
+
+def _memory_pressure_ratio(root: Path) -> tuple[float | None, str]:
+    path = root / "proc/pressure/memory"
+    try:
+        text = path.read_text()  # EOPNOTSUPP where the kernel was booted with psi=0
+    except OSError as exc:
+        return None, _why(path, exc) + " (no pressure stall information in this kernel)"
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "some":
+            for item in fields[1:]:
+                if item.startswith("avg10="):
+                    try:
+                        return float(item[len("avg10="):]) / 100.0, ""
+                    except ValueError:
+                        break
+    return None, f"{path}: no 'some avg10=' in {text.strip()[:80]!r}"
+
+
+def _cgroup_paths(root: Path) -> tuple[str | None, str | None, str]:
+    """(cgroup v2 path, cgroup v1 cpu controller path, why neither) from ``proc/self/cgroup``."""
+    path = root / "proc/self/cgroup"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return None, None, _why(path, exc)
+    v2 = v1 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, where = parts
+        if hierarchy == "0" and controllers == "":
+            v2 = where
+        elif "cpu" in controllers.split(","):
+            v1 = where
+    return v2, v1, "" if (v2 or v1) else f"{path}: no cgroup v2 line and no v1 cpu controller"
+
+
+def _levels(base: Path, cgroup: str) -> list[Path]:
+    """The cgroup's directory and every parent up to the hierarchy's root, innermost first; a level
+    missing here (the path as the host names it, seen from inside a container) is left out."""
+    parts = [p for p in cgroup.split("/") if p and p != ".."]
+    levels = [base.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
+    return [level for level in levels if level.is_dir()]
+
+
+def _cpu_quota_cpus(root: Path) -> tuple[float | None, str]:
+    """The tightest CPU quota (quota / period, in CPUs) on the process's cgroup or any parent.
+
+    cgroup v2: ``cpu.max`` is "QUOTA PERIOD" or "max PERIOD" (no limit at that level).  cgroup v1,
+    used only where v2 is not mounted at /sys/fs/cgroup: ``cpu.cfs_quota_us`` (-1 for no limit) over
+    ``cpu.cfs_period_us``."""
+    v2, v1, why = _cgroup_paths(root)
+    base = root / _CGROUP_ROOT
+    limits: list[float] = []
+    problems: list[str] = []
+    if v2 is not None and (base / "cgroup.controllers").is_file():
+        levels = _levels(base, v2)
+        for level in levels:
+            path = level / "cpu.max"
+            if not path.exists():
+                continue  # the root cgroup has none, nor a cgroup without the cpu controller
+            try:
+                quota, period = path.read_text().split()
+                if quota != "max":
+                    limits.append(int(quota) / int(period))
+            except (OSError, ValueError) as exc:
+                problems.append(_why(path, exc))
+        where = f"cpu.max from {levels[0] if levels else base / v2.lstrip('/')} up"
+    elif v1 is not None:
+        mount = next((base / name for name in _CGROUP_V1_CPU if (base / name).is_dir()), None)
+        if mount is None:
+            return None, f"cgroup v1 cpu controller is not mounted under {base}"
+        levels = _levels(mount, v1)
+        for level in levels:
+            quota_path, period_path = level / "cpu.cfs_quota_us", level / "cpu.cfs_period_us"
+            if not quota_path.exists():
+                continue
+            try:
+                quota_us = int(quota_path.read_text())
+                if quota_us > 0:
+                    limits.append(quota_us / int(period_path.read_text()))
+            except (OSError, ValueError) as exc:
+                problems.append(_why(quota_path, exc))
+        where = f"cpu.cfs_quota_us from {levels[0] if levels else mount} up"
+    else:
+        return None, why or f"no cgroup v2 hierarchy at {base} and no cgroup v1 cpu controller"
+    if limits:
+        return min(limits), ""
+    if problems:
+        return None, "; ".join(problems)
+    return None, f"no CPU limit ({where})"
+
+
+def host_conditions(root: str = "/") -> dict[str, Any]:
+    """The host's snapshot conditions now, in base units, plus ``"unavailable"``: name -> reason.
+
+    ``root`` lets a test point at a fake tree holding ``sys/`` and ``proc/``.  On the real machine
+    (``root="/"``) the CPU frequency is psutil's mean and the load is ``os.getloadavg()``; under any
+    other root both come from the tree (the mean of ``cpuN/cpufreq/scaling_cur_freq``, the first
+    field of ``proc/loadavg``).  ``usable_cpus`` is always this process's affinity.  ``cpu_quota_cpus``
+    is absent where no cgroup sets a limit (the reason says so).  Never raises."""
+    base = Path(root)
+    real = base == Path("/")
+    result: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+
+    def put(name: str, value: Any, reason: str) -> None:
+        if value is None:
+            unavailable[name] = reason or "unknown"
+        else:
+            result[name] = value
+
+    governor_path = base / _CPU_DIR / "cpu0/cpufreq/scaling_governor"
+    try:
+        governor = governor_path.read_text().strip()
+        put("cpu_governor", governor or None, f"{governor_path}: empty")
+    except OSError as exc:
+        put("cpu_governor", None, _why(governor_path, exc) + " (no cpufreq driver)")
+    put("cpu_frequency_hertz", *_cpu_frequency_hertz(base, real))
+    cpus, cpus_reason = _usable_cpus()
+    put("load_per_cpu", *_load_per_cpu(base, real, cpus))
+    put("memory_pressure_ratio", *_memory_pressure_ratio(base))
+    try:
+        put("cpu_quota_cpus", *_cpu_quota_cpus(base))
+    except Exception as exc:  # an odd tree: one condition lost, never the run
+        put("cpu_quota_cpus", None, f"cgroup: {type(exc).__name__}: {exc}")
+    put("usable_cpus", cpus, cpus_reason)
+    result[UNAVAILABLE] = unavailable
+    return result
 
 
 def cpu_model_name() -> str:

@@ -6,6 +6,10 @@ and are not exported, rather than exported as zero.  The process list is the
 exception: it feeds the idle guard, which must tell "no process" from "could not
 ask", so :meth:`NvmlCollector.process_ids` raises instead of answering ``[]``.
 
+:meth:`NvmlCollector.conditions` reads the GPU's settings and health once, as a case's worker
+starts (``agent/core/conditions.py``, scope ``gpu``, span ``snapshot``): a query the GPU or the
+binding cannot answer leaves its condition out, with the reason, rather than reading as zero.
+
 A GPU in MIG mode is found at start (:attr:`GpuIdentity.mig_enabled`, with its
 instances' ``MIG-`` UUIDs), so that the executor can say why it does not run on
 it instead of letting CUDA fail inside the worker.
@@ -19,13 +23,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from sixdim.collectors.base import Availability, LogOnce, Sample
 from sixdim.core import catalog
+from sixdim.core.conditions import CONDITIONS, UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,18 @@ CLOCK_EVENT_GROUPS: dict[str, frozenset[str]] = {
 The software power cap is normal for a large kernel on an SXM GPU; thermal and hardware
 slowdowns are not.  Kept apart so that an alert on a hardware slowdown does not fire on
 every big GEMM."""
+
+
+SNAPSHOT_GPU_CONDITIONS: tuple[str, ...] = tuple(
+    c.name for c in CONDITIONS if c.scope == "gpu" and c.span == "snapshot")
+"""The conditions :meth:`NvmlCollector.conditions` reads, in their catalogue order."""
+
+# nvml.h's values, for a binding (or a fake) that lacks the constant.
+_NVML_DEFAULTS: dict[str, int] = {
+    "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2, "NVML_FEATURE_ENABLED": 1, "NVML_DEVICE_MIG_ENABLE": 1,
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1, "NVML_VOLATILE_ECC": 0,
+    "NVML_NVLINK_MAX_LINKS": 18, "NVML_ERROR_INVALID_ARGUMENT": 2, "NVML_ERROR_NOT_SUPPORTED": 3,
+}
 
 
 def reason_names(mask: int) -> list[str]:
@@ -111,6 +128,7 @@ class NvmlCollector:
         self._handles: list[Any] = []
         self._driver_version = ""
         self._cuda_driver_version = ""
+        self._nv: Any = None  # pynvml, or a test's fake of it
         try:
             if module is None:
                 import pynvml as module
@@ -248,6 +266,149 @@ class NvmlCollector:
             compute = self._nv.nvmlDeviceGetComputeRunningProcesses(handle)
             graphics = self._nv.nvmlDeviceGetGraphicsRunningProcesses(handle)
         return sorted({p.pid for p in list(compute) + list(graphics)})
+
+    # ------------------------------------------------------------------ conditions
+    def _const(self, name: str) -> int:
+        return int(getattr(self._nv, name, _NVML_DEFAULTS[name]))
+
+    def _query(self, function: str, *args: Any) -> tuple[Any, str]:
+        """(NVML's answer, "") or (None, why not): the reason names the function and NVML's error text."""
+        fn = getattr(self._nv, function, None)
+        if fn is None:
+            return None, f"{function}: not in this nvidia-ml-py binding"
+        try:
+            return fn(*args), ""
+        except self._nv.NVMLError as exc:
+            return None, f"{function}: {exc}"
+        except Exception as exc:  # a binding whose arguments or ctypes differ: one condition lost, not the run
+            return None, f"{function}: {type(exc).__name__}: {exc}"
+
+    def conditions(self, index: int, own_pids: Collection[int] = ()) -> dict[str, Any]:
+        """The GPU's snapshot conditions now, in base units, plus ``"unavailable"``: name -> reason.
+
+        Every condition of scope ``gpu`` and span ``snapshot`` in ``agent/core/conditions.py`` is
+        either in the answer or in its ``unavailable``, with the NVML function and NVML's error
+        text ("Not Supported", "Insufficient Permissions") or "not in this nvidia-ml-py binding".
+        A value that was not read is never 0.  ``gpu_other_processes`` counts the PIDs NVML lists
+        (compute and graphics) that are not in ``own_pids``.  Never raises: a failing query loses
+        its own conditions only.  About 40 NVML calls (the NVLink links are asked one by one).
+        """
+        result: dict[str, Any] = {}
+        unavailable: dict[str, str] = {}
+        if not self._availability.available or not 0 <= index < len(self._handles):
+            reason = self._availability.reason if not self._availability.available \
+                else f"no NVIDIA GPU with index {index} (NVML sees {len(self._handles)})"
+            result[UNAVAILABLE] = dict.fromkeys(SNAPSHOT_GPU_CONDITIONS, reason)
+            return result
+        handle = self._handles[index]
+        enabled = self._const("NVML_FEATURE_ENABLED")
+        mig_enabled = self._const("NVML_DEVICE_MIG_ENABLE")
+        sm, mem = self._const("NVML_CLOCK_SM"), self._const("NVML_CLOCK_MEM")
+        volatile = self._const("NVML_VOLATILE_ECC")
+
+        def mw(v: Any) -> float:
+            return int(v) / 1000.0
+
+        def mhz(v: Any) -> float:
+            return int(v) * 1e6
+
+        def flag(v: Any) -> int:
+            return int(int(v) == enabled)
+
+        def remapped(v: Any) -> dict[str, Any]:
+            corrected, uncorrected, pending, failure = v
+            return {"remapped_rows": int(corrected) + int(uncorrected),
+                    "remapped_rows_pending": int(bool(pending)), "remapped_rows_failed": int(bool(failure))}
+
+        # (conditions, NVML function, its arguments after the handle, NVML's answer -> {condition: value})
+        queries: tuple[tuple[tuple[str, ...], str, tuple[Any, ...], Callable[[Any], dict[str, Any]]], ...] = (
+            (("power_limit_watts",), "nvmlDeviceGetEnforcedPowerLimit", (),
+             lambda v: {"power_limit_watts": mw(v)}),
+            (("power_limit_default_watts",), "nvmlDeviceGetPowerManagementDefaultLimit", (),
+             lambda v: {"power_limit_default_watts": mw(v)}),
+            (("applications_sm_clock_hertz",), "nvmlDeviceGetApplicationsClock", (sm,),
+             lambda v: {"applications_sm_clock_hertz": mhz(v)}),
+            (("applications_memory_clock_hertz",), "nvmlDeviceGetApplicationsClock", (mem,),
+             lambda v: {"applications_memory_clock_hertz": mhz(v)}),
+            (("max_sm_clock_hertz",), "nvmlDeviceGetMaxClockInfo", (sm,), lambda v: {"max_sm_clock_hertz": mhz(v)}),
+            (("max_memory_clock_hertz",), "nvmlDeviceGetMaxClockInfo", (mem,),
+             lambda v: {"max_memory_clock_hertz": mhz(v)}),
+            (("ecc_enabled",), "nvmlDeviceGetEccMode", (), lambda v: {"ecc_enabled": flag(v[0])}),  # [current, pending]
+            (("mig_enabled",), "nvmlDeviceGetMigMode", (), lambda v: {"mig_enabled": int(int(v[0]) == mig_enabled)}),
+            (("persistence_mode",), "nvmlDeviceGetPersistenceMode", (), lambda v: {"persistence_mode": flag(v)}),
+            (("compute_mode",), "nvmlDeviceGetComputeMode", (), lambda v: {"compute_mode": int(v)}),
+            (("pcie_generation",), "nvmlDeviceGetCurrPcieLinkGeneration", (), lambda v: {"pcie_generation": int(v)}),
+            (("pcie_width",), "nvmlDeviceGetCurrPcieLinkWidth", (), lambda v: {"pcie_width": int(v)}),
+            (("pcie_max_generation",), "nvmlDeviceGetMaxPcieLinkGeneration", (),
+             lambda v: {"pcie_max_generation": int(v)}),
+            (("pcie_max_width",), "nvmlDeviceGetMaxPcieLinkWidth", (), lambda v: {"pcie_max_width": int(v)}),
+            (("ecc_corrected_volatile",), "nvmlDeviceGetTotalEccErrors",
+             (self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED"), volatile),
+             lambda v: {"ecc_corrected_volatile": int(v)}),
+            (("ecc_uncorrected_volatile",), "nvmlDeviceGetTotalEccErrors",
+             (self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"), volatile),
+             lambda v: {"ecc_uncorrected_volatile": int(v)}),
+            (("retired_pages_pending",), "nvmlDeviceGetRetiredPagesPendingStatus", (),
+             lambda v: {"retired_pages_pending": flag(v)}),
+            (("remapped_rows_pending", "remapped_rows_failed", "remapped_rows"), "nvmlDeviceGetRemappedRows", (),
+             remapped),
+        )
+        with self._lock:
+            for names, function, args, convert in queries:
+                answer, reason = self._query(function, handle, *args)
+                if not reason:
+                    try:
+                        result.update(convert(answer))
+                        continue
+                    except Exception as exc:  # an answer of another shape than this code knows
+                        reason = f"{function} answered {answer!r}: {type(exc).__name__}: {exc}"
+                for name in names:
+                    unavailable[name] = reason
+            links, reason = self._nvlink_active_links(handle)
+            if links is None:
+                unavailable["nvlink_active_links"] = reason
+            else:
+                result["nvlink_active_links"] = links
+            compute, reason = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
+            graphics, graphics_reason = self._query("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        reason = reason or graphics_reason
+        if not reason:
+            try:
+                pids = {int(p.pid) for p in list(compute) + list(graphics)}
+                result["gpu_other_processes"] = len(pids - {int(p) for p in own_pids})
+            except Exception as exc:
+                reason = f"process lists of another shape: {type(exc).__name__}: {exc}"
+        if reason:
+            unavailable["gpu_other_processes"] = reason
+        result[UNAVAILABLE] = unavailable
+        return result
+
+    def _nvlink_active_links(self, handle: Any) -> tuple[int | None, str]:
+        """(links up, "") or (None, why not).  A link index the GPU does not have answers
+        NOT_SUPPORTED or INVALID_ARGUMENT and is no link; any other error leaves the count unknown
+        (a count of the links that did answer would read as links down)."""
+        not_a_link = {self._const("NVML_ERROR_NOT_SUPPORTED"), self._const("NVML_ERROR_INVALID_ARGUMENT")}
+        function = "nvmlDeviceGetNvLinkState"
+        fn = getattr(self._nv, function, None)
+        if fn is None:
+            return None, f"{function}: not in this nvidia-ml-py binding"
+        enabled = self._const("NVML_FEATURE_ENABLED")
+        active, links, first_error = 0, 0, ""
+        for link in range(self._const("NVML_NVLINK_MAX_LINKS")):
+            try:
+                state = fn(handle, link)
+            except self._nv.NVMLError as exc:
+                if getattr(exc, "value", None) in not_a_link:
+                    first_error = first_error or str(exc)
+                    continue
+                return None, f"{function}(link {link}): {exc}"
+            except Exception as exc:
+                return None, f"{function}(link {link}): {type(exc).__name__}: {exc}"
+            links += 1
+            active += int(int(state) == enabled)
+        if links == 0:
+            return None, f"{function}: {first_error or 'no link'} on every link (no NVLink)"
+        return active, ""
 
     # ------------------------------------------------------------------ export
     def identity_labels(self, gpu: GpuIdentity) -> dict[str, str]:

@@ -11,11 +11,19 @@ NVML_ERROR_NOT_SUPPORTED on a GPU without MIG and ``[current, pending]`` on one 
 an empty slot answers NVML_ERROR_NOT_FOUND.  A MIG device handle answers only
 ``nvmlDeviceGetUUID`` (``MIG-...``) and ``nvmlDeviceGetName`` here; any other query on it
 answers NVML_ERROR_NOT_SUPPORTED (real NVML answers more, which the agent does not use).
+
+The settings and health queries of the run conditions answer as pynvml's do: ``c_uint`` values in
+milliwatts and MHz, ``[current, pending]`` lists for the ECC and MIG modes, a tuple of four for
+``nvmlDeviceGetRemappedRows``.  A :class:`FakeGpu` is by default a healthy H100 SXM.  Where NVML's
+behaviour is documented, so is the fake's: the ECC error counters answer NOT_SUPPORTED while ECC is
+off; a link index past the GPU's NVLink links answers INVALID_ARGUMENT.  ``FakeNvml(missing=...)``
+stands for an older nvidia-ml-py that lacks some functions (the attribute does not exist).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from ctypes import c_uint, c_ulonglong
 from dataclasses import dataclass, field
 
 import pynvml as real
@@ -27,6 +35,22 @@ NVML_TEMPERATURE_GPU = real.NVML_TEMPERATURE_GPU
 NVML_DEVICE_MIG_DISABLE = real.NVML_DEVICE_MIG_DISABLE
 NVML_DEVICE_MIG_ENABLE = real.NVML_DEVICE_MIG_ENABLE
 NVML_ERROR_NOT_FOUND = real.NVML_ERROR_NOT_FOUND
+NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+NVML_ERROR_NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
+NVML_ERROR_INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
+NVML_FEATURE_DISABLED = real.NVML_FEATURE_DISABLED
+NVML_FEATURE_ENABLED = real.NVML_FEATURE_ENABLED
+NVML_MEMORY_ERROR_TYPE_CORRECTED = real.NVML_MEMORY_ERROR_TYPE_CORRECTED
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+NVML_VOLATILE_ECC = real.NVML_VOLATILE_ECC
+NVML_AGGREGATE_ECC = real.NVML_AGGREGATE_ECC
+NVML_NVLINK_MAX_LINKS = real.NVML_NVLINK_MAX_LINKS
+NVML_COMPUTEMODE_DEFAULT = real.NVML_COMPUTEMODE_DEFAULT
+NVML_COMPUTEMODE_PROHIBITED = real.NVML_COMPUTEMODE_PROHIBITED
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+
+H100_NVLINK_LINKS = 18
+"""NVLink links of an H100 SXM (NVLink 4)."""
 
 MAX_MIG_DEVICES = 7
 """MIG device slots of a MIG-enabled A100 or H100 (seven 1g instances at most)."""
@@ -60,6 +84,37 @@ class FakeGpu:
     """The pending MIG mode (applied at the next GPU reset); None means the same as ``mig_mode``."""
     mig_devices: list[str | None] = field(default_factory=list)
     """MIG device slots in index order: the instance's ``MIG-`` UUID, or None for an empty slot."""
+    # --- settings and health (the run conditions), NVML's units
+    power_limit_mw: int = 700_000
+    """The enforced power limit (nvmlDeviceGetEnforcedPowerLimit), milliwatts."""
+    power_default_limit_mw: int = 700_000
+    """nvmlDeviceGetPowerManagementDefaultLimit, milliwatts."""
+    applications_sm_mhz: int = 1980
+    applications_mem_mhz: int = 2619
+    max_sm_mhz: int = 1980
+    max_mem_mhz: int = 2619
+    ecc_mode: int = real.NVML_FEATURE_ENABLED
+    ecc_pending: int | None = None
+    """The pending ECC mode (applied at the next reset); None means the same as ``ecc_mode``."""
+    persistence_mode: int = real.NVML_FEATURE_ENABLED
+    compute_mode: int = real.NVML_COMPUTEMODE_DEFAULT
+    pcie_generation: int = 5
+    pcie_width: int = 16
+    pcie_max_generation: int = 5
+    pcie_max_width: int = 16
+    ecc_corrected_volatile: int = 0
+    ecc_uncorrected_volatile: int = 0
+    ecc_corrected_aggregate: int = 0
+    """Over the GPU's life (infoROM): kept apart from the volatile counters so a test sees which is read."""
+    ecc_uncorrected_aggregate: int = 0
+    retired_pages_pending: int = real.NVML_FEATURE_DISABLED
+    """nvmlDeviceGetRetiredPagesPendingStatus (a real A100/H100 may answer NOT_SUPPORTED: it remaps rows)."""
+    remapped_corrected: int = 0
+    remapped_uncorrected: int = 0
+    remapped_pending: int = 0
+    remapped_failed: int = 0
+    nvlink_states: list[int] = field(default_factory=lambda: [real.NVML_FEATURE_ENABLED] * H100_NVLINK_LINKS)
+    """Each NVLink link's state (nvmlDeviceGetNvLinkState); a link index past the list answers INVALID_ARGUMENT."""
 
 
 class _Handle:
@@ -77,6 +132,16 @@ class _MigHandle(_Handle):
         self.slot = slot
 
 
+class _Missing:
+    """A function an older binding does not have: reading the attribute raises AttributeError."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> None:
+        raise AttributeError(f"module 'pynvml' has no attribute {self.name!r}")
+
+
 class FakeNvml:
     NVMLError = real.NVMLError
     NVML_CLOCK_SM = real.NVML_CLOCK_SM
@@ -85,11 +150,28 @@ class FakeNvml:
     NVML_DEVICE_MIG_DISABLE = real.NVML_DEVICE_MIG_DISABLE
     NVML_DEVICE_MIG_ENABLE = real.NVML_DEVICE_MIG_ENABLE
     NVML_ERROR_NOT_FOUND = real.NVML_ERROR_NOT_FOUND
+    NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
+    NVML_FEATURE_DISABLED = real.NVML_FEATURE_DISABLED
+    NVML_FEATURE_ENABLED = real.NVML_FEATURE_ENABLED
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = real.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = real.NVML_VOLATILE_ECC
+    NVML_AGGREGATE_ECC = real.NVML_AGGREGATE_ECC
+    NVML_NVLINK_MAX_LINKS = real.NVML_NVLINK_MAX_LINKS
+    NVML_COMPUTEMODE_DEFAULT = real.NVML_COMPUTEMODE_DEFAULT
+    NVML_COMPUTEMODE_PROHIBITED = real.NVML_COMPUTEMODE_PROHIBITED
+    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, driver: str = "550.54.15", cuda: int = 12040,
-                 init_error: int | None = None, on_call: Callable[[str], None] | None = None):
+                 init_error: int | None = None, on_call: Callable[[str], None] | None = None,
+                 missing: Collection[str] = ()):
         """``on_call`` is told the name of every per-device query as it is made (to let a test's
-        clock advance while NVML answers, as the real calls take time)."""
+        clock advance while NVML answers, as the real calls take time).  ``missing`` names functions
+        this binding lacks, as an older nvidia-ml-py does (``hasattr`` is false for them)."""
+        if missing:  # a subclass per instance, so other fakes keep every function
+            self.__class__ = type("OlderFakeNvml", (type(self),), {name: _Missing(name) for name in missing})
         self.gpus = gpus if gpus is not None else [FakeGpu()]
         self.driver, self.cuda, self.init_error = driver, cuda, init_error
         self.on_call = on_call
@@ -220,3 +302,75 @@ class FakeNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list:
         return self._processes(self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses").graphics_pids)
+
+    # --- settings and health (the run conditions; NVML units, pynvml's return types)
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw).value
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetPowerManagementDefaultLimit").power_default_limit_mw).value
+
+    def _clock(self, type: int, sm: int, mem: int) -> int:
+        if type == real.NVML_CLOCK_SM:
+            return c_uint(sm).value
+        if type == real.NVML_CLOCK_MEM:
+            return c_uint(mem).value
+        raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetApplicationsClock(self, handle: _Handle, type: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetApplicationsClock")
+        return self._clock(type, gpu.applications_sm_mhz, gpu.applications_mem_mhz)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: _Handle, type: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetMaxClockInfo")
+        return self._clock(type, gpu.max_sm_mhz, gpu.max_mem_mhz)
+
+    def nvmlDeviceGetEccMode(self, handle: _Handle) -> list[int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetEccMode")
+        return [gpu.ecc_mode, gpu.ecc_mode if gpu.ecc_pending is None else gpu.ecc_pending]
+
+    def nvmlDeviceGetPersistenceMode(self, handle: _Handle) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPersistenceMode").persistence_mode
+
+    def nvmlDeviceGetComputeMode(self, handle: _Handle) -> int:
+        return self._gpu(handle, "nvmlDeviceGetComputeMode").compute_mode
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetCurrPcieLinkGeneration").pcie_generation).value
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetCurrPcieLinkWidth").pcie_width).value
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetMaxPcieLinkGeneration").pcie_max_generation).value
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:
+        return c_uint(self._gpu(handle, "nvmlDeviceGetMaxPcieLinkWidth").pcie_max_width).value
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _Handle, errorType: int, counterType: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetTotalEccErrors")
+        if gpu.ecc_mode != real.NVML_FEATURE_ENABLED:  # nvml.h: "Requires ECC Mode to be enabled"
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        counts = {
+            (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_VOLATILE_ECC): gpu.ecc_corrected_volatile,
+            (real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, real.NVML_VOLATILE_ECC): gpu.ecc_uncorrected_volatile,
+            (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_AGGREGATE_ECC): gpu.ecc_corrected_aggregate,
+            (real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, real.NVML_AGGREGATE_ECC): gpu.ecc_uncorrected_aggregate,
+        }
+        if (errorType, counterType) not in counts:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return c_ulonglong(counts[errorType, counterType]).value
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: _Handle) -> int:
+        return int(self._gpu(device, "nvmlDeviceGetRetiredPagesPendingStatus").retired_pages_pending)
+
+    def nvmlDeviceGetRemappedRows(self, device: _Handle) -> tuple[int, int, int, int]:
+        gpu = self._gpu(device, "nvmlDeviceGetRemappedRows")
+        return (c_uint(gpu.remapped_corrected).value, c_uint(gpu.remapped_uncorrected).value,
+                c_uint(gpu.remapped_pending).value, c_uint(gpu.remapped_failed).value)
+
+    def nvmlDeviceGetNvLinkState(self, device: _Handle, link: int) -> int:
+        gpu = self._gpu(device, "nvmlDeviceGetNvLinkState")
+        if not 0 <= link < len(gpu.nvlink_states):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return c_uint(gpu.nvlink_states[link]).value

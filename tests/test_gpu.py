@@ -422,3 +422,55 @@ def test_onnx_runs_on_the_cuda_provider_or_says_why_not(nvml, tmp_path):
         assert r.environment["onnxruntime"] == onnxruntime.__version__
     small, large = records
     assert large.figures["samples_per_second"] > small.figures["samples_per_second"]  # batching pays on a GPU
+
+
+# (k) the run conditions as NVML reads them on a real GPU (read only: nothing is set)
+
+
+def test_gpu_conditions_are_read_in_plausible_ranges_or_say_why_not(nvml):
+    """Every snapshot GPU condition of every GPU is read in a plausible range, or listed as
+    unavailable with NVML's reason (a GPU without NVLink or MIG, a query needing root)."""
+    from sixdim.core.conditions import CONDITIONS, UNAVAILABLE
+
+    snapshot = {c.name: c for c in CONDITIONS if c.scope == "gpu" and c.span == "snapshot"}
+    for gpu in nvml.gpus:
+        started = time.perf_counter()
+        conditions = nvml.conditions(gpu.index, own_pids=(os.getpid(),))
+        took = time.perf_counter() - started
+        where = f"GPU {gpu.index} ({gpu.name})"
+        unavailable = conditions[UNAVAILABLE]
+        values = {k: v for k, v in conditions.items() if k != UNAVAILABLE}
+        assert set(values) | set(unavailable) == set(snapshot), where
+        assert not set(values) & set(unavailable), where
+        assert all(isinstance(r, str) and r.strip() for r in unavailable.values()), (where, unavailable)
+        assert took < 1.0, f"{where}: one conditions() call took {took:.3f} s"
+        for name, value in values.items():
+            unit = snapshot[name].unit
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), (where, name, value)
+            if unit == "watts":
+                assert 10 <= value <= 2000, (where, name, value)
+            elif unit == "hertz":
+                assert 100e6 <= value <= 5e9, (where, name, value)
+            elif unit == "flag":
+                assert value in (0, 1), (where, name, value)
+            elif unit == "code":
+                assert value in (0, 1, 2, 3), (where, name, value)  # nvmlComputeMode_t
+            elif unit == "count":
+                assert value >= 0, (where, name, value)
+        if {"power_limit_watts", "power_limit_default_watts"} <= set(values):
+            assert values["power_limit_watts"] <= values["power_limit_default_watts"] * 1.5, (where, values)
+        for applications, maximum in (("applications_sm_clock_hertz", "max_sm_clock_hertz"),
+                                      ("applications_memory_clock_hertz", "max_memory_clock_hertz")):
+            if {applications, maximum} <= set(values):
+                assert values[applications] <= values[maximum], (where, values[applications], values[maximum])
+        for key in ("pcie_generation", "pcie_max_generation"):
+            if key in values:
+                assert 1 <= values[key] <= 6, (where, key, values[key])
+        for key in ("pcie_width", "pcie_max_width"):
+            if key in values:
+                assert values[key] in (1, 2, 4, 8, 16, 32), (where, key, values[key])
+        for now, most in (("pcie_generation", "pcie_max_generation"), ("pcie_width", "pcie_max_width")):
+            if {now, most} <= set(values):
+                assert values[now] <= values[most], (where, now, values[now], most, values[most])
+        if "nvlink_active_links" in values:
+            assert 0 <= values["nvlink_active_links"] <= 18, (where, values["nvlink_active_links"])

@@ -494,6 +494,16 @@ DRIFT_TOTAL_RATIO = MetricDef(
     "The drift's change: the fitted level now divided by the fitted level at the first of the runs the drift is "
     "fitted on (the series' last 96 runs, or fewer since its last version change), ratio; only while a drift holds.",
     VERDICT_LABELS)
+CAUSE = "cause"
+"""The likely cause of a series' regression: one of ``sixdim.core.conditions.CAUSE_NAMES``, a small fixed set."""
+CAUSE_RANK = "rank"
+REGRESSION_CAUSE = MetricDef(
+    "sixdim_regression_cause", "gauge",
+    "Likely cause of a suspicious or regressed series, from the conditions recorded with its runs (power limit, "
+    "clocks, throttling, PCIe link, memory errors, other processes, host load, versions; docs/CAUSES.md): 1 for "
+    "each cause named, its rank (1 the most likely) in the label rank; cause=\"none\" when no recorded condition "
+    "changed.  Exported while the series is suspicious or regressed, or its latest version change regressed.",
+    RESULT_LABELS + (CAUSE, CAUSE_RANK))
 WORKLOAD_LAST_SUCCESS = MetricDef(
     "sixdim_workload_last_success_timestamp_seconds", "gauge",
     "Unix time at which the newest ok run of the workload on the device ended, over all its shapes and "
@@ -512,7 +522,8 @@ SUITE_PEER_RATIO = MetricDef(
     "model have it.",
     SUMMARY_LABELS + (FIGURE,))
 VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
-                                          DRIFT_STATE, DRIFT_RATE, DRIFT_TOTAL_RATIO, PEER_RATIO, SUITE_PEER_RATIO)
+                                          DRIFT_STATE, DRIFT_RATE, DRIFT_TOTAL_RATIO, REGRESSION_CAUSE, PEER_RATIO,
+                                          SUITE_PEER_RATIO)
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,

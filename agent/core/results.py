@@ -69,6 +69,10 @@ class RunRecord:
     """Kept in history only: the round distribution, telemetry extras, the worker's last output."""
     environment: dict[str, Any] = field(default_factory=dict)
     """Driver, CUDA runtime, cuDNN, NCCL, torch, Python and sixdim versions, and the device model."""
+    conditions: dict[str, Any] = field(default_factory=dict)
+    """What the run ran under, beyond versions: the GPU's and host's settings, health and contention
+    (``sixdim.core.conditions``), for the diagnosis of a regression's cause.  Unreadable ones are
+    listed under ``"unavailable"`` with the reason."""
     id: int | None = None
     uid: str = ""
     """A unique name for the run, given when it is first recorded; it lets a result that waited in

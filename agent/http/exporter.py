@@ -84,6 +84,8 @@ _GPU_IDENTITY = frozenset({catalog.GPU, catalog.UUID, catalog.PCI_BUS_ID})
 PARTS = ("all", "results", "live")
 
 NOTEWORTHY = frozenset({SUSPICIOUS, REGRESSION, IMPROVEMENT})
+CAUSES_SHOWN = 3
+"""Causes exported per unhealthy series (``sixdim_regression_cause``), the most likely first."""
 SECONDS_PER_DAY = 86400.0
 """Verdict states exported for every series, not only those exported per shape."""
 
@@ -204,6 +206,9 @@ class SixdimCollector(PromCollector):
                     yield Sample(catalog.DRIFT_RATE, at, verdict.drift_per_day / SECONDS_PER_DAY)
                 if verdict.drift and verdict.drift_ratio is not None:
                     yield Sample(catalog.DRIFT_TOTAL_RATIO, at, verdict.drift_ratio)
+            for rank, finding in enumerate(series.causes[:CAUSES_SHOWN], start=1):
+                yield Sample(catalog.REGRESSION_CAUSE, {**labels, catalog.CAUSE: finding.cause,
+                                                        catalog.CAUSE_RANK: str(rank)}, 1.0)
             for figure, change in series.changes.items():
                 if change.ratio is None or (not shown and change.state != REGRESSION):
                     continue

@@ -27,13 +27,14 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sixdim import __version__
-from sixdim.collectors.host import RaplReader
+from sixdim.collectors.host import RaplReader, host_conditions
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core.conditions import CONDITIONS, UNAVAILABLE
 from sixdim.core.peaks import peak_ratio
 from sixdim.core.redact import redact_params, scrub, secret_values
 from sixdim.core.results import RunRecord
@@ -51,7 +52,15 @@ from sixdim.run.runner import (
     read_results,
     run_worker,
 )
-from sixdim.run.telemetry import Probe, Sampler, TelemetrySample, probe_for, summarize_window
+from sixdim.run.telemetry import (
+    CpuMeter,
+    Probe,
+    Sampler,
+    TelemetrySample,
+    probe_for,
+    summarize_window,
+    window_conditions,
+)
 from sixdim.store.history import History
 from sixdim.workloads import registry
 from sixdim.workloads.spec import Case, WorkloadSpec
@@ -76,6 +85,8 @@ class Sampled:
     samples: list[TelemetrySample]
     failed_reads: int = 0
     last_error: str = ""
+    conditions: dict[str, Any] = field(default_factory=dict)
+    """The ``snapshot`` conditions (sixdim.core.conditions), read as the worker started."""
 
 
 NOT_SAMPLED = Sampled([])
@@ -134,6 +145,37 @@ def _power_note(telemetry: dict[str, Any]) -> str | None:
 
 
 NO_WINDOW_NOTE = "the case marked no measured window, so no telemetry figure was taken from it"
+
+
+NOT_A_GPU_RUN = "the run is on the CPU"
+
+
+def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_type: str) -> dict[str, Any]:
+    """A case's conditions: the worker's snapshot and its span's window conditions, with the reasons
+    of those that could not be had under ``unavailable`` (every listed condition is one or the other;
+    a CPU run's GPU conditions are unavailable as such)."""
+    if not sampled.samples and not sampled.conditions:
+        return {}  # no worker ran (skipped before it started): nothing was measured under any condition
+    conditions = {k: v for k, v in sampled.conditions.items() if k != UNAVAILABLE}
+    unavailable = dict(sampled.conditions.get(UNAVAILABLE, {}))
+    if window is None or window[1] <= window[0]:
+        spanned: dict[str, Any] = {}
+        unavailable.update(dict.fromkeys((c.name for c in CONDITIONS if c.span == "window"), NO_WINDOW_NOTE))
+    else:
+        spanned = window_conditions(sampled.samples, *window)
+    unavailable.update(spanned.pop(UNAVAILABLE, {}))
+    conditions.update(spanned)
+    if device_type != "cuda":
+        for condition in CONDITIONS:
+            if condition.scope == "gpu":
+                conditions.pop(condition.name, None)
+                unavailable[condition.name] = NOT_A_GPU_RUN
+    for condition in CONDITIONS:  # never silently missing
+        if condition.name not in conditions and condition.name not in unavailable:
+            unavailable[condition.name] = "not read"
+    if unavailable:
+        conditions[UNAVAILABLE] = {k: unavailable[k] for k in sorted(unavailable)}
+    return conditions
 
 
 def window_telemetry(sampled: Sampled, window: tuple[float, float] | None) -> dict[str, Any]:
@@ -383,7 +425,7 @@ class Executor:
             device_type=device.type, device=device.name, gpu="" if device.index is None else str(device.index),
             uuid=device.uuid, model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
             reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
-            environment=scrub(environment, secrets),
+            environment=scrub(environment, secrets), conditions=run_conditions(sampled, result.window, device.type),
             details=scrub({**notes, **result.details, "telemetry": telemetry,
                            **({"case_wall": list(result.wall)} if result.wall else {})}, secrets))
 
@@ -446,15 +488,19 @@ class Executor:
         else:
             env = device.worker_environment()
 
+        meter = CpuMeter()
+        snapshot = self._snapshot(device)
+
         def started(pid: int) -> None:
             if journal is not None:
                 journal.worker_started(pid)
+            meter.attach(pid)
             if attach is not None:
                 attach(pid)
             if watch is not None:
                 watch.attach(pid)
 
-        sampler = Sampler(probe, self.sample_hz).start()
+        sampler = Sampler(probe, self.sample_hz, meter).start()
         try:
             outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
                                  device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
@@ -463,10 +509,22 @@ class Executor:
                                  between_cases=watch.check if watch is not None else None,
                                  workdir=None if journal is None else str(journal.folder), tag=tag)
         finally:
-            sampled = Sampled(sampler.stop(), sampler.failed_reads, sampler.last_error)
+            sampled = Sampled(sampler.stop(), sampler.failed_reads, sampler.last_error, snapshot)
             if watch is not None:
                 watch.ended()
         return outcome, sampled
+
+    def _snapshot(self, device: Device) -> dict[str, Any]:
+        """The ``snapshot`` conditions as a worker starts: the host's, and the GPU's where it runs on one.
+        Never raises: a condition that cannot be read is listed under ``unavailable``."""
+        conditions = host_conditions()
+        if device.type == "cuda" and device.index is not None:
+            gpu = self.nvml.conditions(device.index)
+            unavailable = {**conditions.pop(UNAVAILABLE, {}), **gpu.pop(UNAVAILABLE, {})}
+            conditions.update(gpu)
+            if unavailable:
+                conditions[UNAVAILABLE] = unavailable
+        return conditions
 
     def _environment(self, device: Device, outcome: WorkerOutcome) -> dict[str, Any]:
         """The worker's view (torch, CUDA runtime, cuDNN, NCCL, Python) plus the driver's and ours."""

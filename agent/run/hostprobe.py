@@ -33,6 +33,7 @@ class MultiGpuProbe:
     - ``sm_clock_hertz``, ``memory_clock_hertz``: the mean over the GPUs that report them (a clock
       has no meaningful sum);
     - ``clock_event_mask``: the union (OR) of the GPUs' masks, so a slowdown on any GPU shows;
+    - ``temperature_celsius``: the hottest GPU's;
     - ``time``: the first GPU's reading time, which is taken before any query is made.
     """
 
@@ -55,4 +56,6 @@ class MultiGpuProbe:
             sm_clock_hertz=_mean([s.sm_clock_hertz for s in samples]),
             memory_clock_hertz=_mean([s.memory_clock_hertz for s in samples]),
             clock_event_mask=mask,
+            temperature_celsius=max((s.temperature_celsius for s in samples if s.temperature_celsius is not None),
+                                    default=None),
         )

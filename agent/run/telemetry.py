@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import psutil
@@ -49,6 +49,11 @@ class TelemetrySample:
     sm_clock_hertz: float | None = None
     memory_clock_hertz: float | None = None
     clock_event_mask: int | None = None
+    temperature_celsius: float | None = None
+    host_busy_seconds: float | None = None
+    """CPU seconds the whole host has spent busy (all CPUs, from /proc/stat), cumulative."""
+    own_cpu_seconds: float | None = None
+    """CPU seconds the run's worker has used (its threads and its reaped children), cumulative."""
 
 
 class Probe(Protocol):
@@ -64,7 +69,7 @@ class GpuProbe:
     def read(self) -> TelemetrySample:
         s = self._nvml.sample(self._index)
         return TelemetrySample(s.time, s.energy_joules, s.power_watts, s.memory_used_bytes,
-                               s.sm_clock_hertz, s.memory_clock_hertz, s.clock_event_mask)
+                               s.sm_clock_hertz, s.memory_clock_hertz, s.clock_event_mask, s.temperature_celsius)
 
 
 class CpuProbe:
@@ -119,11 +124,46 @@ def _alive(process: psutil.Process) -> bool:
     return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
 
 
+class CpuMeter:
+    """The host's busy CPU seconds and the run's own, read with every sample: their difference over
+    a case's span is the CPU that other processes took (the ``other_cpu_ratio`` condition).
+
+    Both are cumulative counters (``/proc/stat`` and the worker's ``/proc/PID/stat``), so two reads
+    bracketing a span measure it exactly, and each read costs one small file.  The worker's children
+    count once reaped; rank processes that are still running (all-reduce's) count as "other" in every
+    run alike, so a comparison between runs of one series is not misled by them."""
+
+    def __init__(self) -> None:
+        self._process: psutil.Process | None = None
+
+    def attach(self, pid: int) -> None:
+        try:
+            self._process = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._process = None
+
+    def read(self) -> tuple[float | None, float | None]:
+        try:
+            times = psutil.cpu_times()
+            busy: float | None = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+        except (OSError, psutil.Error):
+            busy = None
+        own = None
+        if self._process is not None:
+            try:
+                t = self._process.cpu_times()
+                own = t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                own = None
+        return busy, own
+
+
 class Sampler:
     """Reads a probe at a fixed rate in a background thread, from start() to stop()."""
 
-    def __init__(self, probe: Probe, hz: float):
+    def __init__(self, probe: Probe, hz: float, cpu: CpuMeter | None = None):
         self._probe = probe
+        self._cpu = cpu
         self._period = 1.0 / hz
         self._samples: list[TelemetrySample] = []
         self._stop = threading.Event()
@@ -134,7 +174,11 @@ class Sampler:
 
     def _take(self) -> None:
         try:
-            self._samples.append(self._probe.read())
+            sample = self._probe.read()
+            if self._cpu is not None:
+                busy, own = self._cpu.read()
+                sample = replace(sample, host_busy_seconds=busy, own_cpu_seconds=own)
+            self._samples.append(sample)
         except Exception as exc:  # a failed read is a missing sample, never a dead agent
             self.failed_reads += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -285,6 +329,61 @@ def _clock_events(samples: list[TelemetrySample], start: float, end: float) -> d
     for group, members in CLOCK_EVENT_GROUPS.items():
         figures[group] = 1.0 if members.intersection(reasons) else 0.0
     return figures
+
+
+CONDITION_EVENTS: tuple[str, ...] = ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+                                     "hw_power_brake_slowdown", "sync_boost", "applications_clocks_setting")
+"""The clock events whose share of a span is a condition (``<event>_ratio``, sixdim.core.conditions)."""
+
+
+def _span(samples: list[TelemetrySample], attribute: str, start: float, end: float) -> list[TelemetrySample]:
+    """The samples with ``attribute`` inside [start, end]; for a span shorter than the sample period,
+    the last one before it (what the device was doing as it began)."""
+    having = [s for s in samples if getattr(s, attribute) is not None]
+    inside = [s for s in having if start <= s.time <= end]
+    if inside:
+        return inside
+    before = [s for s in having if s.time <= start]
+    return before[-1:]
+
+
+def window_conditions(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+    """The ``window`` conditions of a case's span (sixdim.core.conditions): the share of samples with
+    each clock event, the mean SM clock and temperature, and the share of the host's CPU other
+    processes took; each one that cannot be had is listed under ``unavailable`` with the reason."""
+    out: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+    masked = _span(samples, "clock_event_mask", start, end)
+    if masked:
+        for event in CONDITION_EVENTS:
+            out[f"{event}_ratio"] = sum(1 for s in masked if event in reason_names(s.clock_event_mask or 0)) / len(
+                masked)
+    else:
+        for event in CONDITION_EVENTS:
+            unavailable[f"{event}_ratio"] = "no clock-event reading around the span"
+    for attribute in ("sm_clock_hertz", "temperature_celsius"):
+        points = _series(samples, attribute)
+        note = _missing_reason(points, len(samples), start, end, attribute.rsplit("_", 1)[0].replace("_", " "))
+        if note is None:
+            out[attribute] = time_average(points, start, end)
+        else:
+            unavailable[attribute] = note
+    # the two readings that bracket the span most closely (a span shorter than the sample period is
+    # measured over the period around it): the last at or before its start, the first at or after its end
+    cpu = [s for s in samples if s.host_busy_seconds is not None and s.own_cpu_seconds is not None]
+    a = ([s for s in cpu if s.time <= start] or cpu[:1] or [None])[-1]
+    later = [s for s in cpu if a is not None and s.time > a.time]
+    b = ([s for s in later if s.time >= end] or later[-1:] or [None])[0]
+    if a is not None and b is not None:
+        capacity = (b.time - a.time) * (psutil.cpu_count() or 1)
+        other = ((b.host_busy_seconds or 0.0) - (a.host_busy_seconds or 0.0)
+                 - ((b.own_cpu_seconds or 0.0) - (a.own_cpu_seconds or 0.0)))
+        out["other_cpu_ratio"] = min(1.0, max(0.0, other / capacity))
+    else:
+        unavailable["other_cpu_ratio"] = "the host's and the run's CPU times were not read on both sides of the span"
+    if unavailable:
+        out["unavailable"] = unavailable
+    return out
 
 
 def summarize_window(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:

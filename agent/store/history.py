@@ -59,7 +59,7 @@ from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, RunRecord, counts_as
 
 log = logging.getLogger("sixdim")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 BUSY_TIMEOUT_SECONDS = 0.25
 """How long one write or read waits for another process's lock before giving up (and queueing)."""
@@ -103,7 +103,8 @@ CREATE TABLE IF NOT EXISTS runs (
     figures TEXT NOT NULL,
     details TEXT NOT NULL,
     environment TEXT NOT NULL,
-    uid TEXT NOT NULL DEFAULT ''
+    uid TEXT NOT NULL DEFAULT '',
+    conditions TEXT NOT NULL DEFAULT '{{}}'
 );
 CREATE INDEX IF NOT EXISTS runs_by_series_v2 ON runs ({_SERIES}, status);
 CREATE UNIQUE INDEX IF NOT EXISTS runs_by_uid ON runs (uid) WHERE uid != '';
@@ -142,12 +143,16 @@ DROP INDEX IF EXISTS runs_by_series;
     2: """
 ALTER TABLE runs ADD COLUMN uid TEXT NOT NULL DEFAULT '';
 """,
+    # version 3 -> 4: the conditions each run ran under (sixdim.core.conditions).
+    3: """
+ALTER TABLE runs ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
+""",
 }
 
-_JSON_COLUMNS = ("params", "figures", "details", "environment")
+_JSON_COLUMNS = ("params", "figures", "details", "environment", "conditions")
 _COLUMNS = ("id", "suite", "workload", "precision", "params", "shape", "mode", "kernel_pass", "hostname",
             "device_type", "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason", "started_at",
-            "ended_at", "figures", "details", "environment", "uid")
+            "ended_at", "figures", "details", "environment", "uid", "conditions")
 
 
 class HistoryError(RuntimeError):

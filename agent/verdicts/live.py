@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from sixdim.core.results import RunRecord
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
+from sixdim.verdicts.causes import Finding, Packed, diagnose, pack, unpack
 from sixdim.verdicts.detector import INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict
 
 log = logging.getLogger("sixdim")
@@ -46,6 +47,13 @@ class _Change:
     age: int = 0
     """Runs of the series since the change (the change is forgotten after ``restore_runs``)."""
     verdicts: dict[str, VersionVerdict] = field(default_factory=dict)
+    conditions_before: list[Packed] = field(default_factory=list)
+    conditions_after: list[Packed] = field(default_factory=list)
+    """The conditions of the runs either side (for the diagnosis of a regression at the change)."""
+
+
+CAUSE_RUNS = 20
+"""Runs each side of a change whose conditions the diagnosis compares."""
 
 
 class SeriesWatch:
@@ -62,9 +70,18 @@ class SeriesWatch:
         """Each figure's values of the current segment's last ``version_settle_runs`` accepted runs:
         the "before" side of the next version change."""
         self.change: _Change | None = None
+        self.conditions: deque[tuple[float, Packed]] = deque(
+            maxlen=CAUSE_RUNS + settings.slow_runs + settings.reform_after)
+        """(start time, conditions) of the last runs with conditions: the runs before an episode's onset
+        and those since, while it lasts until its baseline re-forms."""
 
     def add(self, record: RunRecord) -> None:
         self.record = record
+        if record.conditions and record.status in ("ok", INCORRECT):
+            packed = pack(record.conditions)
+            self.conditions.append((record.started_at, packed))
+            if self.change is not None and len(self.change.conditions_after) < CAUSE_RUNS:
+                self.change.conditions_after.append(packed)
         versions = regression.versions(record)
         if versions is not None:  # a run that did not say is no version change
             if self.versions is not None and versions != self.versions:
@@ -100,7 +117,8 @@ class SeriesWatch:
 
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
         changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
-        self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()})
+        self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()},
+                              conditions_before=[c for t, c in list(self.conditions)[-CAUSE_RUNS:] if t < at])
         self.recent = {}
         for tracker in self.trackers.values():
             tracker.break_segment()
@@ -130,6 +148,31 @@ class SeriesWatch:
         change.verdicts[figure] = verdict
 
 
+    def causes(self) -> list[Finding]:
+        """The likely causes while a figure of the series is suspicious or regressed (the runs since the
+        episode's onset, or the last ``slow_runs``, against the runs before), else while its latest
+        version change regressed (the runs either side of it); [] otherwise."""
+        noteworthy = (regression.REGRESSION, regression.SUSPICIOUS)
+        unhealthy = [t for t in self.trackers.values() if t.last.state in noteworthy]
+        entries = list(self.conditions)
+        if unhealthy and entries:
+            tracker = max(unhealthy, key=lambda t: t.last.code)  # a regression before a suspicious
+            if tracker.onset is not None and tracker.onset < len(tracker.times):
+                since = tracker.times[tracker.onset]
+            elif tracker.times:
+                since = tracker.times[-min(self.settings.slow_runs, len(tracker.times))]
+            else:  # judged on incorrect results only: the last runs against those before
+                since = entries[-min(self.settings.slow_runs, len(entries))][0]
+            before = [unpack(c) for t, c in entries if t < since][-CAUSE_RUNS:]
+            after = [unpack(c) for t, c in entries if t >= since][-CAUSE_RUNS:]
+            return diagnose(before, after)
+        change = self.change
+        if change is not None and any(v.state == regression.REGRESSION for v in change.verdicts.values()):
+            return diagnose([unpack(c) for c in change.conditions_before], [unpack(c) for c in change.conditions_after],
+                            change.changes)
+        return []
+
+
 @dataclass(frozen=True)
 class SeriesVerdicts:
     """What the exporter shows of one series: its newest run (labels) and its verdicts."""
@@ -138,6 +181,8 @@ class SeriesVerdicts:
     verdicts: dict[str, Verdict]
     changes: dict[str, VersionVerdict]
     """The latest version change's verdict per figure, while it is recent."""
+    causes: list[Finding] = field(default_factory=list)
+    """The likely causes, ranked, while the series is suspicious or regressed (:meth:`SeriesWatch.causes`)."""
 
 
 class Verdicts:
@@ -208,5 +253,5 @@ class Verdicts:
     def snapshot(self) -> list[SeriesVerdicts]:
         with self._lock:
             return [SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
-                                   dict(w.change.verdicts) if w.change is not None else {})
+                                   dict(w.change.verdicts) if w.change is not None else {}, w.causes())
                     for w in self._series.values() if w.record is not None and (w.trackers or w.change)]

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core.conditions import CONDITIONS
 from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
@@ -85,7 +86,10 @@ def test_another_cpu_heavy_process_is_named_as_the_cause(tmp_path):
         r.figures["seconds"] for r in quiet)
     # every listed condition is recorded or says why not, on this CPU host
     unavailable = records[0].conditions.get("unavailable", {})
-    assert unavailable["power_limit_watts"] == "the run is on the CPU"
+    assert unavailable["gpu"] == "the run is on the CPU" and "power_limit_watts" not in unavailable
+    for condition in CONDITIONS:
+        assert condition.name in records[0].conditions or unavailable.get(condition.name) \
+            or (condition.scope == "gpu" and unavailable["gpu"]), condition.name
     assert "usable_cpus" in records[0].conditions
 
     verdicts = Verdicts()

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 UNAVAILABLE = "unavailable"
-"""The key of a run's conditions that maps each condition that could not be read to the reason."""
+"""The key of a run's conditions that maps each condition that could not be read to the reason; the key
+``gpu`` stands for every GPU condition of a run on the CPU ("the run is on the CPU")."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,27 @@ CONDITIONS: tuple[Condition, ...] = (
 BY_NAME: dict[str, Condition] = {c.name: c for c in CONDITIONS}
 SETTINGS: tuple[str, ...] = tuple(c.name for c in CONDITIONS if c.setting)
 """Conditions whose change starts a new segment, like a version change."""
+
+SETTING_KEYS: tuple[str, ...] = ("power_limit", "clocks", "ecc", "mig")
+"""The ``RunRecord.environment`` entries the settings are written under (:func:`setting_versions`), so a
+change of one starts a new segment and is judged and named like a version change:
+"power_limit 700 W → 500 W"."""
+
+
+def setting_versions(conditions: dict[str, object]) -> dict[str, str]:
+    """The settings among a run's conditions as version-like texts (the ones read only)."""
+    out: dict[str, str] = {}
+    limit = conditions.get("power_limit_watts")
+    if isinstance(limit, (int, float)):
+        out["power_limit"] = f"{limit:g} W"
+    sm, memory = conditions.get("applications_sm_clock_hertz"), conditions.get("applications_memory_clock_hertz")
+    if isinstance(sm, (int, float)) and isinstance(memory, (int, float)):
+        out["clocks"] = f"{sm / 1e6:g}/{memory / 1e6:g} MHz"
+    for key, name in (("ecc", "ecc_enabled"), ("mig", "mig_enabled")):
+        flag = conditions.get(name)
+        if isinstance(flag, (int, float)):
+            out[key] = "on" if flag else "off"
+    return out
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,22 @@ class Alerts:
             f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} regressed on "
             f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
             f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
-            f"runs against the series' own baseline.", for_=REGRESSION_FOR, keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
+            f"runs against the series' own baseline.{self.causes()}", for_=REGRESSION_FOR,
+            keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
+
+    def causes(self) -> str:
+        """The likely causes of the alert's regressed series (``sixdim_regression_cause`` at rank 1 for its
+        GPU, workload and precision), counted, most named first: " Likely cause: power_limit (40 series)."
+        Nothing where the agent names none (an older agent, or the series not yet judged)."""
+        cause = catalog.REGRESSION_CAUSE
+        name = label(cause, catalog.CAUSE)
+        cluster, arg = self.same_cluster()
+        query = (f"sort_desc(count by ({self.by(name)}) ({cause.name}{{{cluster}{catalog.HOSTNAME}=%q,"
+                 f"{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q,{catalog.CAUSE_RANK}=\"1\"}}))")
+        return (f"{{{{ with query (printf `{query}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
+                f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}} Likely cause: "
+                f"{{{{ range $i, $s := . }}}}{{{{ if $i }}}}, {{{{ end }}}}{{{{ $s.Labels.{name} }}}} "
+                f"({{{{ $s.Value }}}} series){{{{ end }}}} (see the runbook).{{{{ end }}}}")
 
     def drift(self) -> dict[str, Any]:
         """Shapes of one GPU, workload and precision whose figure drifts the worse way: a GPU degrading
@@ -360,7 +375,7 @@ class Alerts:
             f"After {self.lab(catalog.CHANGE_COMPONENT)} changed from {self.lab(catalog.CHANGE_FROM)} to "
             f"{self.lab(catalog.CHANGE_TO)} on {self.gpu_ref()}, {self.lab(catalog.WORKLOAD)}'s "
             f"{self.lab(catalog.FIGURE)} is {{{{ $value | humanizePercentage }}}} of its value before the change "
-            f"(median over the {count} result series the agent judged worse).", for_=VERSION_CHANGE_FOR,
+            f"(median over the {count} result series the agent judged worse).{self.causes()}", for_=VERSION_CHANGE_FOR,
             keep_firing_for=VERSION_CHANGE_KEEP_FIRING_FOR)
 
     def agent_down(self) -> dict[str, Any]:

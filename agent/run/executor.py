@@ -34,7 +34,7 @@ from typing import Any
 from sixdim import __version__
 from sixdim.collectors.host import RaplReader, host_conditions
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.core.conditions import CONDITIONS, UNAVAILABLE
+from sixdim.core.conditions import CONDITIONS, UNAVAILABLE, setting_versions
 from sixdim.core.peaks import peak_ratio
 from sixdim.core.redact import redact_params, scrub, secret_values
 from sixdim.core.results import RunRecord
@@ -165,13 +165,15 @@ def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_
         spanned = window_conditions(sampled.samples, *window)
     unavailable.update(spanned.pop(UNAVAILABLE, {}))
     conditions.update(spanned)
-    if device_type != "cuda":
+    if device_type != "cuda":  # one entry for all of them: a CPU host's history is not filled with 30 copies
         for condition in CONDITIONS:
             if condition.scope == "gpu":
                 conditions.pop(condition.name, None)
-                unavailable[condition.name] = NOT_A_GPU_RUN
+                unavailable.pop(condition.name, None)
+        unavailable["gpu"] = NOT_A_GPU_RUN
     for condition in CONDITIONS:  # never silently missing
-        if condition.name not in conditions and condition.name not in unavailable:
+        if condition.name not in conditions and condition.name not in unavailable \
+                and condition.scope not in unavailable:
             unavailable[condition.name] = "not read"
     if unavailable:
         conditions[UNAVAILABLE] = {k: unavailable[k] for k in sorted(unavailable)}
@@ -321,7 +323,7 @@ class Executor:
             started_at = time.time()
             outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
             ended_at = time.time()
-            environment = self._environment(device, outcome)
+            environment = {**self._environment(device, outcome), **setting_versions(sampled.conditions)}
 
             def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
                 # called only within this iteration (by _outcome_records below), so the loop's values hold

@@ -295,22 +295,34 @@ def describe(findings: Sequence[Finding], limit: int = 3) -> str:
                      for f in findings[:limit])
 
 
-_NUMERIC: tuple[str, ...] = tuple(c.name for c in CONDITIONS if c.unit != "text")
-_TEXT: tuple[str, ...] = tuple(c.name for c in CONDITIONS if c.unit == "text")
-Packed = tuple[array, tuple[str | None, ...]]  # type: ignore[type-arg]
+_NAMES: tuple[str, ...] = tuple(c.name for c in CONDITIONS)
+_TEXT: frozenset[str] = frozenset(c.name for c in CONDITIONS if c.unit == "text")
+_TEXTS: list[str] = []
+"""Every text condition value seen (a few governor names), so a packed run holds its index."""
+_TEXT_INDEX: dict[str, int] = {}
+Packed = array  # type: ignore[type-arg]
+
+
+def _code(text: str) -> float:
+    index = _TEXT_INDEX.get(text)
+    if index is None:
+        index = _TEXT_INDEX.setdefault(text, len(_TEXTS))
+        if index == len(_TEXTS):
+            _TEXTS.append(text)
+    return float(index)
 
 
 def pack(conditions: Mapping[str, Any]) -> Packed:
-    """A run's conditions in about 350 bytes (the numbers as doubles, NaN where absent): the daemon
-    keeps the last runs' conditions of every series for the diagnosis, and a dict per run would cost
-    three times as much."""
-    numbers = array("d", (math.nan if (v := _number(conditions, n)) is None else v for n in _NUMERIC))
-    texts = tuple(conditions.get(n) if isinstance(conditions.get(n), str) else None for n in _TEXT)
-    return numbers, texts
+    """A run's conditions in about 360 bytes (one double each, NaN where absent, a text as its index in
+    a table of the texts seen): the daemon keeps the last runs' conditions of every series for the
+    diagnosis, and a dict per run would cost five times as much."""
+    return array("d", (_code(v) if n in _TEXT and isinstance(v := conditions.get(n), str)
+                       else (math.nan if (x := _number(conditions, n)) is None or n in _TEXT else x) for n in _NAMES))
 
 
 def unpack(packed: Packed) -> dict[str, Any]:
-    numbers, texts = packed
-    out: dict[str, Any] = {n: v for n, v in zip(_NUMERIC, numbers, strict=True) if not math.isnan(v)}
-    out.update({n: t for n, t in zip(_TEXT, texts, strict=True) if t is not None})
+    out: dict[str, Any] = {}
+    for name, value in zip(_NAMES, packed, strict=True):
+        if not math.isnan(value):
+            out[name] = _TEXTS[int(value)] if name in _TEXT else value
     return out

@@ -27,6 +27,7 @@ from sixdim.core.catalog import RATES as RATES
 from sixdim.core.catalog import STATE_CODES as STATE_CODES
 from sixdim.core.catalog import UP as UP
 from sixdim.core.catalog import WATCHED as WATCHED
+from sixdim.core.conditions import SETTING_KEYS
 
 if TYPE_CHECKING:
     from sixdim.config import Config
@@ -57,8 +58,11 @@ def primary_figure(figures: Mapping[str, Any]) -> str:
     return next((figure for figure in SPEED_FIGURES if figure in figures), "seconds")
 
 
-VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime")
-"""RunRecord.environment entries whose change is a known break point (a new segment)."""
+VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime",
+                                  *SETTING_KEYS)
+"""RunRecord.environment entries whose change is a known break point (a new segment): the software versions,
+and the GPU settings that change performance by design (power limit, applications clocks, ECC and MIG
+mode: ``sixdim.core.conditions.SETTING_KEYS``), judged and named like a version change."""
 
 WORKLOAD_VERSION_KEYS: dict[str, frozenset[str]] = {"onnxruntime": frozenset({"onnx"})}
 """Version keys that are a break point only for some workloads' series.  Every torch worker records

@@ -27,6 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sixdim.core.conditions import SETTING_KEYS
 from sixdim.core.results import RunRecord
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
@@ -84,6 +85,9 @@ class SeriesWatch:
                 self.change.conditions_after.append(packed)
         versions = regression.versions(record)
         if versions is not None:  # a run that did not say is no version change
+            if self.versions is not None:
+                for key in SETTING_KEYS:  # a setting not read (a run recovered after a crash) did not change
+                    versions[key] = versions[key] or self.versions[key]
             if self.versions is not None and versions != self.versions:
                 self._version_change(self.versions, versions, record.started_at)
             self.versions = versions

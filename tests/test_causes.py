@@ -218,3 +218,14 @@ def test_generated_series_name_the_injected_cause_first_in_nine_of_ten():
 def test_the_cause_label_values_are_the_catalogs_fixed_set():
     assert catalog.REGRESSION_CAUSE.name == "sixdim_regression_cause"
     assert catalog.CAUSE in catalog.REGRESSION_CAUSE.labels
+
+
+def test_every_condition_and_cause_is_documented():
+    """docs/CAUSES.md names every condition recorded and every cause with what to do."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "CAUSES.md").read_text()
+    for condition in CONDITIONS:
+        assert f"`{condition.name}`" in text, condition.name
+    for cause in CAUSES:
+        assert f"| `{cause.name}` |" in text, cause.name

@@ -62,6 +62,26 @@ SNAPSHOT_GPU_CONDITIONS: tuple[str, ...] = tuple(
     c.name for c in CONDITIONS if c.scope == "gpu" and c.span == "snapshot")
 """The conditions :meth:`NvmlCollector.conditions` reads, in their catalogue order."""
 
+HEALTH_GAUGES: tuple[tuple[catalog.MetricDef, str, tuple[tuple[str, str], ...]], ...] = (
+    (catalog.GPU_POWER_LIMIT, "power_limit_watts", ()),
+    (catalog.GPU_POWER_LIMIT_DEFAULT, "power_limit_default_watts", ()),
+    (catalog.GPU_PCIE_GENERATION, "pcie_generation", ()),
+    (catalog.GPU_PCIE_WIDTH, "pcie_width", ()),
+    (catalog.GPU_PCIE_GENERATION_MAX, "pcie_max_generation", ()),
+    (catalog.GPU_PCIE_WIDTH_MAX, "pcie_max_width", ()),
+    (catalog.GPU_ECC_ENABLED, "ecc_enabled", ()),
+    (catalog.GPU_ECC_ERRORS, "ecc_corrected_volatile", ((catalog.ECC_ERROR_TYPE, "corrected"),)),
+    (catalog.GPU_ECC_ERRORS, "ecc_uncorrected_volatile", ((catalog.ECC_ERROR_TYPE, "uncorrected"),)),
+    (catalog.GPU_REMAPPED_ROWS, "remapped_rows", ()),
+    (catalog.GPU_REMAPPED_ROWS_PENDING, "remapped_rows_pending", ()),
+    (catalog.GPU_REMAPPED_ROWS_FAILED, "remapped_rows_failed", ()),
+    (catalog.GPU_RETIRED_PAGES_PENDING, "retired_pages_pending", ()),
+    (catalog.GPU_NVLINK_LINKS_ACTIVE, "nvlink_active_links", ()),
+)
+"""The live health gauges: (metric, the snapshot condition it exports, extra labels).  Each is read from
+:meth:`NvmlCollector.conditions` at every collect, in the condition's base unit; a condition the GPU could
+not answer is left out of the answer, and so its series is absent, never 0."""
+
 # nvml.h's values, for a binding (or a fake) that lacks the constant.
 _NVML_DEFAULTS: dict[str, int] = {
     "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2, "NVML_FEATURE_ENABLED": 1, "NVML_DEVICE_MIG_ENABLE": 1,
@@ -126,6 +146,9 @@ class NvmlCollector:
         self._lock = threading.Lock()
         self._gpus: list[GpuIdentity] = []
         self._handles: list[Any] = []
+        self._nvlinks: dict[int, tuple[int, ...]] = {}
+        """Per GPU index, the NVLink link indices it has (found at the first :meth:`conditions`): the
+        other indices up to NVML_NVLINK_MAX_LINKS (36) are not asked again at every collect."""
         self._driver_version = ""
         self._cuda_driver_version = ""
         self._nv: Any = None  # pynvml, or a test's fake of it
@@ -364,7 +387,7 @@ class NvmlCollector:
                         reason = f"{function} answered {answer!r}: {type(exc).__name__}: {exc}"
                 for name in names:
                     unavailable[name] = reason
-            links, reason = self._nvlink_active_links(handle)
+            links, reason = self._nvlink_active_links(handle, index)
             if links is None:
                 unavailable["nvlink_active_links"] = reason
             else:
@@ -383,31 +406,34 @@ class NvmlCollector:
         result[UNAVAILABLE] = unavailable
         return result
 
-    def _nvlink_active_links(self, handle: Any) -> tuple[int | None, str]:
+    def _nvlink_active_links(self, handle: Any, index: int) -> tuple[int | None, str]:
         """(links up, "") or (None, why not).  A link index the GPU does not have answers
         NOT_SUPPORTED or INVALID_ARGUMENT and is no link; any other error leaves the count unknown
-        (a count of the links that did answer would read as links down)."""
+        (a count of the links that did answer would read as links down).  The links a GPU has are
+        found once and remembered: later calls ask only those."""
         not_a_link = {self._const("NVML_ERROR_NOT_SUPPORTED"), self._const("NVML_ERROR_INVALID_ARGUMENT")}
         function = "nvmlDeviceGetNvLinkState"
         fn = getattr(self._nv, function, None)
         if fn is None:
             return None, f"{function}: not in this nvidia-ml-py binding"
         enabled = self._const("NVML_FEATURE_ENABLED")
-        active, links, first_error = 0, 0, ""
-        for link in range(self._const("NVML_NVLINK_MAX_LINKS")):
+        known = self._nvlinks.get(index)
+        active, links, first_error = 0, [], ""
+        for link in known if known is not None else range(self._const("NVML_NVLINK_MAX_LINKS")):
             try:
                 state = fn(handle, link)
             except self._nv.NVMLError as exc:
-                if getattr(exc, "value", None) in not_a_link:
+                if known is None and getattr(exc, "value", None) in not_a_link:
                     first_error = first_error or str(exc)
                     continue
                 return None, f"{function}(link {link}): {exc}"
             except Exception as exc:
                 return None, f"{function}(link {link}): {type(exc).__name__}: {exc}"
-            links += 1
+            links.append(link)
             active += int(int(state) == enabled)
-        if links == 0:
+        if not links:
             return None, f"{function}: {first_error or 'no link'} on every link (no NVLink)"
+        self._nvlinks[index] = tuple(links)
         return active, ""
 
     # ------------------------------------------------------------------ export
@@ -416,6 +442,9 @@ class NvmlCollector:
                 catalog.MODEL_NAME: gpu.name, catalog.PCI_BUS_ID: gpu.pci_bus_id}
 
     def collect(self) -> list[Sample]:
+        """Identity, live readings and health of every GPU.  Per GPU: :meth:`sample` (8 NVML queries) and
+        :meth:`conditions` (18, the NVLink links one by one and the two process lists), whose process lists
+        also give ``sixdim_gpu_processes``: nothing is asked twice."""
         if not self._availability.available:
             return []
         samples: list[Sample] = []
@@ -441,11 +470,21 @@ class NvmlCollector:
                 for bit, reason in CLOCK_EVENT_REASONS.items():
                     samples.append(Sample(catalog.GPU_THROTTLE, {**labels, "reason": reason},
                                           1.0 if reading.clock_event_mask & bit else 0.0))
-            try:
-                processes: int | None = len(self.process_ids(gpu.index))
-            except self._nv.NVMLError as exc:  # absent, not 0: nobody knows how many there are
-                self._log.warning(f"NVML process list of GPU {gpu.index}: {exc}")
-                processes = None
-            if processes is not None:
-                samples.append(Sample(catalog.GPU_PROCESSES, labels, float(processes)))
+            samples.extend(self._health(gpu.index, labels))
         return samples
+
+    def _health(self, index: int, labels: dict[str, str]) -> list[Sample]:
+        """The health gauges (:data:`HEALTH_GAUGES`) and the process count, from one :meth:`conditions`.
+
+        With no PIDs of its own, ``gpu_other_processes`` counts every PID NVML lists, compute and
+        graphics, as :meth:`process_ids` does; where either list cannot be read it is absent, not 0:
+        nobody knows how many there are."""
+        conditions = self.conditions(index)
+        unavailable: dict[str, str] = conditions.get(UNAVAILABLE, {})
+        out = [Sample(metric, {**labels, **dict(extra)} if extra else labels, float(conditions[name]))
+               for metric, name, extra in HEALTH_GAUGES if name in conditions]
+        if "gpu_other_processes" in conditions:
+            out.append(Sample(catalog.GPU_PROCESSES, labels, float(conditions["gpu_other_processes"])))
+        else:
+            self._log.warning(f"NVML process list of GPU {index}: {unavailable.get('gpu_other_processes', '?')}")
+        return out

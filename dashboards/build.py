@@ -17,7 +17,7 @@ from typing import Any
 
 from grafanalib import core as G
 
-from sixdim.core import catalog
+from sixdim.core import catalog, conditions
 from sixdim.core.catalog import grafana_unit as u  # a figure's unit in Grafana, from the catalog's FIGURES
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards.grafana import Q, Row
@@ -61,6 +61,9 @@ CHANGE_WINDOW = "30m"
 
 # Why a panel (or one of its queries) may have no data on a host that runs the default configuration.
 GPU_TELEMETRY = "live NVML telemetry, exported only by a host with a GPU; empty on a CPU host"
+GPU_HEALTH = ("NVML health and settings, exported only by a host with a GPU and only where its GPU answers "
+              "(no row remapping before Ampere, no NVLink on most PCIe cards, no ECC counts while ECC is off); "
+              "empty on a CPU host")
 CLOCK_EVENTS = "NVML clock-event reasons, read only on a GPU; empty on a CPU host"
 GPU_MEMORY = "torch's CUDA allocator and NVML's device memory exist only on a GPU; empty on a CPU host"
 GPU_INFO = f"{catalog.GPU_INFO.name} describes GPUs; empty on a CPU host"
@@ -84,6 +87,11 @@ NO_INCORRECT = "no incorrect result was ever recorded on these devices (the seri
 ALL_OK = "every run in the range was ok"
 NO_GPU_VALUES = "a CPU host has no GPU: its gpu label is empty, which All (.*) matches"
 
+HEALTH_ROW = "GPU health"
+"""The GPU detail dashboard's row of NVML health and settings (and the throttling of the results)."""
+CAUSES_TITLE = "Likely causes of open regressions"
+"""The table of the likely causes (catalog.REGRESSION_CAUSE) on the fleet overview and the GPU detail."""
+
 ANNOTATION_MAY_BE_EMPTY = {
     "Software versions changed": "a host's driver, CUDA runtime or torch changed within the time range",
     "Version-change verdicts": "a verdict on a software change appeared or changed within the time range",
@@ -99,6 +107,12 @@ _MAPPING_YES_NO = [{"type": "value", "options": {
 _MAPPING_UP = [{"type": "value", "options": {
     "0": {"text": "down", "color": "red", "index": 0},
     "1": {"text": "up", "color": "green", "index": 1}}}]
+_MAPPING_ON_OFF = [{"type": "value", "options": {
+    "0": {"text": "off", "color": "blue", "index": 0},
+    "1": {"text": "on", "color": "green", "index": 1}}}]
+_MAPPING_CAUSES = [{"type": "value", "options": {
+    cause.name: {"text": cause.title, "index": i} for i, cause in enumerate(conditions.CAUSES)}}]
+"""A cause's title in its cell ("power limit lowered"), from agent/core/conditions.py."""
 _MAPPING_STATES = [{"type": "value", "options": {
     str(state.code): {"text": state.name, "color": state.colour, "index": i}
     for i, state in enumerate(catalog.VERDICT_STATES)}}]
@@ -324,14 +338,14 @@ class _Dashboards:
         rows = [
             Row("Fleet now", counts),
             Row("The six dimensions, per device", [six]),
-            Row("What changed: verdicts now open", [regressions, changes]),
+            Row("What changed: verdicts now open", [regressions, self.causes_table(), changes]),
             Row("Outliers among peers", [slowest, on_host]),
             Row("Runs that did not succeed", [not_ok, not_ok_table, stale_table]),
         ]
         return self.dashboard(
             FLEET, "sixdim / Fleet overview",
-            "How each GPU does on the six dimensions now, what regressed or changed, which GPUs are slower than "
-            "their peers, and which runs fail.", rows, time_from="now-24h", refresh="5m")
+            "How each GPU does on the six dimensions now, what regressed or changed and its likely cause, which "
+            "GPUs are slower than their peers, and which runs fail.", rows, time_from="now-24h", refresh="5m")
 
     def changes_table(self, labels: Sequence[str]) -> gf.PanelSpec:
         q, c = self.q, catalog
@@ -350,6 +364,82 @@ class _Dashboards:
                     "regression": {"color": "red", "index": 0}, "improvement": {"color": "blue", "index": 1},
                     "ok": {"color": "green", "index": 2}}}]},
                 {"id": "custom.cellOptions", "value": {"type": "color-text"}}]}])
+
+    def causes_table(self) -> gf.PanelSpec:
+        q, c = self.q, catalog
+        labels = self.dev + (c.WORKLOAD, c.PRECISION, c.SHAPE, c.MODE, c.PASS, c.CAUSE, c.CAUSE_RANK)
+        return gf.table(
+            CAUSES_TITLE,
+            f"{c.REGRESSION_CAUSE.name}: why each suspicious or regressed series (or one whose latest software "
+            "change regressed) is likely worse, from the conditions recorded with its runs: a setting changed "
+            "(power limit, clocks, ECC or MIG mode), a fault (memory errors, a PCIe link trained down, a hardware "
+            "slowdown), throttling, contention (other processes, host load, CPU quota or frequency, memory "
+            "pressure) or a software version; at most 3 causes per series, rank 1 the most likely; \"no recorded "
+            "condition changed\" when nothing differs. What to do about each: docs/CAUSES.md.",
+            [Q(f"max by ({q.by(*labels)}) ({q.sel(c.REGRESSION_CAUSE)})")], "none", w=24, h=8,
+            may_be_empty=NO_REGRESSION, hide=self.hidden() + ("Value",), links=self.gpu_link(),
+            sort_by=c.CAUSE_RANK,
+            overrides=[{"matcher": {"id": "byName", "options": c.CAUSE}, "properties": [
+                {"id": "mappings", "value": _MAPPING_CAUSES}]}])
+
+    def health(self) -> list[gf.PanelSpec]:
+        """The GPU health row: NVML's settings and health now, and the share of the results throttled."""
+        q, c = self.q, catalog
+        leg = self.gpu_legend
+        flags = f"max by ({q.by(c.HOSTNAME, c.GPU)})"
+        throttled = [(c.WORKLOAD_POWER_CAPPED, "power cap"), (c.WORKLOAD_THERMAL_SLOWDOWN, "thermal"),
+                     (c.WORKLOAD_HARDWARE_SLOWDOWN, "hardware")]
+        return [
+            gf.timeseries("Power limit and its default", "The power limit each GPU enforces now, and its default: a "
+                          "limit below the default caps the clocks of large kernels (the power_limit cause of a "
+                          "regression; nvidia-smi -pl, or a power-capping service).",
+                          [Q(q.sel(c.GPU_POWER_LIMIT), leg() + " enforced", name="enforced"),
+                           Q(q.sel(c.GPU_POWER_LIMIT_DEFAULT), leg() + " default", name="default")], "watt", w=8,
+                          gpu_only=GPU_HEALTH),
+            gf.timeseries("PCIe link generation, now and maximum", "The PCIe generation each GPU's link runs at "
+                          "now, and the highest the GPU and its slot support. An idle GPU trains its link down to "
+                          "save power, so a lower generation at idle is normal; below the maximum while the GPU is "
+                          "busy, the link is degraded (a riser, the slot, ASPM): host-device copies slow first.",
+                          [Q(q.sel(c.GPU_PCIE_GENERATION), leg() + " now", name="now"),
+                           Q(q.sel(c.GPU_PCIE_GENERATION_MAX), leg() + " maximum", name="maximum")], "none", w=8,
+                          gpu_only=GPU_HEALTH),
+            gf.timeseries("PCIe link width, now and maximum", "The lanes each GPU's PCIe link uses now, and the "
+                          "most the GPU and its slot support: fewer lanes than the maximum is a link trained down "
+                          "(reseat the card or riser).",
+                          [Q(q.sel(c.GPU_PCIE_WIDTH), leg() + " now", name="now"),
+                           Q(q.sel(c.GPU_PCIE_WIDTH_MAX), leg() + " maximum", name="maximum")], "none", w=8,
+                          gpu_only=GPU_HEALTH),
+            gf.timeseries("ECC errors since the driver loaded", "Corrected and uncorrected ECC errors, NVML's "
+                          "volatile counts: they return to 0 when the driver reloads or the GPU resets. Corrected "
+                          "errors are repaired; uncorrected ones are the memory_errors cause (drain and reset the "
+                          "GPU; repeated ones mean service). None while ECC is off (see ECC mode).",
+                          [Q(q.sel(c.GPU_ECC_ERRORS), leg(c.ECC_ERROR_TYPE))], "none", w=8, gpu_only=GPU_HEALTH),
+            gf.timeseries("Rows remapped", "Memory rows the GPU has remapped over its life for corrected and "
+                          "uncorrected errors (Ampere and later; older GPUs retire pages instead).",
+                          [Q(q.sel(c.GPU_REMAPPED_ROWS), leg())], "none", w=8, gpu_only=GPU_HEALTH),
+            gf.timeseries("NVLink links up", "NVLink links up on each GPU: fewer than the GPU has (18 on an H100 "
+                          "SXM) slows all-reduce and peer copies. None on a GPU without NVLink.",
+                          [Q(q.sel(c.GPU_NVLINK_LINKS_ACTIVE), leg())], "none", w=8, gpu_only=GPU_HEALTH),
+            gf.state_timeline("ECC mode, row remapping and page retirement", "Whether a row remapping waits for a "
+                              "GPU reset, a remapping failed (the GPU needs service), pages wait to be retired at "
+                              "the next reset (before Ampere), and whether ECC is on.",
+                              [Q(f"{flags} ({q.sel(c.GPU_REMAPPED_ROWS_PENDING)})", leg() + " remap pending",
+                                 name="remap pending"),
+                               Q(f"{flags} ({q.sel(c.GPU_REMAPPED_ROWS_FAILED)})", leg() + " remap failed",
+                                 name="remap failed"),
+                               Q(f"{flags} ({q.sel(c.GPU_RETIRED_PAGES_PENDING)})", leg() + " pages pending",
+                                 name="pages pending"),
+                               Q(f"{flags} ({q.sel(c.GPU_ECC_ENABLED)})", leg() + " ECC", name="ECC")],
+                              mappings=_MAPPING_YES_NO, overrides=[gf.query_mappings(3, _MAPPING_ON_OFF)],
+                              gpu_only=GPU_HEALTH, w=12),
+            gf.timeseries("Share of results throttled, per GPU", "Of each GPU's latest results (the workloads and "
+                          "shapes selected), the share whose measured window the power cap (normal for large "
+                          "kernels on SXM GPUs), a thermal slowdown or a hardware or power-brake slowdown held "
+                          "down; each result's own flags are in Clock limits during the measurements.",
+                          [Q(f"avg by ({q.by(*self.dev)}) ({q.sel(metric)})", self.dev_legend(text=what), name=what)
+                           for metric, what in throttled], "percentunit", w=12, results=True,
+                          gpu_only=CLOCK_EVENTS),
+        ]
 
     # ------------------------------------------------------------------------- GPU detail
     def gpu_detail(self) -> dict[str, Any]:
@@ -447,6 +537,7 @@ class _Dashboards:
                               "suspicious, regression.",
                               [Q(f"max by ({q.by(*by_case)}) ({q.sel(c.REGRESSION_STATE)})",
                                  self.dev_legend(c.WORKLOAD, c.PRECISION))], mappings=_MAPPING_STATES, w=24),
+            self.causes_table(),
             gf.heatmap("Ratio to baseline, every watched figure", "How the figures of all the series selected stand "
                        "against their baselines over time (1 = at the baseline).",
                        [Q(q.sel(c.REGRESSION_RATIO), self.shape_legend(c.FIGURE))], "percentunit",
@@ -456,11 +547,13 @@ class _Dashboards:
                           "percentunit", results=True),
         ]
         rows = [Row("Speed", speed), Row("Power and work per joule", power), Row("Memory", memory),
-                Row("Clocks and throttling", limits), Row("Verdicts and measurement quality", verdicts)]
+                Row("Clocks and throttling", limits), Row(HEALTH_ROW, self.health()),
+                Row("Verdicts and measurement quality", verdicts)]
         return self.dashboard(
             GPU_DETAIL, "sixdim / GPU detail",
             "Per workload and shape over time: time, FLOP/s or samples/s, power, work per joule, memory, clocks "
-            "and throttle reasons; annotations where the driver, CUDA or torch changed.", rows,
+            "and throttle reasons; the GPU's health (power limit, PCIe link, ECC, row remapping, NVLink) and the "
+            "likely causes of its regressions; annotations where the driver, CUDA or torch changed.", rows,
             time_from="now-7d", refresh="5m")
 
     # ------------------------------------------------------------------------- versions

@@ -155,6 +155,12 @@ def _query_overrides(queries: Sequence[Q]) -> list[dict[str, Any]]:
     return out
 
 
+def query_mappings(index: int, mappings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """An override giving the panel's ``index``-th query (A, B, ...) value mappings of its own."""
+    return {"matcher": {"id": "byFrameRefID", "options": _ref(index)},
+            "properties": [{"id": "mappings", "value": list(mappings)}]}
+
+
 def _common(title: str, description: str, queries: Sequence[Q], gpu_only: str | None,
             may_be_empty: str | None) -> dict[str, Any]:
     if not queries:
@@ -246,13 +252,14 @@ def bargauge(title: str, description: str, queries: Sequence[Q], unit: str, *, w
 
 def state_timeline(title: str, description: str, queries: Sequence[Q], *, mappings: Sequence[dict[str, Any]],
                    w: int = 24, h: int = 8, unit: str = "none", gpu_only: str | None = None,
-                   may_be_empty: str | None = None) -> PanelSpec:
-    """States over time, coloured by value mappings (up/down, a verdict, a throttle reason)."""
+                   may_be_empty: str | None = None, overrides: Sequence[dict[str, Any]] = ()) -> PanelSpec:
+    """States over time, coloured by value mappings (up/down, a verdict, a throttle reason); a query whose
+    states read otherwise gets its own mappings in ``overrides`` (:func:`query_mappings`)."""
     panel = G.StateTimeline(
         **_common(title, description, queries, gpu_only, may_be_empty),
         colorMode="fixed", mappings=list(mappings), mergeValues=True, showValue="never", rowHeight=0.8,
         fillOpacity=80, tooltipMode="multi", legendDisplayMode="list",
-        overrides=_query_overrides(queries),
+        overrides=_query_overrides(queries) + list(overrides),
         extraJson={"fieldConfig": {"defaults": {"unit": unit, "color": {"mode": "thresholds"},
                                                 "thresholds": _thresholds(BASE_THRESHOLDS)}}},
     )

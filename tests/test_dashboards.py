@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sixdim import cli
-from sixdim.core import catalog
+from sixdim.core import catalog, conditions
 from sixdim.dashboards import build, command, grafana
 from sixdim.monitoring import rules
 from sixdim.monitoring.options import Options
@@ -340,6 +340,75 @@ def test_the_fleet_peer_panels_find_the_slow_gpu(tmp_path, promtool):
     path.write_text(json.dumps(spec, indent=1))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _promtool_test(promtool: str, tmp_path: Path, series: list[dict[str, str]], tests: list[dict[str, Any]]) -> None:
+    spec = {"rule_files": [], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]}
+    path = tmp_path / "panel-test.yml"
+    path.write_text(json.dumps(spec, indent=1))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def test_the_gpu_health_row_reads_every_health_metric_with_the_gpu_identity():
+    board = BOARDS["sixdim-gpu.json"]
+    row, health = None, []
+    for panel in queries.panels(board):
+        if panel["type"] == "row":
+            row = panel["title"]
+        elif row == build.HEALTH_ROW:
+            health.append(panel)
+    read = {name for panel in health for t in panel["targets"] for name in lint.metric_names(t["expr"])}
+    assert {m.name for m in catalog.GPU_HEALTH_METRICS} <= read
+    assert {m.name for m in (catalog.WORKLOAD_POWER_CAPPED, catalog.WORKLOAD_THERMAL_SLOWDOWN,
+                             catalog.WORKLOAD_HARDWARE_SLOWDOWN)} <= read
+    for panel in health:
+        assert panel["description"].startswith(grafana.GPU_ONLY + ":"), panel["title"]
+    ecc = next(p for p in health if p["title"] == "ECC mode, row remapping and page retirement")
+    assert ecc["fieldConfig"]["overrides"][-1]["matcher"] == {"id": "byFrameRefID", "options": "D"}
+    assert catalog.GPU_ECC_ENABLED.name in ecc["targets"][3]["expr"]
+
+
+def test_the_share_of_results_throttled_is_per_gpu(tmp_path, promtool):
+    """Four results on GPU 0, one power capped and two thermally slowed; GPU 1 never throttled."""
+    found = {(q.panel_title, q.ref_id): queries.substitute(q.expr)
+             for q in queries.all_queries(BOARDS["sixdim-gpu.json"])}
+    result = {k: v for k, v in SERIES_LABELS.items() if k != catalog.SUITE}
+    series, device = [], {catalog.HOSTNAME: "a", catalog.DEVICE_TYPE: "cuda", catalog.MODEL_NAME: "H100"}
+    for gpu, flags in (("0", ((1, 1, 0), (0, 1, 0), (0, 0, 0), (0, 0, 0))), ("1", ((0, 0, 0),))):
+        for i, values in enumerate(flags):
+            labels = {**result, **device, catalog.GPU: gpu, catalog.UUID: f"GPU-{gpu}", catalog.SHAPE: f"m={i}",
+                      catalog.DRIVER_VERSION: "560"}
+            for metric, value in zip((catalog.WORKLOAD_POWER_CAPPED, catalog.WORKLOAD_THERMAL_SLOWDOWN,
+                                      catalog.WORKLOAD_HARDWARE_SLOWDOWN), values):
+                series.append({"series": _series(metric.name, **labels), "values": f"{value}x10"})
+    title = "Share of results throttled, per GPU"
+    _promtool_test(promtool, tmp_path, series, [
+        {"expr": found[title, ref], "eval_time": "5m", "exp_samples": [
+            {"labels": _labels(**device, gpu=gpu), "value": value} for gpu, value in (("0", v0), ("1", 0))]}
+        for ref, v0 in (("A", 0.25), ("B", 0.5), ("C", 0))])
+
+
+def test_the_causes_table_lists_each_series_cause_and_rank(tmp_path, promtool):
+    expr = next(queries.substitute(q.expr) for q in queries.all_queries(BOARDS["sixdim-fleet.json"])
+                if q.panel_title == build.CAUSES_TITLE)
+    result = {k: v for k, v in SERIES_LABELS.items() if k != catalog.SUITE}
+    labels = {**result, catalog.HOSTNAME: "a", catalog.DRIVER_VERSION: "560", catalog.SHAPE: "m=1"}
+    series = [{"series": _series(catalog.REGRESSION_CAUSE.name, **labels, cause=cause, rank=rank), "values": "1x10"}
+              for cause, rank in (("power_limit", "1"), ("thermal", "2"))]
+    shown = {k: labels[k] for k in (catalog.HOSTNAME, catalog.DEVICE_TYPE, catalog.GPU, catalog.MODEL_NAME,
+                                    catalog.WORKLOAD, catalog.PRECISION, catalog.SHAPE, catalog.MODE, catalog.PASS)}
+    _promtool_test(promtool, tmp_path, series, [{"expr": expr, "eval_time": "5m", "exp_samples": [
+        {"labels": _labels(**shown, cause=cause, rank=rank), "value": 1}
+        for cause, rank in (("power_limit", "1"), ("thermal", "2"))]}])
+    table = next(p for p in all_panels(BOARDS["sixdim-fleet.json"]) if p["title"] == build.CAUSES_TITLE)
+    titles = table["fieldConfig"]["overrides"][-1]["properties"][0]["value"][0]["options"]
+    assert titles["power_limit"]["text"] == "power limit lowered" and set(titles) == set(conditions.CAUSE_NAMES)
 
 
 @pytest.mark.parametrize("cluster", [Options().cluster_label, "site"])

@@ -569,6 +569,59 @@ GPU_THROTTLE = MetricDef(
 GPU_PROCESSES = MetricDef(
     "sixdim_gpu_processes", "gauge", "Compute and graphics processes using the GPU.", _GPU)
 
+# --- Live GPU health and settings (NVML, read at each collect from NvmlCollector.conditions; absent where the
+# GPU or the binding cannot answer, never 0 for unknown) ---
+GPU_POWER_LIMIT = MetricDef(
+    "sixdim_gpu_power_limit_watts", "gauge",
+    "The power limit the GPU enforces now (nvmlDeviceGetEnforcedPowerLimit), watts: below the default, someone "
+    "or something (nvidia-smi -pl, a power-capping service) lowered it.", _GPU)
+GPU_POWER_LIMIT_DEFAULT = MetricDef(
+    "sixdim_gpu_power_limit_default_watts", "gauge",
+    "The GPU's default power limit (nvmlDeviceGetPowerManagementDefaultLimit), watts.", _GPU)
+GPU_PCIE_GENERATION = MetricDef(
+    "sixdim_gpu_pcie_link_generation", "gauge",
+    "PCIe link generation now (nvmlDeviceGetCurrPcieLinkGeneration); an idle GPU may train its link down to save "
+    "power, so compare with the maximum under load.", _GPU)
+GPU_PCIE_WIDTH = MetricDef(
+    "sixdim_gpu_pcie_link_width", "gauge", "PCIe link width now, lanes (nvmlDeviceGetCurrPcieLinkWidth).", _GPU)
+GPU_PCIE_GENERATION_MAX = MetricDef(
+    "sixdim_gpu_pcie_link_generation_max", "gauge",
+    "The highest PCIe generation the GPU and its slot support (nvmlDeviceGetMaxPcieLinkGeneration).", _GPU)
+GPU_PCIE_WIDTH_MAX = MetricDef(
+    "sixdim_gpu_pcie_link_width_max", "gauge",
+    "The widest PCIe link the GPU and its slot support, lanes (nvmlDeviceGetMaxPcieLinkWidth).", _GPU)
+ECC_ERROR_TYPE = "type"
+ECC_ERROR_TYPES: tuple[str, ...] = ("corrected", "uncorrected")
+"""The ``type`` label of ``sixdim_gpu_ecc_errors``."""
+GPU_ECC_ERRORS = MetricDef(
+    "sixdim_gpu_ecc_errors", "gauge",
+    "ECC errors since the driver loaded, by type (corrected, uncorrected): NVML's volatile counts "
+    "(nvmlDeviceGetTotalEccErrors), a level that returns to 0 when the driver reloads or the GPU resets; absent "
+    "while ECC is off.", _GPU + (ECC_ERROR_TYPE,))
+GPU_ECC_ENABLED = MetricDef(
+    "sixdim_gpu_ecc_enabled", "gauge", "1 if ECC is on now (nvmlDeviceGetEccMode, current mode), else 0.", _GPU)
+GPU_REMAPPED_ROWS = MetricDef(
+    "sixdim_gpu_remapped_rows", "gauge",
+    "Memory rows remapped over the GPU's life, for corrected and uncorrected errors together "
+    "(nvmlDeviceGetRemappedRows; Ampere and later).", _GPU)
+GPU_REMAPPED_ROWS_PENDING = MetricDef(
+    "sixdim_gpu_remapped_rows_pending", "gauge",
+    "1 if a row remapping waits for a GPU reset to take effect (nvmlDeviceGetRemappedRows), else 0.", _GPU)
+GPU_REMAPPED_ROWS_FAILED = MetricDef(
+    "sixdim_gpu_remapped_rows_failed", "gauge",
+    "1 if a row remapping failed (nvmlDeviceGetRemappedRows): the GPU needs service, else 0.", _GPU)
+GPU_RETIRED_PAGES_PENDING = MetricDef(
+    "sixdim_gpu_retired_pages_pending", "gauge",
+    "1 if memory pages wait to be retired at the next GPU reset (nvmlDeviceGetRetiredPagesPendingStatus; before "
+    "Ampere), else 0.", _GPU)
+GPU_NVLINK_LINKS_ACTIVE = MetricDef(
+    "sixdim_gpu_nvlink_links_active", "gauge",
+    "NVLink links up (nvmlDeviceGetNvLinkState over the GPU's links); absent on a GPU without NVLink.", _GPU)
+GPU_HEALTH_METRICS: tuple[MetricDef, ...] = (
+    GPU_POWER_LIMIT, GPU_POWER_LIMIT_DEFAULT, GPU_PCIE_GENERATION, GPU_PCIE_WIDTH, GPU_PCIE_GENERATION_MAX,
+    GPU_PCIE_WIDTH_MAX, GPU_ECC_ERRORS, GPU_ECC_ENABLED, GPU_REMAPPED_ROWS, GPU_REMAPPED_ROWS_PENDING,
+    GPU_REMAPPED_ROWS_FAILED, GPU_RETIRED_PAGES_PENDING, GPU_NVLINK_LINKS_ACTIVE)
+
 # --- Live host telemetry (psutil, RAPL) ---
 HOST_CPU = MetricDef("sixdim_host_cpu_utilization_ratio", "gauge", "Host CPU utilization, ratio.", (HOSTNAME,))
 HOST_MEMORY_USED = MetricDef("sixdim_host_memory_used_bytes", "gauge", "Host memory in use, bytes.", (HOSTNAME,))
@@ -585,6 +638,7 @@ ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_
     CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
+    *GPU_HEALTH_METRICS,
     HOST_CPU, HOST_MEMORY_USED, HOST_MEMORY_TOTAL, HOST_LOAD, HOST_RAPL_ENERGY,
 )
 

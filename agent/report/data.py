@@ -1,5 +1,6 @@
 """The HTML report's reading of the history: every series' ok runs, figures and versions, read-only
-and without ``details``, in chunks (as ``report regressions``)."""
+and without ``details`` or ``conditions``, in chunks (as ``report regressions``).  The conditions of
+the few runs whose regressions the page explains are read afterwards, by id (agent/report/model.py)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,7 @@ def read(path: str, keep_recent: int) -> Data:
                     continue
                 parsed = json.loads(row[15])
                 s.cp.rows.append(figure_row(started, row[14], vid, parsed, column, width))
+                s.cp.ids.append(row[0])
                 s.cp.model_name = row[10]
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:
@@ -104,12 +106,13 @@ def read(path: str, keep_recent: int) -> Data:
                 first if runs else None, last if runs else None)
 
 
-def record_of(row: Sequence[Any]) -> Any:
+def record_of(row: Sequence[Any], conditions: dict[str, Any] | None = None) -> Any:
     """A RunRecord of a row as :func:`read` keeps it (no params, device or details: the verdicts
-    need none)."""
+    need none), with its ``conditions`` where they were read (:func:`sixdim.store.reader.conditions`)."""
     from sixdim.core.results import RunRecord
 
     return RunRecord(suite=row[11], workload=row[5], precision=row[6], params={}, shape=row[7], mode=row[8],
                      kernel_pass=row[9], hostname=row[1], device_type=row[2], device="", gpu=row[3], uuid=row[4],
                      model_name=row[10], pci_bus_id="", status=row[12], reason="", started_at=row[13],
-                     ended_at=row[14], figures=json.loads(row[15]), environment=json.loads(row[16]), id=row[0])
+                     ended_at=row[14], figures=json.loads(row[15]), environment=json.loads(row[16]),
+                     conditions=conditions or {}, id=row[0])

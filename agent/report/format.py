@@ -42,6 +42,10 @@ COMPONENTS = {"driver": "driver", "torch": "torch", "cuda_runtime": "CUDA", "cud
               "vbios": "VBIOS", "onnxruntime": "ONNX Runtime"}
 """The version keys of :data:`sixdim.verdicts.detector.VERSION_KEYS`, as the page names them, in the order
 a change names them."""
+SETTINGS = {"power_limit": "power limit", "clocks": "applications clocks", "ecc": "ECC", "mig": "MIG"}
+"""The GPU settings among the break points (``sixdim.core.conditions.SETTING_KEYS``), as the regression
+tables name a change of one ("power limit 700 W → 500 W"); the version comparison and the charts' marks
+name software versions only."""
 MIN_SIDE_RUNS = 3
 """Runs a series needs either side of a version change to take part in the comparison."""
 TRANSITION_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#72b7b2", "#eeca3b", "#ff9da6")
@@ -134,14 +138,16 @@ def p_value_text(p: float | None) -> str:
     return f"{p:.2g}" if p < 1e-3 else f"{p:.3f}"
 
 
-def change_label(old: dict[str, str], new: dict[str, str], most: int | None = None) -> str:
+def change_label(old: dict[str, str], new: dict[str, str], most: int | None = None, settings: bool = False) -> str:
     """``driver 550.54.15 → 560.28.03``; several changes joined by commas; beyond ``most`` of them,
-    the rest are named only (``torch 2.12.1 → 2.13.0, CUDA 12.4 → 12.6 (+ cuDNN, NCCL)``)."""
-    changed = [k for k in COMPONENTS if old.get(k) != new.get(k)]
+    the rest are named only (``torch 2.12.1 → 2.13.0, CUDA 12.4 → 12.6 (+ cuDNN, NCCL)``).
+    ``settings``: name a change of a GPU setting too (:data:`SETTINGS`), after the versions."""
+    names = {**COMPONENTS, **SETTINGS} if settings else COMPONENTS
+    changed = [k for k in names if old.get(k) != new.get(k)]
     shown = changed if most is None else changed[:most]
-    text = ", ".join(f"{COMPONENTS[k]} {old.get(k) or '?'} \u2192 {new.get(k) or '?'}" for k in shown)
+    text = ", ".join(f"{names[k]} {old.get(k) or '?'} \u2192 {new.get(k) or '?'}" for k in shown)
     if len(changed) > len(shown):
-        text += " (+ " + ", ".join(COMPONENTS[k] for k in changed[len(shown):]) + ")"
+        text += " (+ " + ", ".join(names[k] for k in changed[len(shown):]) + ")"
     return text
 
 

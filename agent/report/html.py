@@ -11,9 +11,12 @@ For a single host, or wherever no Grafana is at hand: a page a person opens in a
   (``driver 550.54.15 → 560.28.03``);
 - **the version comparison**: the speed change at each driver, CUDA, torch (cuDNN, NCCL, VBIOS)
   change, over the series measured under both versions, and the median under each version;
-- **the regressions**: the live verdicts now (as the agent exports them: each series' last 132 runs
+- **the regressions**: the live verdicts now (as the agent exports them: each series' last 256 runs
   fed to :class:`sixdim.verdicts.live.Verdicts`), the latest version change of each series, and the change
-  points of the whole history (:func:`sixdim.report.regressions.analyse`) with the versions either side.
+  points of the whole history (:func:`sixdim.report.regressions.analyse`) with the versions either side,
+  each regression with its likely cause (the evidence of the first of its causes: the agent's own for the
+  verdicts, :func:`sixdim.report.regressions.add_causes` for the change points), from the conditions of
+  the runs either side of it, read by id afterwards for those runs only.
 
 The charts are plotly's (an optional extra: ``pip install -e '.[report]'``); plotly.js is embedded
 once, inline, so the page fetches nothing and works offline.  plotly and numpy are imported inside
@@ -27,7 +30,8 @@ divided by its shape's median, so a bucket missing a shape does not jump). At mo
 change point, then the most runs), with a note naming the rest. The history is read read-only,
 without ``details``, in chunks (as ``report regressions``).
 
-All text that comes from the history (host names, workloads, shapes, versions) is escaped.
+All text that comes from the history (host names, workloads, shapes, versions, the causes' evidence)
+is escaped.
 
 This module is the command; the work is in four more, one job each: :mod:`sixdim.report.data` reads
 the history, :mod:`sixdim.report.model` computes what each section shows, :mod:`sixdim.report.page`

@@ -66,6 +66,9 @@ class Report:
             self.groups.setdefault(data.series[key].group, []).append(key)
         self.group_labels = self._group_labels()
         self.events = self._version_events()
+        self.conditions: dict[int, dict[str, Any]] = {}
+        """The conditions read so far (run id -> conditions): only of runs whose regression the page explains."""
+        self._asked: set[int] = set()
 
     # -- labels
 
@@ -340,14 +343,68 @@ class Report:
     # -- regressions
 
     def verdicts(self) -> list[Any]:
-        """The live verdicts, as the agent restores them: each series' last runs, in recording order."""
+        """The live verdicts, as the agent restores them: each series' last runs, in recording order,
+        with their likely causes (``SeriesVerdicts.causes``, what the agent exports as
+        ``sixdim_regression_cause``).
+
+        The runs are fed without their conditions first; then the series with something to explain (a
+        figure in regression or suspicious, a version change that regressed a figure) are fed again,
+        alone, with the conditions of their last runs, read by id: the same verdicts (a series' verdicts
+        depend on its own runs only), now with their causes, and the conditions of no other run read."""
         from sixdim.verdicts.live import Verdicts
 
+        rg = self.rg
         live = Verdicts(self.settings)
         rows = sorted((row for s in self.data.series.values() for row in s.recent), key=lambda r: r[0])
         for row in rows:
             live.add(record_of(row))
-        return live.snapshot()
+        snapshot = live.snapshot()
+        explain = {tuple(sv.record.key()) for sv in snapshot
+                   if any(v.state in (rg.REGRESSION, rg.SUSPICIOUS) for v in sv.verdicts.values())
+                   or any(c.state == rg.REGRESSION for c in sv.changes.values())}
+        self._read_conditions(row[0] for key in explain for row in self.data.series[key].recent)
+        if not self.conditions:
+            return snapshot
+        again = Verdicts(self.settings)
+        for row in rows:
+            if tuple(row[1:10]) in explain:
+                again.add(record_of(row, self.conditions.get(row[0])))
+        redone = {tuple(sv.record.key()): sv for sv in again.snapshot()}
+        return [redone.get(tuple(sv.record.key()), sv) for sv in snapshot]
+
+    def _read_conditions(self, ids: Iterable[int]) -> None:
+        """Read the conditions of these runs (those not read yet) into :attr:`conditions`."""
+        from sixdim.store import reader
+
+        wanted = set(ids) - self._asked
+        if wanted:
+            self._asked |= wanted
+            with reader.reading(self.data.path) as db:
+                self.conditions.update(reader.conditions(db, wanted))
+
+    def change_causes(self, key: Sequence[str], change: Any) -> list[Any]:
+        """The likely causes (:class:`sixdim.verdicts.causes.Finding`) of a version change that regressed a
+        figure (a ``VersionVerdict``): the conditions of the series' last ok runs before it against its
+        first ok runs from it (as many as ``report regressions`` compares), the version change named as the
+        last resort; [] for an improvement, or where either side recorded no conditions."""
+        from sixdim.report.regressions import CAUSE_RUNS, recorded
+        from sixdim.verdicts.causes import diagnose
+
+        if change.state != self.rg.REGRESSION or change.at is None:
+            return []
+        rows = [row for row in self.data.series[tuple(key)].recent if row[12] == "ok"]
+        self._read_conditions(row[0] for row in rows)
+        before = [c for row in rows if row[13] < change.at and recorded(c := self.conditions.get(row[0]))]
+        after = [c for row in rows if row[13] >= change.at and recorded(c := self.conditions.get(row[0]))]
+        before, after = before[-CAUSE_RUNS:], after[:CAUSE_RUNS]
+        return diagnose(before, after, dict(change.changes) or None) if before and after else []
+
+    def add_shift_causes(self, shifts: list[dict[str, Any]]) -> None:
+        """Give these change points their ``"causes"``, as ``report regressions`` does
+        (:func:`sixdim.report.regressions.add_causes`), reading the conditions of their runs only."""
+        from sixdim.report.regressions import add_causes
+
+        add_causes(shifts, {key: s.cp for key, s in self.data.series.items()}, self.data.path)
 
     def change_points(self) -> list[dict[str, Any]]:
         """The change points of the whole history (``report regressions``), less the figures that

@@ -180,6 +180,18 @@ class Page:
         text = esc(self.r.series_label(key)).replace(",", ",<wbr>")
         return f'<td class="series">{text}</td>'
 
+    def cause_cell(self, causes: Sequence[Any]) -> str:
+        """The most likely cause's evidence ("power limit 700 W → 500 W"), escaped, with every cause
+        listed (up to 3, each with its title) in the cell's title; ``—`` where none was named (an
+        improvement, or runs that recorded no conditions).  ``causes``: :class:`sixdim.verdicts.causes.Finding`
+        objects or their ``to_dict()``."""
+        from sixdim.verdicts.causes import Finding, describe
+
+        findings = [c if isinstance(c, Finding) else Finding(c["cause"], c["evidence"]) for c in causes]
+        if not findings:
+            return self.td("\u2014")
+        return self.td(findings[0].evidence, cls="wrapok", title=describe(findings, limit=3))
+
     @staticmethod
     def badge(state: str) -> str:
         return f'<span class="badge {esc(state)}">{esc(state)}</span>'
@@ -622,24 +634,29 @@ class Page:
                  "<p>The agent's live verdicts, computed as it restores them (each series' last runs): every watched "
                  "figure in <span class=\"badge regression\">regression</span>, <span class=\"badge suspicious\">"
                  "suspicious</span> or <span class=\"badge improvement\">improvement</span>. The change is the median "
-                 "of the last 3 runs over the baseline (the median of the current segment's accepted runs). See "
-                 "docs/REGRESSIONS.md.</p>"]
+                 "of the last 3 runs over the baseline (the median of the current segment's accepted runs). The "
+                 "likely cause is the agent's own (<code>sixdim_regression_cause</code>): the conditions recorded "
+                 "with the runs since the episode began against those before it (the most likely one shown; hover "
+                 "for the others). See docs/REGRESSIONS.md.</p>"]
         order = {rg.REGRESSION: 0, rg.SUSPICIOUS: 1, rg.IMPROVEMENT: 2}
-        items = [(sv.record, v) for sv in snapshot for v in sv.verdicts.values() if v.state in order]
+        items = [(sv.record, v, sv.causes if v.state in (rg.REGRESSION, rg.SUSPICIOUS) else [])
+                 for sv in snapshot for v in sv.verdicts.values() if v.state in order]
         items.sort(key=lambda x: (order[x[1].state], gpu_order(x[0].key().device), x[0].workload, x[0].precision,
                                   x[0].shape, x[1].figure))
-        notes = any(v.reason for _, v in items)
+        notes = any(v.reason for _, v, _ in items)
         head = ([("State", False), ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
-                 ("Now", True), ("Baseline", True), ("Runs in segment", True)] + ([("Note", False)] if notes else []))
+                 ("Now", True), ("Baseline", True), ("Runs in segment", True), ("Likely cause", False)]
+                + ([("Note", False)] if notes else []))
 
-        def row(record: Any, v: Any) -> str:
+        def row(record: Any, v: Any, causes: list[Any]) -> str:
             cls = self.direction_class(v.figure, v.ratio, record.workload)
             return ("<tr>" + self.td(self.badge(v.state), raw=True) + self.device_cell(record.key().device)
                     + self.series_cell(record.key()) + self.td(figure_name(v.figure, record.precision))
                     + self.td(percent(v.ratio), num=True, cls=cls)
                     + self.td(fmt(v.figure, v.current, record.precision), num=True)
                     + self.td(fmt(v.figure, v.baseline, record.precision), num=True)
-                    + self.td(str(v.runs), num=True) + (self.td(v.reason or "", cls="wrapok") if notes else "")
+                    + self.td(str(v.runs), num=True) + self.cause_cell(causes)
+                    + (self.td(v.reason or "", cls="wrapok") if notes else "")
                     + "</tr>")
 
         suspicious = [x for x in items if x[1].state == rg.SUSPICIOUS]
@@ -667,22 +684,25 @@ class Page:
         parts.append("<p>The latest version change of each series (while among its last runs), judged on its own as "
                      "the agent does: the first 10 runs after it against the last 10 before (Mann\u2013Whitney, "
                      "p \u2264 0.01, and at least the minimum effect); figures that restate the speed are left "
-                     "out.</p>")
+                     "out. The likely cause of a regression compares the conditions recorded with the last 20 ok runs "
+                     "before the change and the first 20 from it; the version change itself is named when no "
+                     "recorded condition explains it.</p>")
         if changes:
             crow = []
             for record, c in changes:
                 old = {k: a for k, (a, _) in c.changes.items()}
                 new = {k: b for k, (_, b) in c.changes.items()}
                 crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
-                            + self.td(change_label(old, new), cls="wrapok") + self.device_cell(record.key().device)
+                            + self.td(change_label(old, new, settings=True), cls="wrapok")
+                            + self.device_cell(record.key().device)
                             + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
                             + self.td(percent(c.ratio), num=True,
                                       cls=self.direction_class(c.figure, c.ratio, record.workload))
                             + self.td(p_value_text(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True)
-                            + "</tr>")
+                            + self.cause_cell(r.change_causes(record.key(), c)) + "</tr>")
             parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
                                      ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
-                                     ("p", True), ("Runs", True)], crow))
+                                     ("p", True), ("Runs", True), ("Likely cause", False)], crow))
         else:
             parts.append("<p>None: no recent version change moved a watched figure.</p>")
         # change points over the whole history
@@ -691,14 +711,18 @@ class Page:
                      "<code>sixdim report regressions</code> (E-Divisive means, version changes as known break points, "
                      "p \u2264 0.001 and at least the minimum effect), newest first, with the versions either side. "
                      "For a series with a rate, time, fraction of peak, energy efficiency and p50 latency are left "
-                     "out: they restate its speed's or power's shift.</p>")
+                     "out: they restate its speed's or power's shift. The likely cause of a regression compares the "
+                     "conditions recorded with the 20 ok runs before the shift and the 20 from it, as "
+                     "<code>sixdim report regressions</code> does.</p>")
         if shifts:
             srows = []
-            for s in shifts[:MAX_CHANGE_POINTS]:
+            listed = shifts[:MAX_CHANGE_POINTS]
+            r.add_shift_causes(listed)  # the conditions of the listed shifts' runs only
+            for s in listed:
                 device = (s["hostname"], s["device_type"], s["gpu"], s["uuid"])
                 old, new = s["versions_before"], s["versions_after"]
-                label = change_label(old, new, most=2) if s["version_changed"] else "\u2014"
-                full = change_label(old, new) if s["version_changed"] else ""
+                label = change_label(old, new, most=2, settings=True) if s["version_changed"] else "\u2014"
+                full = change_label(old, new, settings=True) if s["version_changed"] else ""
                 srows.append("<tr>" + self.td(utc(s["at"])) + self.td(self.badge(s["state"]), raw=True)
                              + self.td(percent(s["change_ratio"]), num=True,
                                        cls="worse" if s["state"] == rg.REGRESSION else "better")
@@ -710,13 +734,13 @@ class Page:
                              + self.td(esc(fmt_pair(s["figure"], s["median_before"], s["median_after"], s["precision"]))
                                        + f"<br><small>{s['runs_before']:,} | {s['runs_after']:,} runs, "
                                          f"p {esc(p_value_text(s['p_value']))}</small>", num=True, raw=True)
-                             + self.td(label, cls="wrapok", title=full) + "</tr>")
+                             + self.td(label, cls="wrapok", title=full) + self.cause_cell(s["causes"]) + "</tr>")
             if len(shifts) > MAX_CHANGE_POINTS:
                 parts.append(f'<p class="note">The newest {MAX_CHANGE_POINTS} of {len(shifts):,} are listed; '
                              "<code>sixdim report regressions</code> lists them all.</p>")
             parts.append(self.table([("When (UTC)", False), ("State", False), ("Change", True), ("Device", False),
                                      ("Series", False), ("Figure", False), ("Median before \u2192 after", True),
-                                     ("Version change", False)], srows))
+                                     ("Version change", False), ("Likely cause", False)], srows))
         else:
             parts.append("<p>None found.</p>")
         return "".join(parts)

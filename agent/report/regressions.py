@@ -5,14 +5,17 @@ report looks back: for every series (``RunRecord.key()``) and every watched figu
 runs, it runs E-Divisive means with rank-based decisions (:mod:`sixdim.verdicts.changepoints`, with
 version changes as known break points) and lists each shift with its time, change, p-value and
 the software versions either side, and each slow drift with its span and total change (a drift
-is never put down to a version change).  See docs/REGRESSIONS.md, "Looking back".
+is never put down to a version change).  Each regression listed gets its likely causes
+(:func:`add_causes`): the conditions recorded with the runs either side of it, compared by
+:func:`sixdim.verdicts.causes.diagnose`.  See docs/REGRESSIONS.md, "Looking back".
 
 It reads the history read-only (``mode=ro``), in chunks of :data:`sixdim.store.reader.CHUNK` rows, each its own short
 read, so it never writes the agent's database and holds no lock for long; it reads only the
-columns it needs (never ``details``), and SQLite reads the watched figures out of the ``figures``
-JSON.  This module is imported by :mod:`sixdim.report.command` (and so by the command line) to
-register the command's arguments, so it imports nothing heavy at import time: numpy and the
-analysis load inside the command.
+columns it needs (never ``details``, nor ``conditions``), and SQLite reads the watched figures out of
+the ``figures`` JSON.  The conditions are read afterwards, by id, only for the runs around the shifts
+listed (at most :data:`CAUSE_RUNS` each side).  This module is imported by
+:mod:`sixdim.report.command` (and so by the command line) to register the command's arguments, so it
+imports nothing heavy at import time: numpy and the analysis load inside the command.
 
 Exit codes: 0 when the report was made, whether or not it found a shift (a report, not a check:
 alert on ``sixdim_regression_state``); 2 for bad usage, bad configuration, or a history that is
@@ -26,7 +29,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -78,6 +81,8 @@ class Series:
     rows: list[tuple[float, ...]] = field(default_factory=list)
     """Per run: started_at, ended_at, version-set id, then each watched figure (not finite where
     absent: NaN or +inf), in the order of :attr:`OkRuns.figures`."""
+    ids: list[int] = field(default_factory=list)
+    """Each run's row id, in the order of :attr:`rows` (to read the conditions of a few, by id)."""
 
 
 @dataclass
@@ -115,6 +120,7 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
                 if s is None:
                     s = series[key] = Series(SeriesKey(*key))
                 s.model_name = row[10]
+                s.ids.append(row[0])
                 vid = versions.id(row[13], row[5])
                 if row[14] is None:  # the figures as SQLite read them: a number, or +inf where absent
                     s.rows.append((row[11], row[12], vid, *row[15:]))
@@ -204,7 +210,7 @@ def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | N
             keep = np.flatnonzero(finite[:, j])
             if keep.size < 2:
                 continue
-            said = _versions_said(vids[keep], history.unknown)
+            said = _settings_carried(_versions_said(vids[keep], history.unknown), history.versions)
             min_effect = settings.effects_for(figure, s.key.workload)[1]
             items.append((runs[keep, j + 3], version_breaks(said), min_effect))
             where.append((s, figure, said, started[keep]))
@@ -220,6 +226,32 @@ def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | N
     shifts.sort(key=lambda d: (d["at"], d["hostname"], d["gpu"], d["workload"], d["precision"], d["shape"],
                                d["figure"], d["kind"]))
     return shifts
+
+
+def _settings_carried(vids: Any, sets: list[dict[str, str]]) -> Any:
+    """A run that read no GPU setting (one recovered after its agent died says its versions but not
+    its power limit) changed none: it takes the settings of the run before it, as the live verdicts
+    do, so it is no break point.  New combinations are added to ``sets``."""
+    import numpy as np
+
+    from sixdim.core.conditions import SETTING_KEYS
+
+    blank = [i for i, v in enumerate(sets) if not any(v.get(k) for k in SETTING_KEYS)]
+    vids = np.asarray(vids, dtype=int)
+    if not blank or vids.size < 2 or np.isin(vids, blank).all() or not np.isin(vids, blank).any():
+        return vids
+    out = vids.copy()
+    index = {tuple(v.values()): i for i, v in enumerate(sets)}
+    empty = set(blank)
+    for i in range(1, out.size):
+        if out[i] in empty and out[i - 1] not in empty:
+            merged = {**sets[out[i]], **{k: sets[out[i - 1]][k] for k in SETTING_KEYS}}
+            j = index.get(tuple(merged.values()))
+            if j is None:
+                j = index[tuple(merged.values())] = len(sets)
+                sets.append(merged)
+            out[i] = j
+    return out
 
 
 def _versions_said(vids: Any, unknown: frozenset[int]) -> Any:
@@ -294,6 +326,87 @@ def _drift(s: Series, figure: str, d: Any, first: dict[str, str], last: dict[str
     }
 
 
+# ---------------------------------------------------------------------------- likely causes
+
+CAUSE_RUNS = 20
+"""Runs each side of a shift, or at each end of a drift, whose conditions are compared: as many as
+the live verdicts compare (``sixdim.verdicts.live.CAUSE_RUNS``)."""
+CAUSES_LISTED = 3
+"""Causes listed per shift at most, most likely first."""
+
+
+def _series_key(shift: Mapping[str, Any]) -> tuple[str, ...]:
+    return (shift["hostname"], shift["device_type"], shift["gpu"], shift["uuid"], shift["workload"],
+            shift["precision"], shift["shape"], shift["mode"], shift["pass"])
+
+
+def recorded(conditions: dict[str, Any] | None) -> bool:
+    """Whether a run recorded any condition (not only the reasons some could not be read)."""
+    from sixdim.core.conditions import UNAVAILABLE
+
+    return bool(conditions) and any(name != UNAVAILABLE for name in conditions)
+
+
+def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Series], path: str,
+               runs: int = CAUSE_RUNS) -> None:
+    """Give each shift and drift its ``"causes"``: a list of ``{"cause", "evidence"}``, most likely
+    first (at most :data:`CAUSES_LISTED`), from :func:`sixdim.verdicts.causes.diagnose` over the
+    conditions of the series' ok runs either side of it.
+
+    A shift compares the last ``runs`` ok runs before it with the first ``runs`` from it (fewer where
+    the segment either side is shorter), and names its version change, if any, as the last resort; a
+    drift compares its first ``runs`` runs with its last ``runs`` (at most half its runs each).  The
+    list is ``[{"cause": "none", ...}]`` when no recorded condition changed enough, and empty for an
+    improvement (the diagnosis names causes of a slowdown) or where the runs of either side recorded
+    no conditions (a history written before conditions were recorded).  ``series``: the series the
+    shifts were found in (:attr:`OkRuns.series`), whose :attr:`Series.ids` say which runs to read; the
+    conditions of those runs only are read from the history at ``path``, by id."""
+    from bisect import bisect_left, bisect_right
+
+    from sixdim.verdicts.causes import diagnose
+
+    ordered: dict[tuple[str, ...], tuple[list[float], list[int]]] = {}
+    sides: list[tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[str, tuple[str, str]], ...]] | None] = []
+    for shift in shifts:
+        key = _series_key(shift)
+        s = series.get(key)
+        if shift["state"] != "regression" or s is None or len(s.ids) != len(s.rows):
+            sides.append(None)
+            continue
+        if key not in ordered:  # by start, then end, as analyse sorts
+            rows = s.rows
+            order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1]))
+            ordered[key] = ([rows[i][0] for i in order], [s.ids[i] for i in order])
+        starts, ids = ordered[key]
+        if shift["kind"] == "drift":
+            inside = ids[bisect_left(starts, shift["at"]):bisect_right(starts, shift["until"])]
+            n = min(runs, len(inside) // 2)
+            before, after, changed = inside[:n], inside[len(inside) - n:], ()
+        else:
+            at = bisect_left(starts, shift["at"])
+            before = ids[max(0, at - min(runs, shift["runs_before"])):at]
+            after = ids[at:at + min(runs, shift["runs_after"])]
+            old, new = shift["versions_before"], shift["versions_after"]
+            changed = tuple((k, (old.get(k, ""), new.get(k, ""))) for k in shift["version_changed"])
+        sides.append((tuple(before), tuple(after), changed))
+    wanted = {run for side in sides if side is not None for run in (*side[0], *side[1])}
+    conditions: dict[int, dict[str, Any]] = {}
+    if wanted:
+        with reader.reading(path) as db:
+            conditions = reader.conditions(db, wanted)
+    done: dict[Any, list[dict[str, str]]] = {}
+    for shift, side in zip(shifts, sides):
+        if side is None:
+            shift["causes"] = []
+            continue
+        if side not in done:  # a shift shows in several figures: one diagnosis
+            before = [c for run in side[0] if recorded(c := conditions.get(run))]
+            after = [c for run in side[1] if recorded(c := conditions.get(run))]
+            findings = diagnose(before, after, dict(side[2]) or None) if before and after else []
+            done[side] = [f.to_dict() for f in findings[:CAUSES_LISTED]]
+        shift["causes"] = [dict(c) for c in done[side]]
+
+
 # ---------------------------------------------------------------------------- output
 
 def _p(p: float) -> str:
@@ -318,6 +431,12 @@ def _versions(shift: dict[str, Any]) -> str:
     return ", ".join(f"{k} {old.get(k) or '?'} \u2192 {new.get(k) or '?'}" for k in changed)
 
 
+def _cause(shift: dict[str, Any]) -> str:
+    """The most likely cause's evidence, or ``-`` where there is none (not diagnosed, or no conditions)."""
+    causes = shift.get("causes")
+    return causes[0]["evidence"] if causes else "-"
+
+
 def _minute(at: float) -> str:
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
@@ -328,7 +447,7 @@ def table(shifts: list[dict[str, Any]]) -> str:
     from sixdim.verdicts.detector import series_label
 
     rows = [("when (UTC)", "state", "change", "p", "host", "gpu", "series", "mode/pass", "figure",
-             "median before \u2192 after", "runs before | after", "version change")]
+             "median before \u2192 after", "runs before | after", "version change", "likely cause")]
     for s in shifts:
         label = series_label(SimpleNamespace(precision=s["precision"], workload=s["workload"], shape=s["shape"]))
         if s["kind"] == "drift":
@@ -338,7 +457,8 @@ def table(shifts: list[dict[str, Any]]) -> str:
             state, levels = s["state"], f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}"
             runs = f"{s['runs_before']} | {s['runs_after']}"
         rows.append((_minute(s["at"]), state, _percent(s["change_ratio"]), _p(s["p_value"]), s["hostname"], s["gpu"],
-                     label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"], levels, runs, _versions(s)))
+                     label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"], levels, runs, _versions(s),
+                     _cause(s)))
     return text.table(rows)
 
 
@@ -361,6 +481,7 @@ def command(args: argparse.Namespace) -> int:
         shifts = [s for s in shifts if s.get("until", s["at"]) >= cutoff]
     if args.state:
         shifts = [s for s in shifts if s["state"] == args.state]
+    add_causes(shifts, history.series, config.history)  # the conditions of the listed shifts' runs only
     if args.json:
         print(json.dumps(shifts, indent=2))
         return exits.OK

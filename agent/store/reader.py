@@ -4,15 +4,17 @@ The reports (``sixdim report regressions`` and ``sixdim report html``) read a hi
 process may be writing.  Here, and only here besides :mod:`sixdim.store.history`, is the SQL on
 it: a read-only connection (``mode=ro``), and the runs in chunks of :data:`CHUNK` rows, each its
 own short read (keyset paging by id), so a report never holds a lock for long and never reads
-``details``.
+``details``.  The ``conditions`` each run ran under are read afterwards, by id, only for the runs a
+report diagnoses (:func:`conditions`): never a column of the whole scan.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,3 +135,30 @@ def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
             return
         last = rows[-1][0]
         yield rows
+
+
+IDS_PER_READ = 5_000
+"""Run ids per read of :func:`conditions`: each read is its own short transaction."""
+
+
+def conditions(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The recorded conditions (``RunRecord.conditions``) of the runs with these ids: run id ->
+    conditions, for the runs that recorded any.  A run whose conditions are ``{}`` (or not a JSON
+    object) is left out, and so is every run of a history written before conditions were recorded
+    (schema 3 or older, opened read-only: it has no ``conditions`` column).  Read by primary key,
+    :data:`IDS_PER_READ` ids a read."""
+    wanted = sorted(set(ids))
+    if not wanted or "conditions" not in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(wanted), IDS_PER_READ):
+        chunk = json.dumps(wanted[start:start + IDS_PER_READ])
+        for run, text in db.execute("SELECT id, conditions FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                                    "AND conditions != '{}'", (chunk,)):
+            try:
+                found = json.loads(text)
+            except (TypeError, ValueError):
+                continue  # unreadable: as a run that recorded none
+            if isinstance(found, dict) and found:
+                out[run] = found
+    return out

@@ -122,7 +122,8 @@ class SeriesWatch:
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
         changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
         self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()},
-                              conditions_before=[c for t, c in list(self.conditions)[-CAUSE_RUNS:] if t < at])
+                              conditions_before=[c for t, c in self.conditions if t < at][-CAUSE_RUNS:],
+                              conditions_after=[c for t, c in self.conditions if t >= at][:CAUSE_RUNS])
         self.recent = {}
         for tracker in self.trackers.values():
             tracker.break_segment()

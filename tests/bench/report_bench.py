@@ -19,14 +19,22 @@ temporary folder, in the history's own row format, with a fixed seed:
 - injected shifts: a driver upgrade 550.54 -> 560.28 on host ``node-a`` at 60% of the history,
   which slows its bf16 kernel series by 7% (the other series of node-a change driver with no
   effect); and four steps at no version change: +5% time on two series, -4% time (an
-  improvement) on one, +3% on one.
+  improvement) on one, +3% on one;
+- every run's conditions (``RunRecord.conditions``: the 37 a GPU run records, about 1.1 kB of
+  JSON, a little noise on the clocks, temperature and host load), and the settings among them in
+  its environment, as the executor writes them (``setting_versions``).  Two of the steps have a
+  recorded cause, from the step's run on, on every series of their GPU: the first +5% a power
+  limit lowered 700 -> 600 W (the GPU at its power cap 80% of the span), the second +5% thermal
+  slowdown (60% of the span, the GPU at 86 degrees C); the +3% step has none.
 
 Then it times ``python -m sixdim report regressions --json`` end to end as a subprocess (interpreter
 start, read, analysis, JSON out) ``--repeat`` times, with the load average before each (the
 figure is the median: the machine is shared), and the read and the analysis alone in this
 process, and counts the change points found against the injected ones: a shift counts as found
 when the ``seconds`` figure of its series has a change point within 2 runs of it; any other
-change point of any figure is unexpected.
+change point of any figure is unexpected.  Each found shift's top cause (``causes`` of the JSON) is
+compared with the injected one: ``version`` for the driver upgrade, ``power_limit``, ``thermal``,
+``none`` for the +3% step, no cause for the improvement (not diagnosed).
 
 Last (unless ``--sim-series 0``), the detector alone (:func:`sixdim.verdicts.changepoints.find_changes`)
 on every noise model (``--model`` to choose), each case from its own fixed seeds:
@@ -101,6 +109,10 @@ class Shift:
     factor: float
     """Multiplies the time (so FLOP/s and samples/s divide by it)."""
     why: str
+    cause: str = "none"
+    """The top cause ``report regressions`` should name ("" for an improvement: none is named)."""
+    conditions: tuple[tuple[str, float], ...] = ()
+    """The conditions of the series' GPU from the shift's run on."""
 
 
 def build_series(count: int) -> list[SeriesSpec]:
@@ -121,21 +133,58 @@ def build_series(count: int) -> list[SeriesSpec]:
 def injected(specs: list[SeriesSpec], runs: int) -> tuple[int, list[Shift]]:
     """The driver upgrade's run index, and every shift (the upgrade's effect included)."""
     upgrade = int(runs * 0.6)
-    shifts = [Shift(i, upgrade, 1 / 0.93, "driver 550.54 -> 560.28, bf16 kernels 7% slower")
+    shifts = [Shift(i, upgrade, 1 / 0.93, "driver 550.54 -> 560.28, bf16 kernels 7% slower", "version")
               for i, s in enumerate(specs) if s.host == "node-a" and s.workload == "gemm" and s.precision == "bf16"]
     others = [i for i, s in enumerate(specs) if s.host == "node-b"]
-    for n, where, factor, why in ((0, 0.25, 1.05, "+5% time"), (3, 0.8, 1.05, "+5% time"),
-                                  (5, 0.4, 0.96, "-4% time (improvement)"), (7, 0.5, 1.03, "+3% time")):
+    power = (("power_limit_watts", 600.0), ("sw_power_cap_ratio", 0.8), ("sm_clock_hertz", 1.755e9))
+    heat = (("hw_thermal_slowdown_ratio", 0.6), ("temperature_celsius", 86.0), ("sm_clock_hertz", 1.8e9))
+    for n, where, factor, why, cause, conditions in (
+            (0, 0.25, 1.05, "+5% time, power limit 700 -> 600 W", "power_limit", power),
+            (3, 0.8, 1.05, "+5% time, thermal slowdown", "thermal", heat),
+            (5, 0.4, 0.96, "-4% time (improvement)", "", ()), (7, 0.5, 1.03, "+3% time", "none", ())):
         if n < len(others):  # a small history has fewer series to shift
-            shifts.append(Shift(others[n], int(runs * where), factor, why))
+            shifts.append(Shift(others[n], int(runs * where), factor, why, cause, conditions))
     return upgrade, shifts
+
+
+GPU_CONDITIONS: dict[str, Any] = {
+    "power_limit_watts": 700.0, "power_limit_default_watts": 700.0, "applications_sm_clock_hertz": 1.98e9,
+    "applications_memory_clock_hertz": 2.619e9, "max_sm_clock_hertz": 1.98e9, "max_memory_clock_hertz": 2.619e9,
+    "ecc_enabled": 1, "mig_enabled": 0, "persistence_mode": 1, "compute_mode": 0, "pcie_generation": 5,
+    "pcie_width": 16, "pcie_max_generation": 5, "pcie_max_width": 16, "ecc_corrected_volatile": 0,
+    "ecc_uncorrected_volatile": 0, "remapped_rows_pending": 0, "remapped_rows_failed": 0, "remapped_rows": 0,
+    "nvlink_active_links": 18, "gpu_other_processes": 0, "sm_clock_hertz": 1.98e9, "temperature_celsius": 62.0,
+    "sw_power_cap_ratio": 0.05, "hw_slowdown_ratio": 0.0, "hw_thermal_slowdown_ratio": 0.0,
+    "sw_thermal_slowdown_ratio": 0.0, "hw_power_brake_slowdown_ratio": 0.0, "sync_boost_ratio": 0.0,
+    "applications_clocks_setting_ratio": 0.0, "cpu_governor": "performance", "cpu_frequency_hertz": 3.1e9,
+    "load_per_cpu": 0.15, "memory_pressure_ratio": 0.0, "usable_cpus": 112, "other_cpu_ratio": 0.03,
+    "unavailable": {"cpu_quota_cpus": "no cgroup limit", "retired_pages_pending": "not supported by this GPU"}}
+"""A GPU run's conditions as an H100 host records them (docs/CAUSES.md), before the noise."""
+
+
+def run_conditions(rnd: random.Random, changed: dict[str, float]) -> dict[str, Any]:
+    """One run's conditions: :data:`GPU_CONDITIONS` with a little noise, then ``changed``."""
+    out = dict(GPU_CONDITIONS)
+    out["sm_clock_hertz"] = round(1.98e9 * (1 - abs(rnd.gauss(0, 0.004))), -6)
+    out["temperature_celsius"] = round(62.0 + rnd.gauss(0, 1.5), 1)
+    out["load_per_cpu"] = round(0.15 + abs(rnd.gauss(0, 0.05)), 3)
+    out["other_cpu_ratio"] = round(0.03 + abs(rnd.gauss(0, 0.01)), 4)
+    out.update(changed)
+    return out
 
 
 def write_history(path: Path, specs: list[SeriesSpec], runs: int, seed: int) -> tuple[list[Shift], float]:
     """The history at ``path``; returns the shifts and the time of the first run."""
+    from sixdim.core.conditions import setting_versions
+
     History(path).close()  # the schema, as the agent creates it
     rnd = random.Random(seed)
+    conditions_rnd = random.Random(seed + 1)  # its own: the figures and statuses do not depend on it
     upgrade, shifts = injected(specs, runs)
+    changes: dict[tuple[str, int], list[tuple[int, tuple[tuple[str, float], ...]]]] = {}
+    for sh in shifts:
+        if sh.conditions:  # the whole GPU's, from the shift's run on
+            changes.setdefault((specs[sh.series].host, specs[sh.series].gpu), []).append((sh.run, sh.conditions))
     start = time.time() - runs * INTERVAL
     factor_at = {(sh.series, sh.run): sh.factor for sh in shifts}
     level = [1.0] * len(specs)
@@ -168,6 +217,8 @@ def write_history(path: Path, specs: list[SeriesSpec], runs: int, seed: int) -> 
                                "latency_p50_seconds": seconds * 0.98, "latency_p99_seconds": seconds * 1.1,
                                "power_watts": power, "samples_per_joule": batch / seconds / power,
                                "memory_bytes": 4e9 + batch * 1e7}
+                changed = {k: v for run, items in changes.get((spec.host, spec.gpu), ()) if r >= run for k, v in items}
+                conditions = run_conditions(conditions_rnd, changed)
                 record = RunRecord(
                     suite="fleet", workload=spec.workload, precision=spec.precision, params={}, shape=spec.shape,
                     mode="training", kernel_pass="forward", hostname=spec.host, device_type="cuda",
@@ -176,8 +227,8 @@ def write_history(path: Path, specs: list[SeriesSpec], runs: int, seed: int) -> 
                     status=status, reason="" if status == "ok" else "synthetic", started_at=t0, ended_at=t0 + 30,
                     figures=figures, details={"round_seconds": [seconds] * 5},
                     environment={"driver": driver, "cuda_runtime": "12.4", "cudnn": "9.1.0", "nccl": "2.21.5",
-                                 "torch": "2.13.0", "python": "3.11.7"},
-                    uid=uuid.uuid4().hex)
+                                 "torch": "2.13.0", "python": "3.11.7", **setting_versions(conditions)},
+                    conditions=conditions, uid=uuid.uuid4().hex)
                 rows.append(_row(record))
             if columns is None:
                 columns = list(rows[0])
@@ -203,13 +254,17 @@ def score(shifts: list[Shift], specs: list[SeriesSpec], found: list[dict[str, An
                 if series_of(cp) == sh.series and abs(run_of(cp, sh.series) - sh.run) <= 2]
         matched.update(near)
         secs = [found[k] for k in near if found[k]["figure"] == "seconds"]
+        causes = secs[0].get("causes", []) if secs else []
         hits.append({"series": sh.series, "run": sh.run, "why": sh.why, "found": bool(secs),
                      "change_ratio": secs[0]["change_ratio"] if secs else None,
                      "state": secs[0]["state"] if secs else None,
                      "version_changed": secs[0]["version_changed"] if secs else None,
-                     "figures": sorted(found[k]["figure"] for k in near)})
+                     "figures": sorted(found[k]["figure"] for k in near),
+                     "cause_expected": sh.cause, "cause": causes[0]["cause"] if causes else "",
+                     "evidence": causes[0]["evidence"] if causes else ""})
     unexpected = [cp for k, cp in enumerate(found) if k not in matched]
     return {"injected": len(shifts), "found": sum(h["found"] for h in hits), "shifts": hits,
+            "causes_right": sum(h["found"] and h["cause"] == h["cause_expected"] for h in hits),
             "change_points": len(found), "unexpected": len(unexpected),
             "unexpected_list": [{k: cp[k] for k in ("hostname", "gpu", "workload", "precision", "shape", "figure",
                                                     "change_ratio", "p_value", "runs_before", "runs_after")}
@@ -444,13 +499,16 @@ def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     found = json.loads(result.stdout)
 
-    from sixdim.report.regressions import analyse, read_history
+    from sixdim.report.regressions import add_causes, analyse, read_history
     t = time.perf_counter()
     history = read_history(str(path))
     read_s = time.perf_counter() - t
     t = time.perf_counter()
-    again = analyse(history, drifts=True) if "drifts" in analyse.__code__.co_varnames else analyse(history)
+    again = analyse(history, drifts=True)
     analyse_s = time.perf_counter() - t
+    t = time.perf_counter()
+    add_causes(again, history.series, str(path))
+    causes_s = time.perf_counter() - t
     assert again == found, "the subprocess and the in-process analysis disagree"
     ok_runs = history.runs
     series_figures = sum(int((np.isfinite(np.array(s.rows, dtype=float)[:, 3:]).sum(axis=0) >= 2).sum())
@@ -463,7 +521,7 @@ def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
         "subprocess_wall_seconds": [round(w, 3) for w in walls], "subprocess_median_seconds": round(wall, 3),
         "load_average_1min_at_each_run": [round(x, 2) for x in loads],
         "subprocess_max_rss_mib": round(child_rss, 1),
-        "read_seconds": round(read_s, 3), "analysis_seconds": round(analyse_s, 3),
+        "read_seconds": round(read_s, 3), "analysis_seconds": round(analyse_s, 3), "causes_seconds": round(causes_s, 3),
         "runs_per_second_end_to_end": round(total / wall), "runs_per_second_analysis": round(ok_runs / analyse_s),
         **scored,
     }
@@ -471,13 +529,17 @@ def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
           f"{', '.join(f'{w:.2f}' for w in walls)} s; median {wall:.2f} s = {total / wall:,.0f} runs/s; "
           f"load average {', '.join(f'{x:.2f}' for x in loads)}; child peak RSS {child_rss:.0f} MiB")
     print(f"in process: read {read_s:.2f} s ({ok_runs:,} ok runs, {len(history.series)} series), "
-          f"analysis {analyse_s:.2f} s ({series_figures} series-figures, {ok_runs / analyse_s:,.0f} runs/s)")
+          f"analysis {analyse_s:.2f} s ({series_figures} series-figures, {ok_runs / analyse_s:,.0f} runs/s), "
+          f"causes {causes_s:.3f} s ({len(found)} change points)")
     print(f"injected shifts found (seconds, within 2 runs): {scored['found']} of {scored['injected']}")
     for h in scored["shifts"]:
         ratio = f"{h['change_ratio']:.4f}" if h["change_ratio"] else "-"
         print(f"  series {h['series']:2d} run {h['run']:4d} {h['why']}: "
               f"{'found' if h['found'] else 'MISSED'} ratio {ratio} {h['state'] or ''} "
-              f"versions {h['version_changed']} figures {', '.join(h['figures'])}")
+              f"versions {h['version_changed']} figures {', '.join(h['figures'])}; "
+              f"cause {h['cause'] or '-'} (injected {h['cause_expected'] or '-'}){': ' if h['evidence'] else ''}"
+              f"{h['evidence']}")
+    print(f"top cause as injected: {scored['causes_right']} of {scored['found']} found shifts")
     print(f"change points: {scored['change_points']} in all, {scored['unexpected']} matching no injected shift")
     for cp in scored["unexpected_list"]:
         print(f"  unexpected: {cp}")

@@ -229,3 +229,34 @@ def test_every_condition_and_cause_is_documented():
         assert f"`{condition.name}`" in text, condition.name
     for cause in CAUSES:
         assert f"| `{cause.name}` |" in text, cause.name
+
+
+def test_a_gpu_slower_than_its_peers_gets_the_cause_against_theirs():
+    """Three H100s on one host run the same GEMM; GPU 1 runs at a 500 W limit (its peers at 700 W) and is 20%
+    slower: sixdim_peer_cause names the power limit for GPU 1 only (its evidence reads peers → it)."""
+    from dataclasses import replace as copy
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sixdim.http.board import Board
+    from sixdim.http.exporter import SixdimCollector
+    from sixdim.verdicts.live import Verdicts
+    from tests.helpers import make_record
+
+    verdicts = Verdicts()
+    board = Board(verdicts)
+    rnd = random.Random(4)
+    for i in range(8):
+        for gpu in ("0", "1", "2"):
+            slow = gpu == "1"
+            conditions = healthy(rnd)
+            if slow:
+                INJECTIONS["power_limit"](conditions)
+            record = make_record(gpu=gpu, uuid=f"GPU-{gpu}", seconds=0.012 if slow else 0.010, ended_at=1e6 + 900 * i)
+            board.add(copy(record, conditions=conditions))
+    assert [f.cause for f in verdicts.peer_causes(make_record(gpu="1", uuid="GPU-1").key(),
+                                                  [make_record(gpu="0", uuid="GPU-0").key()])][:1] == ["power_limit"]
+    registry = CollectorRegistry()
+    registry.register(SixdimCollector(board, [], "h"))
+    lines = [x for x in generate_latest(registry).decode().splitlines() if x.startswith("sixdim_peer_cause{")]
+    assert len(lines) == 1 and 'gpu="1"' in lines[0] and 'cause="power_limit"' in lines[0] and 'rank="1"' in lines[0]

@@ -120,6 +120,11 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     for run in range(30):  # a series with a verdict and a version change: the verdict metrics too
         board.add(make_record(shape="m=16,n=16,k=16", seconds=0.01 if run < 12 else 0.02, ended_at=1000.0 + run,
                               driver="550.54.15" if run < 12 else "560.28.03"))
+    for run in range(6):  # GPU 0 at half its peer's speed, at a lower power limit: the peer causes
+        for gpu, uuid, seconds, watts in (("0", "GPU-a", 0.02, 500.0), ("1", "GPU-b", 0.01, 700.0)):
+            record = make_record(workload="conv", gpu=gpu, uuid=uuid, seconds=seconds, ended_at=5000.0 + run)
+            record.conditions = {"power_limit_watts": watts}
+            board.add(record)
     wobble = random.Random(5)
     for run in range(120):  # a series that drifts 0.1% a run: the drift metrics
         board.add(make_record(workload="rnn", seconds=0.01 * 1.001 ** run * (1 + wobble.gauss(0, 0.005)),

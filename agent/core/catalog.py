@@ -521,9 +521,16 @@ SUITE_PEER_RATIO = MetricDef(
     "on every GPU of the same model on this host, over the same shapes, ratio; only where at least 2 GPUs of the "
     "model have it.",
     SUMMARY_LABELS + (FIGURE,))
+PEER_CAUSE = MetricDef(
+    "sixdim_peer_cause", "gauge",
+    "Likely cause of a per-shape result being at least 10% slower than the median of its peers (the GPUs of the "
+    "same model on this host with the same result), from its last runs' recorded conditions against theirs "
+    "(docs/CAUSES.md): 1 for each cause named, its rank (1 the most likely) in the label rank; cause=\"none\" "
+    "when no recorded condition differs.",
+    RESULT_LABELS + (CAUSE, CAUSE_RANK))
 VERDICT_METRICS: tuple[MetricDef, ...] = (REGRESSION_STATE, REGRESSION_RATIO, BASELINE_VALUE, VERSION_CHANGE_RATIO,
                                           DRIFT_STATE, DRIFT_RATE, DRIFT_TOTAL_RATIO, REGRESSION_CAUSE, PEER_RATIO,
-                                          SUITE_PEER_RATIO)
+                                          SUITE_PEER_RATIO, PEER_CAUSE)
 
 RESULT_METRICS: tuple[MetricDef, ...] = (
     WORKLOAD_SECONDS, WORKLOAD_FLOPS, WORKLOAD_POWER, WORKLOAD_ENERGY, WORKLOAD_FLOP_PER_JOULE,

@@ -26,6 +26,7 @@ from sixdim.core.results import RunRecord
 from sixdim.http.board import Board
 from sixdim.store.history import History
 from sixdim.verdicts.detector import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
+from sixdim.verdicts.live import Verdicts
 from sixdim.verdicts.summary import summarize
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,16 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
             yield Sample(metric, {**labels, **extra}, float(value))
 
 
-def _peer_ratios(metric: catalog.MetricDef,
-                 results: list[tuple[RunRecord, dict, dict[str, str], frozenset[str]]]) -> Iterator[Sample]:
-    """Each GPU's speed over the median of the GPUs of the same model on this host that have the same
-    result (labels other than the GPU's equal; for summaries, means over the same shapes: a GPU whose
-    big shape failed must not look slower for it): the on-host half of the fleet-peer comparison."""
-    groups: dict[tuple, list[tuple[dict[str, str], str, float]]] = {}
+PeerMember = tuple[RunRecord, dict[str, str], str, float]
+"""(record, labels, the rate figure compared, its value)."""
+
+
+def _peer_groups(metric: catalog.MetricDef,
+                 results: list[tuple[RunRecord, dict, dict[str, str], frozenset[str]]]) -> list[list[PeerMember]]:
+    """The GPUs of the same model on this host that have the same result (labels other than the GPU's
+    equal; for summaries, means over the same shapes: a GPU whose big shape failed must not look slower
+    for it), each group with at least two GPUs: the on-host half of the fleet-peer comparison."""
+    groups: dict[tuple, list[PeerMember]] = {}
     for record, figures, labels, shapes in results:
         if record.device_type != "cuda":
             continue
@@ -69,13 +74,36 @@ def _peer_ratios(metric: catalog.MetricDef,
         # no part of what the summary stands for
         peers = tuple(sorted((k, v) for k, v in labels.items() if k not in _GPU_IDENTITY and k in metric.labels)
                       ) + (("figure", figure), ("shapes", shapes))
-        groups.setdefault(peers, []).append((labels, figure, float(figures[figure])))
-    for members in groups.values():
-        if len({labels[catalog.UUID] for labels, _, _ in members}) < 2:
-            continue
-        middle = median([value for _, _, value in members])
-        for labels, figure, value in members:
+        groups.setdefault(peers, []).append((record, labels, figure, float(figures[figure])))
+    return [members for members in groups.values() if len({labels[catalog.UUID] for _, labels, _, _ in members}) >= 2]
+
+
+def _peer_ratios(metric: catalog.MetricDef,
+                 results: list[tuple[RunRecord, dict, dict[str, str], frozenset[str]]]) -> Iterator[Sample]:
+    """Each GPU's speed over the median of its peers' (:func:`_peer_groups`)."""
+    for members in _peer_groups(metric, results):
+        middle = median([value for _, _, _, value in members])
+        for _, labels, figure, value in members:
             yield Sample(metric, {**labels, catalog.FIGURE: figure}, value / middle)
+
+
+PEER_SLOW = 0.9
+"""A per-shape result this far below the median of its peers on the host (10% slower, as the
+SixdimSlowerThanPeers alert's default) gets its likely causes against theirs (``sixdim_peer_cause``)."""
+
+
+def _peer_causes(verdicts: Verdicts, results: list[tuple[RunRecord, dict, dict[str, str], frozenset[str]]]
+                 ) -> Iterator[Sample]:
+    """The likely causes of a GPU being slower than its peers: its last runs' conditions against theirs."""
+    for members in _peer_groups(catalog.PEER_RATIO, results):
+        middle = median([value for _, _, _, value in members])
+        for record, labels, _, value in members:
+            if value / middle >= PEER_SLOW:
+                continue
+            peers = [other.key() for other, _, _, v in members if v / middle >= PEER_SLOW]
+            for rank, finding in enumerate(verdicts.peer_causes(record.key(), peers)[:CAUSES_SHOWN], start=1):
+                yield Sample(catalog.PEER_CAUSE, {**labels, catalog.CAUSE: finding.cause,
+                                                  catalog.CAUSE_RANK: str(rank)}, 1.0)
 
 
 _GPU_IDENTITY = frozenset({catalog.GPU, catalog.UUID, catalog.PCI_BUS_ID})
@@ -175,7 +203,10 @@ class SixdimCollector(PromCollector):
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
                 if value is not None:
                     yield Sample(metric, labels, value)
-        yield from _peer_ratios(catalog.PEER_RATIO, [(r, r.figures, r.result_labels(), frozenset()) for r in shown])
+        per_shape = [(r, r.figures, r.result_labels(), frozenset()) for r in shown]
+        yield from _peer_ratios(catalog.PEER_RATIO, per_shape)
+        if self._board.verdicts is not None:
+            yield from _peer_causes(self._board.verdicts, per_shape)
         yield from _peer_ratios(catalog.SUITE_PEER_RATIO, [
             (s.record, s.figures, {**s.record.result_labels(), catalog.SUITE: s.record.suite}, s.shape_names)
             for s in summaries])

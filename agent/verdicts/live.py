@@ -221,6 +221,20 @@ class Verdicts:
             watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs)
         watch.add(record)
 
+    def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
+        """The likely causes of a series being slower than the same result on its peer GPUs: its last
+        ``slow_runs`` runs' conditions against theirs (the evidence's "A → B" reads "its peers' A, its
+        own B"); [] where it or they have no recorded conditions."""
+        runs = self.settings.slow_runs
+        with self._lock:
+            own = self._series.get(key)
+            if own is None or not own.conditions:
+                return []
+            after = [unpack(c) for _, c in list(own.conditions)[-runs:]]
+            before = [unpack(c) for peer in peers if (w := self._series.get(peer)) is not None
+                      for _, c in list(w.conditions)[-runs:]]
+        return diagnose(before, after) if before else []
+
     def restore(self, history: History, upto_id: int | None = None) -> int:
         """Feed the last runs of every series from the history (row ids up to ``upto_id``: the
         board feeds the later ones); returns how many runs were read.  A history that cannot be

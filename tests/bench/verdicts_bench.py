@@ -19,6 +19,7 @@ Figures go to docs/BENCHMARKS.md; the tests assert behaviour only.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import psutil  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from sixdim.http.board import Board  # noqa: E402
@@ -84,16 +86,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "history.db"
         total = build(path, args.series, args.runs, args.figures, conditions=args.conditions)
+        gc.collect()
+        before = psutil.Process().memory_info().rss
         history = History(path)
         verdicts = Verdicts()
         started = time.perf_counter()
         read = verdicts.restore(history)
         restore = time.perf_counter() - started
+        gc.collect()
+        grown = (psutil.Process().memory_info().rss - before) / 2**20
         print(f"history: {total} runs, {args.series} series, {args.figures} watched figure(s) per run")
-        import resource
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"restore: {read} runs read ({verdicts.restore_runs} per series) in {restore:.2f} s "
-              f"({read / restore:,.0f} runs/s); peak RSS {rss:.0f} MiB"
+              f"({read / restore:,.0f} runs/s); resident memory grew {grown:.0f} MiB"
               + (" (runs with conditions)" if args.conditions else ""))
         rng = random.Random(1)
         new = [make_record(seconds=0.01 * (1 + rng.gauss(0, 0.01)), ended_at=2e6 + i,

@@ -95,3 +95,10 @@ def test_a_schema_3_history_opens_and_its_runs_have_no_conditions(tmp_path):
     history = History(path)
     history.add(replace(make_record(ended_at=3000.0), conditions={"power_limit_watts": 700.0}))
     assert [r.conditions for r in history] == [{}, {"power_limit_watts": 700.0}]
+
+
+def test_the_html_report_names_every_version_key_and_setting():
+    from sixdim.report.format import COMPONENTS
+    from sixdim.verdicts.detector import VERSION_KEYS
+
+    assert list(COMPONENTS) == list(VERSION_KEYS)

@@ -472,7 +472,8 @@ VERSION_CHANGE_RATIO = MetricDef(
     "sixdim_version_change_ratio", "gauge",
     "The latest software change of a series among its recent runs: median of the first runs after it divided by "
     "the median of the last runs before it, ratio.  component names what changed (driver, cuda_runtime, cudnn, "
-    "nccl, torch, vbios, and onnxruntime for the onnx workload; several joined by '+'), from and to the versions, "
+    "nccl, torch, vbios, onnxruntime for the onnx workload, and the GPU settings power_limit, clocks, ecc and mig; "
+    "several joined by '+'), from and to the versions or settings, "
     "verdict regression, improvement, ok or "
     "insufficient_data (two-sided rank test and minimum effect).",
     VERDICT_LABELS + (CHANGE_COMPONENT, CHANGE_FROM, CHANGE_TO, CHANGE_VERDICT))

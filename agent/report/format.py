@@ -39,9 +39,10 @@ DATE_TICKS = [{"dtickrange": [None, 86400000], "value": "%b %-d %H:%M"},
 """Date axis labels on one line (the year is in the page's time span)."""
 
 COMPONENTS = {"driver": "driver", "torch": "torch", "cuda_runtime": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
-              "vbios": "VBIOS", "onnxruntime": "ONNX Runtime"}
-"""The version keys of :data:`sixdim.verdicts.detector.VERSION_KEYS`, as the page names them, in the order
-a change names them."""
+              "vbios": "VBIOS", "onnxruntime": "ONNX Runtime", "power_limit": "power limit", "clocks": "clocks",
+              "ecc": "ECC", "mig": "MIG"}
+"""The version keys of :data:`sixdim.verdicts.detector.VERSION_KEYS` (the software versions and the GPU
+settings), as the page names them, in the order a change names them."""
 SETTINGS = {"power_limit": "power limit", "clocks": "applications clocks", "ecc": "ECC", "mig": "MIG"}
 """The GPU settings among the break points (``sixdim.core.conditions.SETTING_KEYS``), as the regression
 tables name a change of one ("power limit 700 W → 500 W"); the version comparison and the charts' marks

@@ -87,6 +87,7 @@ _NVML_DEFAULTS: dict[str, int] = {
     "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2, "NVML_FEATURE_ENABLED": 1, "NVML_DEVICE_MIG_ENABLE": 1,
     "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1, "NVML_VOLATILE_ECC": 0,
     "NVML_NVLINK_MAX_LINKS": 18, "NVML_ERROR_INVALID_ARGUMENT": 2, "NVML_ERROR_NOT_SUPPORTED": 3,
+    "NVML_FI_DEV_MEMORY_TEMP": 82, "NVML_SUCCESS": 0,
 }
 
 
@@ -387,6 +388,11 @@ class NvmlCollector:
                         reason = f"{function} answered {answer!r}: {type(exc).__name__}: {exc}"
                 for name in names:
                     unavailable[name] = reason
+            temperature, reason = self._memory_temperature(handle)
+            if temperature is None:
+                unavailable["memory_temperature_celsius"] = reason
+            else:
+                result["memory_temperature_celsius"] = temperature
             links, reason = self._nvlink_active_links(handle, index)
             if links is None:
                 unavailable["nvlink_active_links"] = reason
@@ -405,6 +411,31 @@ class NvmlCollector:
             unavailable["gpu_other_processes"] = reason
         result[UNAVAILABLE] = unavailable
         return result
+
+    def _memory_temperature(self, handle: Any) -> tuple[float | None, str]:
+        """(HBM temperature in °C, "") or (None, why not), from NVML's field values: the call succeeds and
+        each field carries its own return code, so "not supported" is read from the field."""
+        function = "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)"
+        values, reason = self._query("nvmlDeviceGetFieldValues", handle, [self._const("NVML_FI_DEV_MEMORY_TEMP")])
+        if reason:
+            return None, reason
+        try:
+            value = values[0]
+            code = int(value.nvmlReturn)
+            if code != self._const("NVML_SUCCESS"):
+                try:
+                    text = str(self._nv.NVMLError(code))  # NVML's own text for the field's code
+                except Exception:
+                    text = f"NVML error {code}"
+                return None, f"{function}: {text}"
+            kind = int(value.valueType)
+            number = {0: value.value.dVal, 1: value.value.uiVal, 2: value.value.ulVal, 3: value.value.ullVal,
+                      4: value.value.sllVal, 5: value.value.siVal}.get(kind)
+            if number is None:
+                return None, f"{function}: value of type {kind}"
+            return float(number), ""
+        except Exception as exc:  # a binding whose structure differs: this condition lost, not the others
+            return None, f"{function}: {type(exc).__name__}: {exc}"
 
     def _nvlink_active_links(self, handle: Any, index: int) -> tuple[int | None, str]:
         """(links up, "") or (None, why not).  A link index the GPU does not have answers

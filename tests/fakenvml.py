@@ -85,6 +85,9 @@ class FakeGpu:
     mig_devices: list[str | None] = field(default_factory=list)
     """MIG device slots in index order: the instance's ``MIG-`` UUID, or None for an empty slot."""
     # --- settings and health (the run conditions), NVML's units
+    memory_temperature: int | None = 45
+    """HBM temperature, °C, as NVML's field NVML_FI_DEV_MEMORY_TEMP gives it; None: the field answers
+    NVML_ERROR_NOT_SUPPORTED in its own ``nvmlReturn`` (the call itself succeeds, as NVML does)."""
     power_limit_mw: int = 700_000
     """The enforced power limit (nvmlDeviceGetEnforcedPowerLimit), milliwatts."""
     power_default_limit_mw: int = 700_000
@@ -302,6 +305,21 @@ class FakeNvml:
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list:
         return self._processes(self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses").graphics_pids)
+
+    def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: list) -> object:
+        """pynvml's array of c_nvmlFieldValue_t: each field has its own ``nvmlReturn``; only the memory
+        temperature is known here, every other field answers NVML_ERROR_NOT_SUPPORTED."""
+        gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        for i, field_id in enumerate(field_ids):
+            values[i].fieldId = field_id
+            if field_id == real.NVML_FI_DEV_MEMORY_TEMP and gpu.memory_temperature is not None:
+                values[i].nvmlReturn = real.NVML_SUCCESS
+                values[i].valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                values[i].value.uiVal = gpu.memory_temperature
+            else:
+                values[i].nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        return values
 
     # --- settings and health (the run conditions; NVML units, pynvml's return types)
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> int:

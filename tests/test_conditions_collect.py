@@ -25,9 +25,9 @@ HEALTHY_H100 = {
     "pcie_generation": 5, "pcie_width": 16, "pcie_max_generation": 5, "pcie_max_width": 16,
     "ecc_corrected_volatile": 0, "ecc_uncorrected_volatile": 0, "retired_pages_pending": 0,
     "remapped_rows_pending": 0, "remapped_rows_failed": 0, "remapped_rows": 0,
-    "nvlink_active_links": 18, "gpu_other_processes": 0,
+    "nvlink_active_links": 18, "gpu_other_processes": 0, "memory_temperature_celsius": 45.0,
 }
-"""A healthy H100 SXM in base units (watts, hertz)."""
+"""A healthy H100 SXM in base units (watts, hertz, °C)."""
 
 QUERIES = {
     "nvmlDeviceGetEnforcedPowerLimit": {"power_limit_watts"},
@@ -46,6 +46,7 @@ QUERIES = {
     "nvmlDeviceGetRetiredPagesPendingStatus": {"retired_pages_pending"},
     "nvmlDeviceGetRemappedRows": {"remapped_rows_pending", "remapped_rows_failed", "remapped_rows"},
     "nvmlDeviceGetNvLinkState": {"nvlink_active_links"},
+    "nvmlDeviceGetFieldValues": {"memory_temperature_celsius"},
     "nvmlDeviceGetComputeRunningProcesses": {"gpu_other_processes"},
     "nvmlDeviceGetGraphicsRunningProcesses": {"gpu_other_processes"},
 }
@@ -74,8 +75,9 @@ def test_a_healthy_h100_reads_every_snapshot_condition_in_base_units():
     conditions = read()
     assert conditions[UNAVAILABLE] == {}
     assert values(conditions) == HEALTHY_H100
-    assert all(type(v) is float for k, v in conditions.items() if k.endswith(("_watts", "_hertz")))
-    assert all(type(v) is int for k, v in conditions.items() if not k.endswith(("_watts", "_hertz", UNAVAILABLE)))
+    assert all(type(v) is float for k, v in conditions.items() if k.endswith(("_watts", "_hertz", "_celsius")))
+    assert all(type(v) is int for k, v in conditions.items()
+               if not k.endswith(("_watts", "_hertz", "_celsius", UNAVAILABLE)))
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -240,8 +242,9 @@ def test_queries_are_nvmls_reads_made_under_the_collectors_lock():
     assert {name for name, _ in calls} == set(QUERIES)
     assert all(locked for _, locked in calls)
     assert not any("Set" in name for name, _ in calls)
-    # 18 queries, one per NVLink link index the binding knows, two process lists
-    assert len(calls) == 18 + pynvml.NVML_NVLINK_MAX_LINKS + 2
+    # 18 queries and the memory temperature's field, one per NVLink link index the binding knows (the
+    # first time: the links found are remembered), two process lists
+    assert len(calls) == 19 + pynvml.NVML_NVLINK_MAX_LINKS + 2
 
 
 # ---------------------------------------------------------------------------- host
@@ -374,3 +377,18 @@ def test_psi_without_some_avg10_is_a_reason(tmp_path):
     conditions = host_conditions(tree(tmp_path, psi="full avg10=1.00 avg60=0.00 avg300=0.00 total=0\n"))
     assert "memory_pressure_ratio" not in conditions
     assert "no 'some avg10='" in conditions[UNAVAILABLE]["memory_pressure_ratio"]
+
+
+def test_the_memory_temperature_comes_from_its_field_and_says_when_the_gpu_has_none():
+    """NVML's field values answer per field: the call succeeds and a GPU without an HBM sensor answers
+    NOT_SUPPORTED in the field itself, which must read as unavailable, never as 0 °C."""
+    from sixdim.collectors.nvml import NvmlCollector
+    from tests.fakenvml import FakeGpu, FakeNvml
+
+    nvml = NvmlCollector("h", module=FakeNvml([FakeGpu(memory_temperature=52), FakeGpu(uuid="GPU-b",
+                                                                                        memory_temperature=None)]))
+    assert nvml.conditions(0)["memory_temperature_celsius"] == 52.0
+    without = nvml.conditions(1)
+    assert "memory_temperature_celsius" not in without
+    assert without["unavailable"]["memory_temperature_celsius"] == (
+        "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP): Not Supported")

@@ -102,3 +102,57 @@ def test_the_html_report_names_every_version_key_and_setting():
     from sixdim.verdicts.detector import VERSION_KEYS
 
     assert set(COMPONENTS) == set(VERSION_KEYS)
+
+
+def phased(params: dict, ctx) -> object:
+    """A timed span, then a power phase (its span in details["power"] as workloads/timing.py's
+    power_phase records it), the GPU capped only during the latter."""
+    import time as clock
+
+    from sixdim.workloads.context import WorkloadOutput
+
+    ctx.mark_window_start()
+    clock.sleep(0.5)
+    ctx.mark_window_end()
+    ctx.progress("power phase: 0.8 s")
+    clock.sleep(0.3)  # the test caps the GPU once it reads the line above
+    start = clock.monotonic()
+    clock.sleep(0.8)
+    end = clock.monotonic()
+    return WorkloadOutput({"seconds": 0.5}, {"power": {"start_monotonic": start, "end_monotonic": end}})
+
+
+@pytest.mark.slow
+def test_throttling_is_summarised_over_the_timed_span_and_the_power_phase_apart(tmp_path):
+    """The power cap engages only in the power phase: the timed span's share is 0 and the power phase's 1,
+    each from its own samples, so a figure says which span its conditions are."""
+    from sixdim.workloads.spec import Case, WorkloadSpec
+
+    gpu = FakeGpu(clock_event_mask=0x0)
+    nvml = NvmlCollector("h", module=FakeNvml([gpu]))
+    executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=nvml, rapl=None,
+                        guard=GuardSettings(enabled=False))
+    spec = WorkloadSpec(name="phased", description="test", entry="tests.test_conditions_record:phased",
+                        uses_torch=False, expander=lambda s, p, d: [Case({}, precision="fp32", shape="case=0")])
+
+    def progress(line: str) -> None:
+        if "power phase" in line:
+            gpu.clock_event_mask = 0x4
+
+    [device] = resolve(["cuda:0"], nvml)
+    [record] = executor.execute(spec, {}, device, on_progress=progress)
+    assert record.status == "ok", record.reason
+    assert record.conditions["sw_power_cap_ratio"] == 0.0
+    assert record.conditions["power_phase_sw_power_cap_ratio"] == 1.0
+    assert record.conditions["power_phase_sm_clock_hertz"] == pytest.approx(1980e6)
+
+
+def test_a_case_without_a_power_phase_says_why():
+    from sixdim.run.executor import Sampled, run_conditions
+    from sixdim.run.telemetry import TelemetrySample
+
+    samples = [TelemetrySample(time=t / 10, clock_event_mask=0, sm_clock_hertz=1.9e9) for t in range(20)]
+    c = run_conditions(Sampled(samples, conditions={"power_limit_watts": 700.0}), (0.2, 1.5), "cuda",
+                       None, "no energy counter for this device")
+    assert c[UNAVAILABLE]["power_phase_sw_power_cap_ratio"] == "no energy counter for this device"
+    assert c["sw_power_cap_ratio"] == 0.0 and "power_phase_sm_clock_hertz" not in c

@@ -457,6 +457,8 @@ def test_gpu_conditions_are_read_in_plausible_ranges_or_say_why_not(nvml):
                 assert value in (0, 1, 2, 3), (where, name, value)  # nvmlComputeMode_t
             elif unit == "count":
                 assert value >= 0, (where, name, value)
+            elif unit == "celsius":
+                assert 5 <= value <= 120, (where, name, value)
         if {"power_limit_watts", "power_limit_default_watts"} <= set(values):
             assert values["power_limit_watts"] <= values["power_limit_default_watts"] * 1.5, (where, values)
         for applications, maximum in (("applications_sm_clock_hertz", "max_sm_clock_hertz"),

@@ -372,6 +372,7 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     calls = units * calls_per_unit
     details: dict[str, Any] = {"seconds": elapsed, "energy_joules": joules, "calls": calls,
                                "readings": len(readings), "start_unix": first.unix, "end_unix": last.unix,
+                               "start_monotonic": first.monotonic, "end_monotonic": last.monotonic,
                                "source": meter.source, "calls_per_reading": block * calls_per_unit}
     if joules <= 0:
         return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}

@@ -29,7 +29,8 @@ class Condition:
     """``gpu`` (NVML), ``host`` (the kernel and psutil)."""
     span: str
     """``snapshot``: read once, as the case's worker starts; ``window``: summarised over the case's
-    timed span from the telemetry samples."""
+    timed span from the telemetry samples; ``power``: the same over the case's power phase (the span its
+    ``power_watts`` and work per joule come from), where it has one."""
     setting: bool = False
     """Changes performance by design (an operator set it): a change starts a new segment of every
     series of the device, like a version change, and is named like one."""
@@ -80,6 +81,9 @@ CONDITIONS: tuple[Condition, ...] = (
               help="Rows remapped, corrected and uncorrected errors together (nvmlDeviceGetRemappedRows)."),
     Condition("nvlink_active_links", "count", "gpu", "snapshot",
               help="NVLink links up (nvmlDeviceGetNvLinkState over the GPU's links)."),
+    Condition("memory_temperature_celsius", "celsius", "gpu", "snapshot",
+              help="The memory (HBM) temperature as the worker starts (NVML field NVML_FI_DEV_MEMORY_TEMP, "
+                   "where the GPU reports it)."),
     Condition("gpu_other_processes", "count", "gpu", "snapshot",
               help="Processes on the GPU other than this run's as its worker started (the idle guard "
                    "skips a busy GPU; with the guard off, they are recorded here)."),
@@ -101,6 +105,21 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition("applications_clocks_setting_ratio", "ratio", "gpu", "window",
               help="Share of the span's samples held by an applications-clocks or locked-clocks setting "
                    "(NVML has no query for locked clocks; this clock event is how they show)."),
+    # --- GPU over the power phase (power) ---
+    *(Condition(f"power_phase_{name}", unit, "gpu", "power",
+                help=f"{what}, over the power phase (the back-to-back calls whose energy gives power_watts and "
+                     f"the work per joule), where the power cap really engages.")
+      for name, unit, what in (
+          ("sm_clock_hertz", "hertz", "The time-weighted mean SM clock"),
+          ("temperature_celsius", "celsius", "The time-weighted mean GPU temperature"),
+          ("sw_power_cap_ratio", "ratio", "Share of samples with the software power cap clock event"),
+          ("hw_slowdown_ratio", "ratio", "Share of samples with the hardware slowdown clock event"),
+          ("hw_thermal_slowdown_ratio", "ratio", "Share of samples with the hardware thermal slowdown clock event"),
+          ("sw_thermal_slowdown_ratio", "ratio", "Share of samples with the software thermal slowdown clock event"),
+          ("hw_power_brake_slowdown_ratio", "ratio", "Share of samples with the power brake clock event"),
+          ("sync_boost_ratio", "ratio", "Share of samples with the sync boost clock event"),
+          ("applications_clocks_setting_ratio", "ratio", "Share of samples held by a clock setting"),
+      )),
     # --- host ---
     Condition("cpu_governor", "text", "host", "snapshot",
               help="The CPU frequency governor (/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor)."),

@@ -150,10 +150,25 @@ NO_WINDOW_NOTE = "the case marked no measured window, so no telemetry figure was
 NOT_A_GPU_RUN = "the run is on the CPU"
 
 
-def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_type: str) -> dict[str, Any]:
-    """A case's conditions: the worker's snapshot and its span's window conditions, with the reasons
-    of those that could not be had under ``unavailable`` (every listed condition is one or the other;
-    a CPU run's GPU conditions are unavailable as such)."""
+POWER_PHASE = "power_phase_"
+"""The prefix of the power-phase conditions (sixdim.core.conditions, span ``power``)."""
+
+
+def power_span(details: dict[str, Any]) -> tuple[float, float] | None:
+    """The case's power phase on the monotonic clock the sampler shares, where it ran one."""
+    power = details.get("power")
+    if isinstance(power, dict):
+        start, end = power.get("start_monotonic"), power.get("end_monotonic")
+        if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end > start:
+            return float(start), float(end)
+    return None
+
+
+def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_type: str,
+                   power: tuple[float, float] | None = None, power_note: str = "") -> dict[str, Any]:
+    """A case's conditions: the worker's snapshot, its timed span's window conditions and its power
+    phase's, with the reasons of those that could not be had under ``unavailable`` (every listed
+    condition is one or the other; a CPU run's GPU conditions are unavailable as such)."""
     if not sampled.samples and not sampled.conditions:
         return {}  # no worker ran (skipped before it started): nothing was measured under any condition
     conditions = {k: v for k, v in sampled.conditions.items() if k != UNAVAILABLE}
@@ -165,6 +180,14 @@ def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_
         spanned = window_conditions(sampled.samples, *window)
     unavailable.update(spanned.pop(UNAVAILABLE, {}))
     conditions.update(spanned)
+    phase_names = [c.name for c in CONDITIONS if c.span == "power"]
+    if power is None:
+        unavailable.update(dict.fromkeys(phase_names, power_note or "the case ran no power phase"))
+    else:
+        phase = window_conditions(sampled.samples, *power)
+        unavailable.update({POWER_PHASE + k: v for k, v in phase.pop(UNAVAILABLE, {}).items()
+                            if POWER_PHASE + k in phase_names})
+        conditions.update({POWER_PHASE + k: v for k, v in phase.items() if POWER_PHASE + k in phase_names})
     if device_type != "cuda":  # one entry for all of them: a CPU host's history is not filled with 30 copies
         for condition in CONDITIONS:
             if condition.scope == "gpu":
@@ -421,13 +444,15 @@ class Executor:
         # The one place every record is made: the history, the board, /metrics and the log lines
         # see the parameters redacted, and no secret value of them in any other text (agent/core/redact.py).
         secrets = secret_values(case.params)
+        conditions = run_conditions(sampled, result.window, device.type, power_span(result.details),
+                                    str(result.details.get("power_note", "")))
         return RunRecord(
             suite=suite, workload=spec.name, precision=case.precision, params=redact_params(case.params),
             shape=scrub(case.shape, secrets), mode=case.mode, kernel_pass=case.kernel_pass, hostname=self.hostname,
             device_type=device.type, device=device.name, gpu="" if device.index is None else str(device.index),
             uuid=device.uuid, model_name=device.model_name, pci_bus_id=device.pci_bus_id, status=result.status,
             reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
-            environment=scrub(environment, secrets), conditions=run_conditions(sampled, result.window, device.type),
+            environment=scrub(environment, secrets), conditions=conditions,
             details=scrub({**notes, **result.details, "telemetry": telemetry,
                            **({"case_wall": list(result.wall)} if result.wall else {})}, secrets))
 

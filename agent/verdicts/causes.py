@@ -180,11 +180,17 @@ def _faults(s: _Sides) -> list[Finding]:
 
         out.append(Finding("pcie_link", f"PCIe {link(gen_b, width_b)} → {link(gen_a, width_a)}",
                            (gen[0] / gen[1] if gen else 1.0) * (width[0] / width[1] if width else 1.0)))
-    slow = _share_rise(s, ("hw_slowdown_ratio", "hw_power_brake_slowdown_ratio"))
+    slow = _share_rise(s, _both("hw_slowdown_ratio", "hw_power_brake_slowdown_ratio"))
     if slow:
         out.append(Finding("hw_slowdown", f"HW slowdown {_pct(slow[1])} of the span ({_pct(slow[0])} before)"
                            + _clock_note(s), (slow[1] - slow[0]) / SHARE_RISE))
     return out
+
+
+def _both(*names: str) -> tuple[str, ...]:
+    """Clock-event shares over the timed span and over the power phase: the speed figures come from the
+    first, power and work per joule from the second, where the power cap engages most."""
+    return names + tuple(f"power_phase_{n}" for n in names)
 
 
 def _share_rise(s: _Sides, names: tuple[str, ...]) -> tuple[float, float] | None:
@@ -204,13 +210,13 @@ def _clock_note(s: _Sides) -> str:
 
 def _throttling(s: _Sides, named: set[str]) -> list[Finding]:
     out = []
-    hot = _share_rise(s, ("hw_thermal_slowdown_ratio", "sw_thermal_slowdown_ratio"))
+    hot = _share_rise(s, _both("hw_thermal_slowdown_ratio", "sw_thermal_slowdown_ratio"))
     if hot:
         temperature = s.shift("temperature_celsius", lambda b, v: v - b >= 5)
         note = f", GPU {temperature[0]:.0f} → {temperature[1]:.0f} °C" if temperature else ""
         out.append(Finding("thermal", f"thermal slowdown {_pct(hot[1])} of the span ({_pct(hot[0])} before)"
                            + note + _clock_note(s), (hot[1] - hot[0]) / SHARE_RISE))
-    capped = s.shift("sw_power_cap_ratio", lambda b, v: v - b >= SHARE_RISE)
+    capped = _share_rise(s, _both("sw_power_cap_ratio"))
     if capped and "power_limit" not in named:
         out.append(Finding("power_cap", f"power capped {_pct(capped[1])} of the span ({_pct(capped[0])} before)"
                            + _clock_note(s), (capped[1] - capped[0]) / SHARE_RISE))

@@ -16,6 +16,8 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +343,73 @@ def cpu_model_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+CPU_FEATURES: tuple[str, ...] = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                                 "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+"""The x86 instruction-set flags (as /proc/cpuinfo names them) that decide which precisions a CPU runs
+natively and how fast: a figure measured on a CPU records which of them it had."""
+BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16"})
+"""Native bf16 arithmetic: without one of these, oneDNN has no bf16 kernel for some operators (an LSTM
+under bf16 autocast) and the rest convert to fp32 and back, slower than fp32 itself."""
+ONEDNN_ISA_WITH_BF16 = frozenset({"AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+                                  "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16", "ALL",
+                                  "DEFAULT"})
+"""Values of ``ONEDNN_MAX_CPU_ISA`` (oneDNN's cap on the instructions it uses) that still allow bf16."""
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What a CPU can run, as the kernel reports it (and as oneDNN is allowed to use it)."""
+
+    model: str
+    flags: tuple[str, ...]
+    """The :data:`CPU_FEATURES` the CPU has, in that order."""
+    onednn_limit: str = ""
+    """``ONEDNN_MAX_CPU_ISA`` where set: oneDNN uses no instructions beyond it."""
+
+    @property
+    def bf16_native(self) -> bool:
+        allowed = not self.onednn_limit or self.onednn_limit.upper() in ONEDNN_ISA_WITH_BF16
+        return allowed and bool(BF16_FEATURES.intersection(self.flags))
+
+    def why_no_bf16(self) -> str:
+        """Why bf16 is not native here, in words ("" where it is)."""
+        if self.bf16_native:
+            return ""
+        if BF16_FEATURES.intersection(self.flags):
+            return f"oneDNN is limited to {self.onednn_limit} by ONEDNN_MAX_CPU_ISA, below AVX-512-BF16 and AMX"
+        return "the CPU has neither AVX-512-BF16 nor AMX"
+
+    def describe(self) -> str:
+        """"AMD EPYC 7B13 (avx2, fma)", with the oneDNN cap where there is one."""
+        text = f"{self.model} ({', '.join(self.flags) or 'none of ' + ', '.join(CPU_FEATURES[:3])})"
+        return text + (f", oneDNN limited to {self.onednn_limit} by ONEDNN_MAX_CPU_ISA" if self.onednn_limit else "")
+
+    def environment(self) -> dict[str, str]:
+        """The entries a CPU run's environment records: the model and its features (and the oneDNN cap)."""
+        out = {"cpu_model": self.model, "cpu_features": ",".join(self.flags)}
+        if self.onednn_limit:
+            out["onednn_max_cpu_isa"] = self.onednn_limit
+        return out
+
+
+def cpu_features(cpuinfo: str | None = None, environ: Mapping[str, str] | None = None) -> CpuFeatures:
+    """The CPU's model and :data:`CPU_FEATURES` from ``/proc/cpuinfo`` (or the text given: tests fake it),
+    and oneDNN's cap from ``ONEDNN_MAX_CPU_ISA``.  A host without /proc/cpuinfo reports no flags."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = "", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    environ = os.environ if environ is None else environ
+    return CpuFeatures(model or cpu_model_name(), tuple(f for f in CPU_FEATURES if f in flags),
+                       environ.get("ONEDNN_MAX_CPU_ISA", "").strip())

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from sixdim.collectors.host import cpu_features
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
 from sixdim.workloads.models import SEQUENCE_MODELS, SIZES, ResNet50, run
@@ -12,10 +13,15 @@ from sixdim.workloads.stats import deepspark_mean
 @pytest.mark.parametrize("model", ["resnet50", "bert_large", "dlrm", "gpt", "lstm"])
 @pytest.mark.slow
 def test_model_training_samples_per_second_matches_its_step_timing(model):
+    features = cpu_features()
     for case in registry.get("model").cases({"models": [model], "modes": ["training"]}, "cpu"):
         ctx = RunContext("cpu")
         output = run(case.params, ctx)
         d = output.details
+        if model == "lstm" and case.precision == "amp" and not features.bf16_native:
+            # oneDNN has no bf16 LSTM without AVX-512-BF16 or AMX (issue 32): unsupported, saying why
+            assert output.status == "unsupported" and features.why_no_bf16() in output.reason, output.reason
+            continue
         assert output.status == "ok", output.reason
         # the figure follows from the window times by the DeepSpark rule
         expected = deepspark_mean([d["batch"] * d["steps_per_window"] / w for w in d["window_seconds"]])

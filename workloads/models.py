@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from sixdim.collectors.host import cpu_features
 from sixdim.workloads import flags
 from sixdim.workloads.context import RunContext, WorkloadOutput
 from sixdim.workloads.report import percentile
@@ -239,6 +240,25 @@ def training_step(params: dict[str, Any], device: torch.device, training: bool,
     return step, batch_size, model
 
 
+ONEDNN_NO_KERNEL = "could not create a primitive descriptor"
+"""oneDNN's error where it has no kernel for an operator in the precision asked (an LSTM in bf16 on a CPU
+without AVX-512-BF16 or AMX)."""
+
+
+def cpu_precision_unsupported(exc: BaseException, device: torch.device, amp_dtype: str | None,
+                              what: str) -> str | None:
+    """The reason a case is ``unsupported`` rather than failed: bf16 asked of a CPU without bf16
+    instructions, where oneDNN has no kernel for the operator.  None where that is not what happened (the
+    CPU has them, or another error): then it is a failure."""
+    if device.type != "cpu" or amp_dtype != "bfloat16" or ONEDNN_NO_KERNEL not in str(exc):
+        return None
+    features = cpu_features()
+    if features.bf16_native:
+        return None
+    return (f"bf16 {what} has no oneDNN kernel here: {features.why_no_bf16()} "
+            f"({features.model}: {', '.join(features.flags) or 'no AVX2'})")
+
+
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     device = torch.device(ctx.device)
     if device.type == "cuda":
@@ -248,8 +268,15 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     step, batch_size, model = training_step(params, device, training)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     ctx.progress(f"{name}: {params['warmup_steps']} warm-up steps")
-    for _ in range(params["warmup_steps"]):
-        step()
+    try:
+        for _ in range(max(1, params["warmup_steps"])):  # one at least: an unsupported precision fails here
+            step()
+    except RuntimeError as exc:
+        reason = cpu_precision_unsupported(exc, device, step.amp_dtype, name)  # type: ignore[attr-defined]
+        if reason is None:
+            raise
+        return WorkloadOutput({}, {"amp_dtype": step.amp_dtype, "error": str(exc)[:400]},  # type: ignore[attr-defined]
+                              status="unsupported", reason=reason)
     sync()
     steps = params["steps_per_window"]
     window_seconds: list[float] = []

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim import __version__
-from sixdim.collectors.host import RaplReader, host_conditions
+from sixdim.collectors.host import RaplReader, cpu_features, host_conditions
 from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core.conditions import CONDITIONS, UNAVAILABLE, setting_versions
 from sixdim.core.peaks import peak_ratio
@@ -560,4 +560,6 @@ class Executor:
         if device.type == "cuda":
             environment.update(driver=self.nvml.driver_version, cuda_driver=self.nvml.cuda_driver_version,
                                vbios=self.nvml.gpu(device.index).vbios_version)
+        else:  # what a CPU figure ran on: its model and instruction sets (bf16 is native only with some)
+            environment.update(cpu_features().environment())
         return environment

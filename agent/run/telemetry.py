@@ -145,7 +145,9 @@ class CpuMeter:
     def read(self) -> tuple[float | None, float | None]:
         try:
             times = psutil.cpu_times()
-            busy: float | None = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+            # guest time is already in user and nice on Linux; idle and iowait are not busy
+            busy: float | None = sum(times) - times.idle - sum(getattr(times, name, 0.0) for name in (
+                "iowait", "guest", "guest_nice"))
         except (OSError, psutil.Error):
             busy = None
         own = None

@@ -201,3 +201,50 @@ def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypa
     gemm, allreduce = registry.get("gemm"), registry.get("allreduce")
     planned = [(gemm, c) for c in gemm.cases({}, "cpu")[:1]] + [(allreduce, c) for c in allreduce.cases({}, "cpu")[:1]]
     assert [[spec.name for spec, _ in group] for group in _worker_groups(planned)] == [["gemm"], ["allreduce"]]
+
+
+class _SteppedMeter(_FakeMeter):
+    """A counter that moves in steps every ``period`` seconds, as NVML's total energy does (about every
+    100 ms), at a known power, its steps starting at ``phase`` into the period."""
+
+    def __init__(self, watts: float, period: float = 0.1, phase: float = 0.0):
+        super().__init__(watts)
+        self.period, self.origin = period, self.origin - phase
+
+    def joules(self) -> float:
+        elapsed = time.monotonic() - self.origin
+        return self.watts * self.period * int(elapsed / self.period)
+
+
+def _unaligned_power(meter, seconds: float) -> float:
+    """The phase as it was before (first and last readings wherever they fall): what alignment replaces."""
+    start_t, start_j = time.monotonic(), meter.joules()
+    while time.monotonic() - start_t < seconds:
+        _busy(0.05)
+    end_t, end_j = time.monotonic(), meter.joules()
+    return (end_j - start_j) / (end_t - start_t)
+
+
+@pytest.mark.slow
+def test_the_power_phase_sits_on_the_counters_updates_so_its_steps_add_no_error():
+    """A 100 ms-step counter at 300 W, with its steps at four phases: the aligned phase gives 300 W within
+    2% each time, and records the updates it spanned; the same phase cut anywhere is up to a step off at
+    each end (a 1.05 s phase holds 10 or 11 steps: about 5% off)."""
+    errors, unaligned = [], []
+    for phase in (0.0, 0.03, 0.06, 0.09):
+        meter = _SteppedMeter(300.0, phase=phase)
+        figures, details = power_phase(lambda: _busy(1e-3), torch.device("cpu"), RunContext(device="cpu", energy=meter),
+                                       seconds=1.05, seconds_per_unit=1e-3)
+        power = details["power"]
+        assert power["aligned"] and power["counter_updates"] >= 10, power
+        errors.append(abs(figures["power_watts"] / 300.0 - 1))
+        unaligned.append(abs(_unaligned_power(_SteppedMeter(300.0, phase=phase), 1.05) / 300.0 - 1))
+    assert max(errors) < 0.02, errors
+    assert max(unaligned) > 0.03, unaligned  # 10 or 11 steps in 1.05 s: about 5% off one way or the other
+
+
+def test_a_counter_that_moves_too_rarely_gives_no_power():
+    figures, details = power_phase(lambda: _busy(1e-3), torch.device("cpu"),
+                                   RunContext(device="cpu", energy=_SteppedMeter(300.0, period=0.4)),
+                                   seconds=1.0, seconds_per_unit=1e-3)
+    assert figures == {} and "moved only" in details["power_note"], details

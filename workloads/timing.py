@@ -46,6 +46,14 @@ GRAPH_CALLS = 1000
 """Calls captured in one CUDA graph; a round replays it as often as its calibrated calls need."""
 POWER_READING_SECONDS = 0.05
 """The power phase reads the energy counter after each block of calls lasting about this long."""
+ALIGN_READING_SECONDS = 0.005
+"""While it waits for the counter to change (at the phase's two ends), it reads after blocks this short:
+an update is seen at most this late, so each end is placed on an update within this much."""
+ALIGN_LIMIT_SECONDS = 1.0
+"""A counter that has not changed after this long at an end is read as it is (a continuous counter
+such as RAPL changes at once; NVML's total energy about every 100 ms)."""
+MIN_COUNTER_UPDATES = 5
+"""A phase spanning fewer counter updates than this has too coarse an energy figure: no power."""
 MIN_POWER_SECONDS = 1.0
 """Below this, a power figure would be interpolated from the counter's update steps: not reported."""
 
@@ -338,7 +346,12 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     Runs after the timed rounds, so the clocks are warm.  Calls go in blocks of about
     :data:`POWER_READING_SECONDS`; after each block the device is synchronized and the
     counter read, so the phase's first and last readings bracket exactly the work between
-    them.  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
+    them.  Both ends are placed on a counter update (work goes on in blocks of
+    :data:`ALIGN_READING_SECONDS` until the counter changes): NVML's total energy moves about every
+    100 ms, and a phase cut between its steps would be up to a step off at each end (±20% of a 1 s
+    phase); aligned, each end is off by at most one short block.  ``details["power"]`` records how many
+    updates the phase spanned (at least :data:`MIN_COUNTER_UPDATES`, or no power) and whether both
+    ends found one.  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
     joule (``flop_per_joule`` or ``samples_per_joule``).  Returns ``({}, {"power_note": why})``
     where there is no counter or the phase would be too short to mean anything.
     """
@@ -351,31 +364,60 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     if seconds_per_unit is None:
         seconds_per_unit = _timed_block(call, device, 3) / 3
     block = max(1, round(POWER_READING_SECONDS / max(seconds_per_unit, 1e-9)))
+    small = max(1, round(ALIGN_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     ctx.progress(f"power phase: {seconds:g} s")
     _synchronize(device)
     units = 0
+
+    def work(calls: int) -> energy.Reading:
+        nonlocal units
+        for _ in range(calls):
+            call()
+        units += calls
+        _synchronize(device)
+        return _counter(meter)
+
+    def next_update(after: energy.Reading) -> tuple[energy.Reading, bool]:
+        """Work in short blocks until the counter changes: (the reading just after the update, whether one
+        came within ALIGN_LIMIT_SECONDS)."""
+        reading = after
+        while reading.joules == after.joules:
+            if reading.monotonic - after.monotonic > ALIGN_LIMIT_SECONDS:
+                return reading, False
+            reading = work(small)
+        return reading, True
+
     try:  # a counter that stops answering mid-phase (an NVML error, a RAPL package gone) costs the
-        readings = [_counter(meter)]  # power figure, with the reason, never the case's result
-        while readings[-1].monotonic - readings[0].monotonic < seconds:
-            for _ in range(block):
-                call()
-            units += block
-            _synchronize(device)
-            readings.append(_counter(meter))
+        # power figure, with the reason, never the case's result.  Both ends sit on a counter update:
+        # the counter's steps (NVML's total energy moves about every 100 ms) then add no error
+        first, aligned_start = next_update(_counter(meter))
+        units_before = units  # the calls while waiting for the first update are not the phase's
+        readings = [first]
+        while readings[-1].monotonic - first.monotonic < seconds:
+            readings.append(work(block))
+        last, aligned_end = next_update(readings[-1])
+        readings.append(last)
+        units_measured = units - units_before
     except _CounterLost as lost:
         note_memory(ctx)
         return {}, {"power_note": f"the energy counter could not be read during the power phase: {lost}"}
     note_memory(ctx)
-    first, last = readings[0], readings[-1]
+    updates = len({r.joules for r in readings}) - 1
     elapsed = last.monotonic - first.monotonic
     joules = last.joules - first.joules
-    calls = units * calls_per_unit
+    calls = units_measured * calls_per_unit
     details: dict[str, Any] = {"seconds": elapsed, "energy_joules": joules, "calls": calls,
-                               "readings": len(readings), "start_unix": first.unix, "end_unix": last.unix,
+                               "readings": len(readings), "counter_updates": updates,
+                               "aligned": aligned_start and aligned_end,
+                               "start_unix": first.unix, "end_unix": last.unix,
                                "start_monotonic": first.monotonic, "end_monotonic": last.monotonic,
                                "source": meter.source, "calls_per_reading": block * calls_per_unit}
     if joules <= 0:
         return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
+    if updates < MIN_COUNTER_UPDATES:
+        return {}, {"power_note": f"the energy counter moved only {updates} time(s) over {elapsed:.2f} s (at least "
+                                  f"{MIN_COUNTER_UPDATES} needed): its steps would dominate the figure",
+                    "power": details}
     figures = {"power_watts": joules / elapsed, "energy_joules": joules}
     if work_per_call:
         figures[f"{work_unit}_per_joule"] = work_per_call * calls / joules

@@ -248,3 +248,19 @@ def test_a_counter_that_moves_too_rarely_gives_no_power():
                                    RunContext(device="cpu", energy=_SteppedMeter(300.0, period=0.4)),
                                    seconds=1.0, seconds_per_unit=1e-3)
     assert figures == {} and "moved only" in details["power_note"], details
+
+
+def test_after_any_case_torchs_own_code_can_still_read_the_tf32_flags():
+    """Why TF32 stays on the ``allow_tf32`` flags (issue 27, item 11): torch 2.13 deprecates them for
+    ``fp32_precision``, but its own ONNX exporter still reads ``torch.backends.cudnn.allow_tf32``, and that
+    read raises once cuDNN's precision was set through the new settings to "ieee" (measured: it raised in
+    tests/test_onnx.py's export after an fp32 case).  Whatever a case sets, the legacy reads must work."""
+    from sixdim.workloads import flags
+
+    try:
+        for precision in ("fp32", "tf32", "bf16", "fp32"):
+            flags.apply(precision)
+            assert torch.backends.cudnn.allow_tf32 is (precision == "tf32")
+            assert torch.backends.cuda.matmul.allow_tf32 is (precision == "tf32")
+    finally:
+        flags.restore()

@@ -6,11 +6,11 @@ NVML's: milliwatts, millijoules, MHz, percent, bytes), and failures raised as
 pynvml's own ``NVMLError`` subclasses with NVML's error codes.
 
 MIG follows NVML's documented behaviour: ``nvmlDeviceGetMigMode`` answers
-NVML_ERROR_NOT_SUPPORTED on a GPU without MIG and ``[current, pending]`` on one with it;
+real.NVML_ERROR_NOT_SUPPORTED on a GPU without MIG and ``[current, pending]`` on one with it;
 ``nvmlDeviceGetMaxMigDeviceCount`` is 0 unless MIG is enabled (7 slots then, as on A100/H100);
-an empty slot answers NVML_ERROR_NOT_FOUND.  A MIG device handle answers only
+an empty slot answers real.NVML_ERROR_NOT_FOUND.  A MIG device handle answers only
 ``nvmlDeviceGetUUID`` (``MIG-...``) and ``nvmlDeviceGetName`` here; any other query on it
-answers NVML_ERROR_NOT_SUPPORTED (real NVML answers more, which the agent does not use).
+answers real.NVML_ERROR_NOT_SUPPORTED (real NVML answers more, which the agent does not use).
 
 The settings and health queries of the run conditions answer as pynvml's do: ``c_uint`` values in
 milliwatts and MHz, ``[current, pending]`` lists for the ECC and MIG modes, a tuple of four for
@@ -29,25 +29,29 @@ from dataclasses import dataclass, field
 import pynvml as real
 
 NVMLError = real.NVMLError
-NVML_CLOCK_SM = real.NVML_CLOCK_SM
-NVML_CLOCK_MEM = real.NVML_CLOCK_MEM
-NVML_TEMPERATURE_GPU = real.NVML_TEMPERATURE_GPU
-NVML_DEVICE_MIG_DISABLE = real.NVML_DEVICE_MIG_DISABLE
-NVML_DEVICE_MIG_ENABLE = real.NVML_DEVICE_MIG_ENABLE
-NVML_ERROR_NOT_FOUND = real.NVML_ERROR_NOT_FOUND
-NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
-NVML_ERROR_NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
-NVML_ERROR_INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
-NVML_FEATURE_DISABLED = real.NVML_FEATURE_DISABLED
-NVML_FEATURE_ENABLED = real.NVML_FEATURE_ENABLED
-NVML_MEMORY_ERROR_TYPE_CORRECTED = real.NVML_MEMORY_ERROR_TYPE_CORRECTED
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-NVML_VOLATILE_ECC = real.NVML_VOLATILE_ECC
-NVML_AGGREGATE_ECC = real.NVML_AGGREGATE_ECC
-NVML_NVLINK_MAX_LINKS = real.NVML_NVLINK_MAX_LINKS
-NVML_COMPUTEMODE_DEFAULT = real.NVML_COMPUTEMODE_DEFAULT
-NVML_COMPUTEMODE_PROHIBITED = real.NVML_COMPUTEMODE_PROHIBITED
-NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+
+CONSTANTS: tuple[str, ...] = (
+    "NVML_CLOCK_SM",
+    "NVML_CLOCK_MEM",
+    "NVML_TEMPERATURE_GPU",
+    "NVML_DEVICE_MIG_DISABLE",
+    "NVML_DEVICE_MIG_ENABLE",
+    "NVML_ERROR_NOT_FOUND",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_INVALID_ARGUMENT",
+    "NVML_FEATURE_DISABLED",
+    "NVML_FEATURE_ENABLED",
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED",
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC",
+    "NVML_AGGREGATE_ECC",
+    "NVML_NVLINK_MAX_LINKS",
+    "NVML_COMPUTEMODE_DEFAULT",
+    "NVML_COMPUTEMODE_PROHIBITED",
+    "NVML_COMPUTEMODE_EXCLUSIVE_PROCESS",
+)
+"""pynvml's constants the agent reads from the module it is given: the fake carries pynvml's own values."""
 
 H100_NVLINK_LINKS = 18
 """NVLink links of an H100 SXM (NVLink 4)."""
@@ -74,7 +78,7 @@ class FakeGpu:
     compute_pids: list[int] = field(default_factory=list)
     graphics_pids: list[int] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
-    """Names of NVML functions that answer NVML_ERROR_NOT_SUPPORTED on this GPU."""
+    """Names of NVML functions that answer real.NVML_ERROR_NOT_SUPPORTED on this GPU."""
     errors: dict[str, int] = field(default_factory=dict)
     """NVML functions that fail on this GPU, with the NVML error code they answer (e.g. NVML_ERROR_UNKNOWN)."""
     mig_capable: bool = False
@@ -87,7 +91,7 @@ class FakeGpu:
     # --- settings and health (the run conditions), NVML's units
     memory_temperature: int | None = 45
     """HBM temperature, °C, as NVML's field NVML_FI_DEV_MEMORY_TEMP gives it; None: the field answers
-    NVML_ERROR_NOT_SUPPORTED in its own ``nvmlReturn`` (the call itself succeeds, as NVML does)."""
+    real.NVML_ERROR_NOT_SUPPORTED in its own ``nvmlReturn`` (the call itself succeeds, as NVML does)."""
     power_limit_mw: int = 700_000
     """The enforced power limit (nvmlDeviceGetEnforcedPowerLimit), milliwatts."""
     power_default_limit_mw: int = 700_000
@@ -147,25 +151,6 @@ class _Missing:
 
 class FakeNvml:
     NVMLError = real.NVMLError
-    NVML_CLOCK_SM = real.NVML_CLOCK_SM
-    NVML_CLOCK_MEM = real.NVML_CLOCK_MEM
-    NVML_TEMPERATURE_GPU = real.NVML_TEMPERATURE_GPU
-    NVML_DEVICE_MIG_DISABLE = real.NVML_DEVICE_MIG_DISABLE
-    NVML_DEVICE_MIG_ENABLE = real.NVML_DEVICE_MIG_ENABLE
-    NVML_ERROR_NOT_FOUND = real.NVML_ERROR_NOT_FOUND
-    NVML_ERROR_NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
-    NVML_ERROR_NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
-    NVML_ERROR_INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
-    NVML_FEATURE_DISABLED = real.NVML_FEATURE_DISABLED
-    NVML_FEATURE_ENABLED = real.NVML_FEATURE_ENABLED
-    NVML_MEMORY_ERROR_TYPE_CORRECTED = real.NVML_MEMORY_ERROR_TYPE_CORRECTED
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    NVML_VOLATILE_ECC = real.NVML_VOLATILE_ECC
-    NVML_AGGREGATE_ECC = real.NVML_AGGREGATE_ECC
-    NVML_NVLINK_MAX_LINKS = real.NVML_NVLINK_MAX_LINKS
-    NVML_COMPUTEMODE_DEFAULT = real.NVML_COMPUTEMODE_DEFAULT
-    NVML_COMPUTEMODE_PROHIBITED = real.NVML_COMPUTEMODE_PROHIBITED
-    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = real.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, driver: str = "550.54.15", cuda: int = 12040,
                  init_error: int | None = None, on_call: Callable[[str], None] | None = None,
@@ -308,7 +293,7 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: list) -> object:
         """pynvml's array of c_nvmlFieldValue_t: each field has its own ``nvmlReturn``; only the memory
-        temperature is known here, every other field answers NVML_ERROR_NOT_SUPPORTED."""
+        temperature is known here, every other field answers real.NVML_ERROR_NOT_SUPPORTED."""
         gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
         for i, field_id in enumerate(field_ids):
@@ -392,3 +377,7 @@ class FakeNvml:
         if not 0 <= link < len(gpu.nvlink_states):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return c_uint(gpu.nvlink_states[link]).value
+
+
+for _name in CONSTANTS:  # the fake module answers pynvml's constants with pynvml's values
+    setattr(FakeNvml, _name, getattr(real, _name))

@@ -80,10 +80,7 @@ class CpuProbe:
         self._process: psutil.Process | None = None
 
     def attach(self, pid: int) -> None:
-        try:
-            self._process = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            self._process = None
+        self._process = _process(pid)
 
     def _resident_bytes(self) -> float | None:
         """The worker's resident memory with its live children's, or None once it has ended.
@@ -119,6 +116,14 @@ class CpuProbe:
         )
 
 
+def _process(pid: int) -> psutil.Process | None:
+    """The worker's process, or None where it is already gone."""
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
 def _alive(process: psutil.Process) -> bool:
     """Running and not a zombie (``is_running`` also rules out a reused PID)."""
     return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
@@ -137,10 +142,7 @@ class CpuMeter:
         self._process: psutil.Process | None = None
 
     def attach(self, pid: int) -> None:
-        try:
-            self._process = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            self._process = None
+        self._process = _process(pid)
 
     def read(self) -> tuple[float | None, float | None]:
         try:

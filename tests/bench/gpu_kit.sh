@@ -94,7 +94,7 @@ KIT_STATE=/tmp/sixdim-kit
 kit_tests() {
     local out="${1:?usage: gpu_kit.sh tests OUTDIR [--budget-seconds N]}" budget
     budget="$(kit_budget 270 "$@")"
-    timeout -s INT -k 15 "$budget" python3 -m pytest -rs -m gpu -p no:cacheprovider \
+    timeout -s INT -k 15 "$budget" python3 -m pytest -rs --durations=20 -m gpu -p no:cacheprovider \
         --continue-on-collection-errors tests/ 2>&1 | tee "$out/test_gpu.log"
     echo "gpu tests: exit ${PIPESTATUS[0]} (budget $budget s; 124 = the budget ran out)"
 }

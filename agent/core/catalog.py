@@ -258,20 +258,23 @@ WORKLOAD_DEVICE_MEMORY = MetricDef(
     RESULT_LABELS, figure="device_memory_bytes")
 WORKLOAD_SM_CLOCK = MetricDef(
     "sixdim_workload_sm_clock_hertz", "gauge",
-    "Average SM clock over the measured window, hertz (CPU core clock on CPU).",
+    "Average SM clock over the measured window, or over the power phase where the window holds fewer than 3 "
+    "telemetry samples (clock_span in the run's details), hertz (CPU core clock on CPU).",
     RESULT_LABELS, figure="sm_clock_hertz")
 WORKLOAD_POWER_CAPPED = MetricDef(
     "sixdim_workload_power_capped", "gauge",
-    "1 if the clocks were held at the software power cap during the measured window (normal for a large "
-    "kernel on an SXM GPU), else 0.",
+    "1 if the clocks were held at the software power cap during the measured window (or the power phase, as "
+    "for the SM clock; normal for a large kernel on an SXM GPU), else 0.",
     RESULT_LABELS, figure="power_capped")
 WORKLOAD_THERMAL_SLOWDOWN = MetricDef(
     "sixdim_workload_thermal_slowdown", "gauge",
-    "1 if a software or hardware thermal slowdown held the clocks down during the measured window, else 0.",
+    "1 if a software or hardware thermal slowdown held the clocks down during the measured window (or the "
+    "power phase, as for the SM clock), else 0.",
     RESULT_LABELS, figure="thermal_slowdown")
 WORKLOAD_HARDWARE_SLOWDOWN = MetricDef(
     "sixdim_workload_hardware_slowdown", "gauge",
-    "1 if a hardware slowdown or power-brake slowdown held the clocks down during the measured window, else 0.",
+    "1 if a hardware slowdown or power-brake slowdown held the clocks down during the measured window (or the "
+    "power phase, as for the SM clock), else 0.",
     RESULT_LABELS, figure="hardware_slowdown")
 WORKLOAD_SPREAD = MetricDef(
     "sixdim_workload_seconds_iqr_ratio", "gauge",
@@ -404,13 +407,13 @@ SUMMARY_SHAPES = MetricDef(
     SUMMARY_LABELS, figure="shapes")
 SUMMARY_THERMAL_SLOWDOWN = MetricDef(
     "sixdim_suite_thermal_slowdown", "gauge",
-    "1 if a thermal slowdown held the clocks down during the measured window of any of the suite's shapes "
-    "(the summary's results), else 0.",
+    "1 if a thermal slowdown held the clocks down during the measured window (or power phase, as for "
+    "sixdim_workload_thermal_slowdown) of any of the suite's shapes (the summary's results), else 0.",
     SUMMARY_LABELS, figure="thermal_slowdown")
 SUMMARY_HARDWARE_SLOWDOWN = MetricDef(
     "sixdim_suite_hardware_slowdown", "gauge",
-    "1 if a hardware or power-brake slowdown held the clocks down during the measured window of any of the "
-    "suite's shapes, else 0.",
+    "1 if a hardware or power-brake slowdown held the clocks down during the measured window (or power phase, "
+    "as for sixdim_workload_hardware_slowdown) of any of the suite's shapes, else 0.",
     SUMMARY_LABELS, figure="hardware_slowdown")
 SUMMARY_METRICS: tuple[MetricDef, ...] = (
     SUMMARY_FLOPS, SUMMARY_SAMPLES, SUMMARY_BANDWIDTH, SUMMARY_PEAK_RATIO, SUMMARY_SECONDS, SUMMARY_SHAPES,

@@ -68,7 +68,9 @@ from sixdim.workloads.spec import Case, WorkloadSpec
 log = logging.getLogger(__name__)
 
 CLOCK_FIGURES = ("sm_clock_hertz", "power_capped", "thermal_slowdown", "hardware_slowdown")
-"""Window figures exported as they are; the rest of the window summary stays in the details."""
+"""Clock figures exported as they are, from the span the summary's ``clock_span`` names (the timed
+window, or the power phase where the window holds too few samples); the rest of the window
+summary stays in the details."""
 
 MIN_TELEMETRY_POWER_SECONDS = 1.0
 """The shortest measured window whose energy-counter difference is reported as the run's power."""
@@ -104,7 +106,9 @@ def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], devi
     - memory: on a GPU NVML's device-wide peak as ``device_memory_bytes`` (it includes the CUDA
       context and other processes, so it is never the workload's ``memory_bytes``); on a CPU the
       worker's peak resident memory as ``memory_bytes`` where the worker gave none;
-    - the average SM clock and the clock-event groups.
+    - the average SM clock and the clock-event groups, from the span the summary's ``clock_span``
+      names: the timed window where it holds enough samples, else the power phase (a
+      ``clock_span_note`` says why, or that they are interpolated where neither does).
 
     A figure the window has no reading for is left out, never filled with 0; why it is missing
     stays in the window summary's own notes (``memory_note``, ``clock_event_note``, ...).
@@ -203,13 +207,18 @@ def run_conditions(sampled: Sampled, window: tuple[float, float] | None, device_
     return conditions
 
 
-def window_telemetry(sampled: Sampled, window: tuple[float, float] | None) -> dict[str, Any]:
-    """The window summary kept in a record's details, with why it is empty where it is."""
+def window_telemetry(sampled: Sampled, window: tuple[float, float] | None,
+                     power: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The window summary kept in a record's details, with why it is empty where it is.
+
+    Its clock and clock-event figures are the timed window's where it holds enough samples, else
+    those of the case's ``power`` phase (monotonic start and end) where it does: ``clock_span``
+    says which, and both spans' summaries are kept (sixdim.run.telemetry.summarize_window)."""
     if window is None:
         telemetry: dict[str, Any] = {"window_note": NO_WINDOW_NOTE}
     else:
         try:
-            telemetry = summarize_window(sampled.samples, *window)
+            telemetry = summarize_window(sampled.samples, *window, power_phase=power)
         except ValueError as exc:
             telemetry = {"error": str(exc)}
     if sampled.failed_reads:
@@ -431,7 +440,8 @@ class Executor:
 
     def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
                 sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float) -> RunRecord:
-        telemetry = window_telemetry(sampled, result.window)
+        phase = power_span(result.details)
+        telemetry = window_telemetry(sampled, result.window, phase)
         notes: dict[str, Any] = unreported_figures(result.status, result.figures)
         figures = dict(result.figures) if result.status in REPORTED_STATUSES else {}
         # Device memory bandwidth is the peak of a device-to-device copy only, not of PCIe transfers.
@@ -444,7 +454,7 @@ class Executor:
         # The one place every record is made: the history, the board, /metrics and the log lines
         # see the parameters redacted, and no secret value of them in any other text (agent/core/redact.py).
         secrets = secret_values(case.params)
-        conditions = run_conditions(sampled, result.window, device.type, power_span(result.details),
+        conditions = run_conditions(sampled, result.window, device.type, phase,
                                     str(result.details.get("power_note", "")))
         return RunRecord(
             suite=suite, workload=spec.name, precision=case.precision, params=redact_params(case.params),

@@ -13,7 +13,12 @@ computes over exactly that window:
   device-wide memory in use on a GPU (CUDA context and other processes included), the worker's
   resident memory on a CPU;
 - time-weighted average SM and memory clocks, and every clock event seen, grouped into
-  ``power_capped``, ``thermal_slowdown`` and ``hardware_slowdown`` (0 or 1 each).
+  ``power_capped``, ``thermal_slowdown`` and ``hardware_slowdown`` (0 or 1 each).  These come
+  from the window where it holds :data:`MIN_CLOCK_SAMPLES` samples; a shorter one (a cold case's
+  timed rounds, tens of milliseconds) would only interpolate the samples around it, so they come
+  from the case's power phase where it ran one that holds enough, and else from the window with a
+  ``clock_span_note``.  ``clock_span`` (``timed`` or ``power_phase``) and ``clock_span_samples``
+  say which span they are, and both spans' summaries are kept (``timed``, ``power_phase``).
 
 A missing reading is never 0.  A figure needs a reading of its kind inside the window, or one on
 each side of it to interpolate between (a window shorter than the sample period); readings on one
@@ -240,25 +245,26 @@ def time_average(points: Points, start: float, end: float) -> float:
     return integral(points, start, end) / (end - start)
 
 
-def _missing_reason(points: Points, taken: int, start: float, end: float, what: str) -> str | None:
-    """Why ``points`` cannot give the window [start, end] its ``what`` figure; None where they can.
+def _missing_reason(points: Points, taken: int, start: float, end: float, what: str,
+                    span: str = "measured window") -> str | None:
+    """Why ``points`` cannot give the ``span`` [start, end] its ``what`` figure; None where they can.
 
-    They can with a reading inside the window, or one on each side of it (a window between two
-    samples).  Readings on one side only would be held across the window: a value nobody read
+    They can with a reading inside the span, or one on each side of it (a span between two
+    samples).  Readings on one side only would be held across the span: a value nobody read
     there, and a zero where the held value is one."""
     duration = end - start
     if not points:
         if not taken:
-            return f"no telemetry sample was taken around the {duration:.3g} s measured window"
+            return f"no telemetry sample was taken around the {duration:.3g} s {span}"
         return f"none of the {taken} telemetry samples had a {what} reading"
     if any(start <= t <= end for t, _ in points) or (points[0][0] <= start and points[-1][0] >= end):
         return None
     if points[-1][0] < start:
-        return (f"no {what} reading during or after the {duration:.3g} s measured window: the last was taken "
+        return (f"no {what} reading during or after the {duration:.3g} s {span}: the last was taken "
                 f"{start - points[-1][0]:.3g} s before it began (the process had ended, or the device "
                 f"stopped answering)")
-    return (f"no {what} reading before the {duration:.3g} s measured window ended: the first was taken "
-            f"{points[0][0] - end:.3g} s after it (the process had not started yet, or the window ended "
+    return (f"no {what} reading before the {duration:.3g} s {span} ended: the first was taken "
+            f"{points[0][0] - end:.3g} s after it (the process had not started yet, or the {span} ended "
             f"before the first sample)")
 
 
@@ -299,12 +305,12 @@ def _memory(samples: list[TelemetrySample], start: float, end: float) -> dict[st
             "memory_peak_bytes": float(round(max(v for _, v in _clip(memory, start, end))))}
 
 
-def _clocks(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+def _clocks(samples: list[TelemetrySample], start: float, end: float, span: str) -> dict[str, Any]:
     """Average and lowest SM and memory clocks, each with a note where it is missing."""
     figures: dict[str, Any] = {}
     for attribute, what in (("sm_clock_hertz", "SM clock"), ("memory_clock_hertz", "memory clock")):
         series = _series(samples, attribute)
-        note = _missing_reason(series, len(samples), start, end, what)
+        note = _missing_reason(series, len(samples), start, end, what, span)
         if note is not None:
             figures[attribute.replace("_hertz", "_note")] = note
             continue
@@ -313,13 +319,13 @@ def _clocks(samples: list[TelemetrySample], start: float, end: float) -> dict[st
     return figures
 
 
-def _clock_events(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
-    """Every clock event seen in the window, and its 0/1 groups; a note where there was no reading.
+def _clock_events(samples: list[TelemetrySample], start: float, end: float, span: str) -> dict[str, Any]:
+    """Every clock event seen in the span, and its 0/1 groups; a note where there was no reading.
 
-    A window between two samples takes the events of the sample just before it (what the device
-    was doing as the window began)."""
+    A span between two samples takes the events of the sample just before it (what the device
+    was doing as the span began)."""
     masks = [(s.time, s.clock_event_mask) for s in samples if s.clock_event_mask is not None]
-    note = _missing_reason([(t, float(m)) for t, m in masks], len(samples), start, end, "clock-event")
+    note = _missing_reason([(t, float(m)) for t, m in masks], len(samples), start, end, "clock-event", span)
     if note is not None:
         return {"clock_event_note": note}
     in_window = [m for t, m in masks if start <= t <= end]
@@ -390,9 +396,82 @@ def window_conditions(samples: list[TelemetrySample], start: float, end: float) 
     return out
 
 
-def summarize_window(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
+MIN_CLOCK_SAMPLES = 3
+"""The fewest samples with a clock reading a span must hold for its clock and clock-event figures to be
+read from it rather than interpolated between the samples around it (a cold case's timed rounds last
+tens of milliseconds, shorter than the 100 ms sample period)."""
+
+CLOCK_READINGS: tuple[str, ...] = ("sm_clock_hertz", "memory_clock_hertz", "clock_event_mask")
+"""The readings the clock and clock-event figures come from."""
+
+TIMED, POWER_PHASE = "timed", "power_phase"
+"""The spans a run's clock figures can come from: its timed rounds (the measured window) and its
+power phase (the back-to-back calls its power figure comes from, where the power cap engages)."""
+
+_SPAN_WORDS = {TIMED: "measured window", POWER_PHASE: "power phase"}
+
+
+def clock_samples(samples: list[TelemetrySample], start: float, end: float) -> int:
+    """How many samples inside [start, end] hold a clock reading: the fewest over the readings the
+    device gives (those any sample has), so that every clock figure of the span has that many."""
+    given = [a for a in CLOCK_READINGS if any(getattr(s, a) is not None for s in samples)]
+    if not given:
+        return 0
+    return min(sum(1 for s in samples if start <= s.time <= end and getattr(s, a) is not None) for a in given)
+
+
+def summarize_clocks(samples: list[TelemetrySample], start: float, end: float, span: str = TIMED) -> dict[str, Any]:
+    """The clock and clock-event figures of one span (``timed`` or ``power_phase``), with its length and
+    how many samples with a clock reading it holds (``seconds``, ``samples``)."""
+    figures: dict[str, Any] = {"seconds": end - start, "samples": clock_samples(samples, start, end)}
+    figures.update(_clocks(samples, start, end, _SPAN_WORDS[span]))
+    figures.update(_clock_events(samples, start, end, _SPAN_WORDS[span]))
+    return figures
+
+
+def _clock_span(samples: list[TelemetrySample], start: float, end: float,
+                power_phase: tuple[float, float] | None) -> dict[str, Any]:
+    """The clock and clock-event figures from the span that holds enough samples, and which span that is.
+
+    The timed window where it holds :data:`MIN_CLOCK_SAMPLES` samples with a clock reading; else the
+    power phase where the case ran one that does; else the timed window still, interpolated from the
+    samples around it, with a ``clock_span_note`` saying so.  Both spans' summaries are kept
+    (``timed``, ``power_phase``); ``clock_span`` and ``clock_span_samples`` say which one the
+    figures are and from how many samples."""
+    spans = {TIMED: summarize_clocks(samples, start, end, TIMED)}
+    if power_phase is not None and power_phase[1] > power_phase[0]:
+        spans[POWER_PHASE] = summarize_clocks(samples, *power_phase, POWER_PHASE)
+    timed = spans[TIMED]
+    phase = spans.get(POWER_PHASE)
+    note = None
+    if timed["samples"] >= MIN_CLOCK_SAMPLES:
+        chosen = TIMED
+    else:
+        few = (f"the {timed['seconds']:.3g} s measured window holds {timed['samples']} sample(s) with a clock "
+               f"reading, fewer than {MIN_CLOCK_SAMPLES}")
+        if phase is not None and phase["samples"] >= MIN_CLOCK_SAMPLES:
+            chosen = POWER_PHASE
+            note = f"{few}: the clock and clock-event figures are the {phase['seconds']:.3g} s power phase's"
+        else:
+            chosen = TIMED
+            why = ("the case ran no power phase" if phase is None else
+                   f"the {phase['seconds']:.3g} s power phase holds only {phase['samples']}")
+            note = f"{few} and {why}: the clock and clock-event figures are interpolated from fewer samples"
+    figures = {k: v for k, v in spans[chosen].items() if k not in ("seconds", "samples")}
+    figures.update(clock_span=chosen, clock_span_samples=spans[chosen]["samples"], **spans)
+    if note is not None and any(k in figures for k in ("sm_clock_hertz", "memory_clock_hertz", "clock_event_reasons")):
+        figures["clock_span_note"] = note  # with no clock figure at all, their own notes say why
+    return figures
+
+
+def summarize_window(samples: list[TelemetrySample], start: float, end: float,
+                     power_phase: tuple[float, float] | None = None) -> dict[str, Any]:
     """Figures (base units) for the measured window [start, end]; absent, with a note, where
-    nothing was measured (see the module's docstring)."""
+    nothing was measured (see the module's docstring).
+
+    Power, energy and memory are the window's.  The clock and clock-event figures are the window's
+    where it holds :data:`MIN_CLOCK_SAMPLES` samples, else the ``power_phase``'s (monotonic start
+    and end) where it does: ``clock_span`` says which, and both spans' summaries are kept."""
     if end <= start:
         raise ValueError(f"empty measured window: start {start} >= end {end}")
     duration = end - start
@@ -402,8 +481,9 @@ def summarize_window(samples: list[TelemetrySample], start: float, end: float) -
         figures["window_note"] = (f"no telemetry sample was taken during the {duration:.3g} s measured window: "
                                   f"figures read just before and just after it are interpolated, the others "
                                   f"are absent")
-    for part in (_power, _memory, _clocks, _clock_events):
+    for part in (_power, _memory):
         figures.update(part(samples, start, end))
+    figures.update(_clock_span(samples, start, end, power_phase))
     return figures
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +41,8 @@ KERNELS = {"gemm", "conv", "rnn", "sparse_gemm"}
 GPU_TIMING_METHODS = {"cuda_events", "cuda_events_per_call_l2_flushed", "cuda_graph_events"}
 TF32_KEYS = ("matmul_allow_tf32", "cudnn_allow_tf32")
 BIG, MID, SMALL = 16384, 4096, 256
+COLD = (1760, 128, 1760)
+"""A DeepBench shape whose fp16 GEMM takes about 10 µs on an H100/H200 and fits in L2 (timed cold)."""
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +112,43 @@ def _wait_idle(nvml, index: int, seconds: float = 15.0) -> str | None:
 
 # ---------------------------------------------------------------------------- (a) the guard and our own workers
 
+class _NvmlWatch:
+    """Polls NVML's process list of one GPU in a thread while a block runs: every PID it listed, and
+    those that were descendants of this process (sixdim's workers) when listed."""
+
+    def __init__(self, nvml, index: int, period: float = 0.1):
+        self.nvml, self.index, self.period = nvml, index, period
+        self.listed: set[int] = set()
+        self.ours: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        me = os.getpid()
+        while not self._stop.wait(self.period):
+            try:
+                pids = self.nvml.process_ids(self.index)
+            except Exception:
+                continue
+            for pid in pids:
+                self.listed.add(pid)
+                try:
+                    if any(p.pid == me for p in psutil.Process(pid).parents()):
+                        self.ours.add(pid)
+                except psutil.Error:
+                    pass
+
+    def __enter__(self) -> _NvmlWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 def test_guard_never_skips_a_case_because_of_sixdims_own_worker(nvml, tmp_path):
     """Several workloads in several workers (device, host-wide, device again), guard on: each worker
     starts right after the previous one ended, with the GPU just busy from its power phase."""
@@ -124,8 +164,13 @@ def test_guard_never_skips_a_case_because_of_sixdims_own_worker(nvml, tmp_path):
              (registry.get("gemm"), {"m": 2048, "n": 2048, "k": 2048, "precisions": ["bf16"],
                                      **_fast("gemm", {}, power_seconds=3.0)}),
              (registry.get("memory_bandwidth"), _fast("memory_bandwidth", {"directions": ["d2d"]}))]
-    records = _executor(nvml, tmp_path, guard=True).execute_many(items, device, timeout=300)
-    _dump("guard", records)
+    seen = _NvmlWatch(nvml, device.index)
+    with seen:
+        records = _executor(nvml, tmp_path, guard=True).execute_many(items, device, timeout=300)
+    _dump("guard", records, nvml_listed=sorted(seen.listed), ours=sorted(seen.ours))
+    # the check means something only if NVML listed sixdim's workers while they ran: a guard that
+    # never saw them would pass whether or not it knows its own processes
+    assert seen.ours, f"NVML never listed one of this test's worker processes (it listed {sorted(seen.listed)})"
     skipped = [f"{r.workload} {r.shape}: {r.reason}" for r in records if r.status == "skipped"]
     mine = str(os.getpid())
     assert not any(mine in s for s in skipped), f"this pytest process holds a CUDA context (pid {mine}): {skipped}"
@@ -160,6 +205,9 @@ def test_quick_suite_reports_every_kernel_with_its_timing_method_and_cache_regim
     for r in ok:
         if r.details.get("cache_regime") == "cold":
             assert r.details["timing_method"] == "cuda_events_per_call_l2_flushed", (r.shape, r.details)
+    not_graphed = [(r.shape, r.precision, r.kernel_pass, r.details.get("timing_method")) for r in ok
+                   if r.workload == "rnn" and r.details.get("timing_method") != "cuda_graph_events"]
+    assert not not_graphed, f"RNN cases not replayed from a CUDA graph (a failed capture?): {not_graphed}"
     bandwidth = [r for r in ok if r.workload == "memory_bandwidth"]
     assert all(r.details.get("timing_method") in GPU_TIMING_METHODS for r in bandwidth), \
         [(r.kernel_pass, r.details.get("timing_method")) for r in bandwidth]
@@ -181,7 +229,16 @@ def mixed(nvml, tmp_path_factory):
                                  **SMALL_MODEL}),
         (registry.get("gemm"), _fast("gemm", {"m": 1001, "n": 1003, "k": 1005, "precisions": ["int8", "fp8"]})),
         (registry.get("convergence"), {}),
+        (registry.get("memory_bandwidth"), _fast("memory_bandwidth", {"directions": ["d2d"]})),  # sets no flags
         (registry.get("gemm"), _fast("gemm", {"m": 512, "n": 512, "k": 512, "precisions": ["bf16"]})),
+        # a cold µs-scale kernel with a power phase (from a CUDA graph), and one kernel's power over 1 s and 3 s
+        (registry.get("gemm"), _fast("gemm", {"m": COLD[0], "n": COLD[1], "k": COLD[2], "precisions": ["fp16"]},
+                                     power_seconds=2.0)),
+        (registry.get("gemm"), _fast("gemm", {"m": 3072, "n": 3072, "k": 3072, "precisions": ["bf16"]},
+                                     power_seconds=1.0)),
+        (registry.get("gemm"), _fast("gemm", {"m": 3072, "n": 3072, "k": 3072, "precisions": ["bf16"]},
+                                     power_seconds=3.0)),
+        (registry.get("sparse_gemm"), _fast("sparse_gemm", {"set": "quick"})),
         (registry.get("model"), {"models": ["gpt"], "modes": ["training", "inference"], "precisions": ["amp"],
                                  **SMALL_MODEL}),
     ]
@@ -244,6 +301,84 @@ def test_power_of_a_big_gemm_on_h100_class_is_real(mixed):
     assert r.figures.get("power_watts", 0) > 50, r.figures
 
 
+def test_a_cold_microsecond_kernel_gets_its_power_from_a_graph_that_kept_the_gpu_busy(mixed):
+    """Issue 27 item 1: a ~10 µs kernel called one by one from Python leaves the GPU idle between
+    launches; its power phase must replay a CUDA graph of many calls and say how busy the GPU was."""
+    device, records = mixed
+    r = _one(records, "gemm", "fp16", f"m={COLD[0]},")
+    assert r.status == "ok", r.reason
+    assert r.details["cache_regime"] == "cold", r.details.get("cache_regime")
+    phase = r.details.get("power")
+    assert phase, f"no power phase: {r.details.get('power_note')!r}"
+    assert phase["unit"] == "cuda_graph" and phase["calls_per_unit"] >= 100, phase
+    assert phase["gpu_busy_share"] >= 0.9, phase
+    assert r.figures.get("power_watts", 0) > 0, (r.figures, r.details.get("power_note"))
+    assert r.figures["flop_per_joule"] == pytest.approx(2 * COLD[0] * COLD[1] * COLD[2] * phase["calls"]
+                                                        / r.figures["energy_joules"], rel=1e-6)
+
+
+STARVED_POWER = """
+import json, time, torch, pynvml
+from sixdim.workloads import energy, timing
+from sixdim.workloads.context import RunContext
+
+pynvml.nvmlInit()
+uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+meter = energy.NvmlEnergy([uuid.decode() if isinstance(uuid, bytes) else uuid])
+x = torch.ones(1024, device="cuda")
+
+def starved():  # a 2 µs kernel, then 300 µs of host work before the next: the GPU idles >95% of the time
+    x.add_(1)
+    until = time.perf_counter() + 300e-6
+    while time.perf_counter() < until:
+        pass
+
+figures, details = timing.power_phase(starved, torch.device("cuda:0"), RunContext(device="cuda:0", energy=meter),
+                                      seconds=1.5, seconds_per_unit=300e-6, work_per_call=1.0)
+print(json.dumps({"figures": figures, "details": details}))
+"""
+
+
+def test_a_power_phase_the_gpu_idled_through_reports_no_power(nvml):
+    """The other side of the 90% rule, on a real GPU and energy counter (in a child process, as the
+    worker would: this process never holds a CUDA context)."""
+    done = subprocess.run([sys.executable, "-c", STARVED_POWER], capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    phase = out["details"]["power"]
+    assert out["figures"] == {}, out
+    assert phase["unit"] == "call" and phase["gpu_busy_share"] < 0.5, phase
+    assert "busy with the kernel for only" in out["details"]["power_note"], out["details"]
+
+
+def test_one_second_of_power_agrees_with_three(mixed):
+    """The 1 s minimum: aligned on counter updates, a 1 s phase gives the same power as a 3 s one of the
+    same kernel (within 5%; both run at the power cap or both below it), from at least 5 updates."""
+    device, records = mixed
+    short, long_ = [r for r in records if r.workload == "gemm" and r.shape.startswith("m=3072,")]
+    for r in (short, long_):
+        assert r.status == "ok", r.reason
+        phase = r.details.get("power")
+        assert phase, r.details.get("power_note")
+        assert phase["aligned"] is True and phase["counter_updates"] >= 5, phase
+    assert short.details["power"]["seconds"] < 1.5 <= long_.details["power"]["seconds"]
+    assert short.figures["power_watts"] == pytest.approx(long_.figures["power_watts"], rel=0.05), \
+        (short.figures["power_watts"], long_.figures["power_watts"])
+
+
+def test_sparse_gemm_keeps_int32_indices_and_one_cache_regime_on_the_gpu(mixed):
+    device, records = mixed
+    sparse = [r for r in records if r.workload == "sparse_gemm"]
+    assert sparse and all(r.status == "ok" for r in sparse), [(r.shape, r.status, r.reason) for r in sparse]
+    for r in sparse:
+        d = r.details
+        assert d["index_dtype"] == "int32", (r.shape, d["index_dtype"])
+        assert d["cache_regime"] == d["dense_cache_regime"] in ("cold", "warm"), (r.shape, d)
+        assert d["timing_method"] in GPU_TIMING_METHODS and d["dense_timing_method"] in GPU_TIMING_METHODS
+        assert r.figures["speedup"] > 0
+
+
 # (d) memory
 
 def test_memory_is_the_cases_own_not_carried_over(mixed):
@@ -275,6 +410,44 @@ def test_a_cases_memory_does_not_depend_on_what_ran_before_it(mixed, nvml, tmp_p
     assert abs(first.figures["memory_bytes"] - after_others.figures["memory_bytes"]) <= 2**20, (
         f"alone {first.figures['memory_bytes'] / 2**20:.2f} MiB, after the {BIG}³ case "
         f"{after_others.figures['memory_bytes'] / 2**20:.2f} MiB")
+
+
+GRAPHED_RNN = {"set": "quick", "scale": 8, "precisions": ["fp32"]}
+"""DeepBench's quick RNN layers at 1/8 size: each case's tensors take a few MiB, less than one workspace."""
+
+
+def _rnn_bytes_bound(shape: str) -> float:
+    """Twice what an fp32 RNN case's tensors can take (inputs, weights, every step's states, activations
+    and gradients), plus 4 MiB: well under the 32 MiB a counted cuBLAS workspace would add."""
+    p = dict(part.split("=") for part in shape.split(","))
+    gates = {"vanilla": 1, "gru": 3, "lstm": 4}[p["cell"]]
+    hidden, batch, steps = int(p["hidden"]), int(p["batch"]), int(p["steps"])
+    return 2 * 4 * (steps * batch * hidden * (2 * gates + 3) + gates * hidden * hidden) + 4 * 2**20
+
+
+def test_a_graph_captured_case_counts_no_cublas_workspace(nvml, tmp_path_factory):
+    """Issue 27 item 8: a case replayed from a CUDA graph counted the capture stream's cuBLAS workspace
+    (32 MiB with CUBLAS_WORKSPACE_CONFIG=:4096:8), a new one for each capture.  Small RNN layers twice in
+    one worker, a GEMM between: each case reports only its own memory, the same both times."""
+    device = resolve(["cuda:0"], nvml)[0]
+    rnn = _fast("rnn", GRAPHED_RNN)
+    records = _executor(nvml, tmp_path_factory.mktemp("graphs")).execute_many(
+        [(registry.get("rnn"), rnn),
+         (registry.get("gemm"), _fast("gemm", {"m": MID, "n": MID, "k": MID, "precisions": ["bf16"]})),
+         (registry.get("rnn"), rnn)], device, timeout=300)
+    _dump("graphs", records)
+    assert not _problems(records), _problems(records)
+    rnns = [r for r in records if r.workload == "rnn"]
+    first, second = rnns[:len(rnns) // 2], rnns[len(rnns) // 2:]
+    assert first and [r.shape for r in first] == [r.shape for r in second]
+    for a, b in zip(first, second):
+        for r in (a, b):
+            assert r.details["timing_method"] == "cuda_graph_events", (r.shape, r.details.get("timing_method"))
+            bound = _rnn_bytes_bound(r.shape)
+            assert r.figures["memory_bytes"] < bound, (
+                f"{r.shape} {r.kernel_pass}: {r.figures['memory_bytes'] / 2**20:.1f} MiB, over the "
+                f"{bound / 2**20:.1f} MiB its tensors can take: a cuBLAS workspace (32 MiB)?")
+        assert abs(a.figures["memory_bytes"] - b.figures["memory_bytes"]) <= 2**20, (a.shape, a.figures, b.figures)
 
 
 # (e) TF32 only where asked for
@@ -351,10 +524,13 @@ def test_models_train_and_infer_on_the_gpu(mixed, model, precision, mode):
 # (h) flags do not leak from one case to the next
 
 def test_deterministic_mode_does_not_leak_into_the_next_case(mixed):
+    """The case after convergence sets no flags of its own (memory_bandwidth), so only the worker's restore
+    can have turned deterministic mode off: a GEMM next would set every flag again and hide a leak."""
     device, records = mixed
     index = next(i for i, r in enumerate(records) if r.workload == "convergence")
+    assert get_flag(records[index], "deterministic") is True
     after = records[index + 1]
-    assert (after.workload, after.shape) == ("gemm", "m=512,n=512,k=512,op=NN")
+    assert after.workload == "memory_bandwidth", (after.workload, after.shape)
     assert after.started_at == records[index].started_at, "same worker"
     assert after.status == "ok", after.reason
     assert get_flag(after, "deterministic") is False

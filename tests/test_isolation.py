@@ -15,7 +15,7 @@ from sixdim.run.runner import run_worker
 from sixdim.workloads import flags, gemm, registry
 from sixdim.workloads.context import RunContext
 from sixdim.workloads.report import Measurement
-from sixdim.workloads.timing import Timing, cache_regime, power_phase
+from sixdim.workloads.timing import MIN_BUSY_SHARE, Timing, busy_note, cache_regime, power_phase, power_unit
 
 
 @pytest.mark.slow
@@ -134,6 +134,28 @@ def test_power_phase_reads_the_counter_at_both_ends_and_gives_work_per_joule():
     assert figures["energy_joules"] == pytest.approx(figures["power_watts"] * power["seconds"])
     assert figures["flop_per_joule"] == pytest.approx(1e9 * power["calls"] / figures["energy_joules"])
     assert power["end_unix"] - power["start_unix"] == pytest.approx(power["seconds"], abs=0.2)
+
+
+def test_the_power_phase_says_what_it_repeated_and_keeps_the_kernel_on_a_cpu():
+    """On a CPU the unit is the kernel as it is (no graphs, no device events): ``unit`` says so and no
+    GPU-busy share is claimed; a unit that is already a replay of several calls stays one."""
+    ctx = RunContext(device="cpu", energy=_FakeMeter(100.0))
+    figures, details = power_phase(_busy, torch.device("cpu"), ctx, seconds=1.0, seconds_per_unit=2e-3,
+                                   work_per_call=1.0)
+    power = details["power"]
+    assert (power["unit"], power["calls_per_unit"]) == ("call", 1) and "gpu_busy_share" not in power
+    assert figures["power_watts"] > 0
+    replay = lambda: _busy(2e-3)  # noqa: E731  (stands for a graph of 4 calls)
+    assert power_unit(replay, torch.device("cpu"), 4, 2e-3) == (replay, 4, 2e-3, "graph_replay")
+    # a short kernel is only captured on CUDA; on a CPU it is called as it is
+    assert power_unit(_busy, torch.device("cpu"), 1, 10e-6) == (_busy, 1, 10e-6, "call")
+
+
+def test_a_power_phase_the_gpu_idled_through_reports_no_power_and_says_why():
+    """The 90% rule: below it the energy would be the launch gaps' as much as the kernel's."""
+    assert busy_note(0.95) is None and busy_note(MIN_BUSY_SHARE) is None
+    note = busy_note(0.42)
+    assert note is not None and "42%" in note and "90%" in note
 
 
 def test_no_power_from_a_phase_shorter_than_a_second_or_without_a_counter():

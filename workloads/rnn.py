@@ -66,7 +66,7 @@ from sixdim.workloads import flags
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.correctness import TOLERANCES, check, corrupt_
 from sixdim.workloads.report import kernel_output, measure_kernel
-from sixdim.workloads.timing import _graph_of, latency_percentiles
+from sixdim.workloads.timing import latency_percentiles
 
 GATES = {"vanilla": 1, "lstm": 4, "gru": 3}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -318,9 +318,8 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     measured = measure_kernel(kernel, device, ctx, {**params, "latency_samples": 0}, graph=graph,
                               flop_count=flop_count)
     if params.get("latency_samples"):
-        # Single calls replayed from a graph of one call, for the same reason as the rounds.
-        single = (_graph_of(kernel, 1) if graph else None) or kernel
-        measured.latencies = latency_percentiles(single, device, ctx, samples=params["latency_samples"],
+        # On CUDA, single warm calls are replayed from a graph of one call (latency_percentiles).
+        measured.latencies = latency_percentiles(kernel, device, ctx, samples=params["latency_samples"],
                                                  warmup_seconds=0.0, regime=measured.timing.regime)
     produced, reference = _sample(layer, kernel_pass, kernel(), grad_states, band=TOLERANCES[precision])
     if params.get("corrupt"):

@@ -56,8 +56,19 @@ MIN_COUNTER_UPDATES = 5
 """A phase spanning fewer counter updates than this has too coarse an energy figure: no power."""
 MIN_POWER_SECONDS = 1.0
 """Below this, a power figure would be interpolated from the counter's update steps: not reported."""
+POWER_GRAPH_BELOW_SECONDS = 100e-6
+"""A kernel shorter than this runs its power phase from a CUDA graph of many calls: called one by one
+from Python, the GPU would idle between launches and the phase would measure the launch loop."""
+POWER_GRAPH_UNIT_SECONDS = 0.01
+"""The power phase's graph holds about this much work (at most :data:`GRAPH_CALLS` calls)."""
+MIN_BUSY_SHARE = 0.9
+"""A power phase whose GPU was busy with the measured work for less of its time than this reports no
+power: the figure would be the idle gaps' as much as the kernel's."""
 
 _flush_buffer: torch.Tensor | None = None
+_capture_streams: dict[int, Any] = {}
+"""One side stream per device for every graph capture of the worker: each new stream would get its own
+cuBLAS workspace (32 MiB on an H100) that empty_cache does not free, counted as the next case's memory."""
 
 
 @dataclass
@@ -154,23 +165,34 @@ def release() -> None:
     _flush_buffer = None
 
 
+def _capture_stream() -> Any:
+    """The worker's one side stream for graph captures on the current device (see ``_capture_streams``)."""
+    index = torch.cuda.current_device()
+    if index not in _capture_streams:
+        _capture_streams[index] = torch.cuda.Stream()
+    return _capture_streams[index]
+
+
 def _graph_of(fn: Callable[[], object], calls: int) -> Callable[[], object] | None:
     """A CUDA graph replaying ``calls`` calls of fn, or None where capture is not possible.
 
-    A failed capture can leave the thread's current stream set to the capture stream
-    (torch.cuda.graph's exit raises before it restores it); the caller's stream is put back.
+    The graph is replayed once before it is returned: the first replay uploads the graph to the
+    device, which would otherwise be inside the first timed round.  A failed capture can leave the
+    thread's current stream set to the capture stream (torch.cuda.graph's exit raises before it
+    restores it); the caller's stream is put back.
     """
     original = torch.cuda.current_stream()
     try:
-        stream = torch.cuda.Stream()
+        stream = _capture_stream()
         stream.wait_stream(original)
         with torch.cuda.stream(stream):
             fn()  # warm the side stream (cuBLAS handles, workspaces) before capture
         original.wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=stream):
             for _ in range(calls):
                 fn()
+        graph.replay()  # the upload, outside any timing
         torch.cuda.synchronize()
         return graph.replay
     except Exception:
@@ -267,15 +289,22 @@ def _flushed(fn: Callable[[], object], device: torch.device, calls: int) -> floa
 def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: RunContext, *, samples: int,
                         warmup_seconds: float, regime: str = "warm") -> list[float]:
     """Seconds of each of ``samples`` single calls (for p50/p99 latency), each synchronized, in
-    the same cache regime as the case's timed rounds."""
+    the same cache regime as the case's timed rounds.
+
+    A warm call on CUDA is replayed from a graph of one call: timed directly, its start event would
+    be recorded on an idle stream before Python launches the kernel, and the launch would be counted
+    as the kernel's latency.  (A cold call follows its flush, which keeps the stream busy meanwhile.)"""
     calibrate(fn, device, warmup_seconds, 0.0)
+    single = fn
+    if device.type == "cuda" and regime != "cold":
+        single = _graph_of(fn, 1) or fn
     times = []
     for _ in range(samples):
         if device.type == "cuda":
             if regime == "cold":
                 times.append(_flushed(fn, device, 1))
             else:
-                times.append(_events(fn, 1))
+                times.append(_events(single, 1))
         else:
             start = time.perf_counter()
             fn()
@@ -291,6 +320,10 @@ def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
     ``worker_memory``, :attr:`sixdim.workloads.spec.WorkloadSpec.runs_in_ranks`.)"""
     if device.type != "cuda":
         return
+    torch.cuda.synchronize(device)
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:  # every stream's workspace, the graph side streams' included: a case counts its own
+        clear()
     _start_blas(device)
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
@@ -299,15 +332,23 @@ def begin_case_memory(ctx: RunContext, device: torch.device) -> None:
 
 
 def _start_blas(device: torch.device) -> None:
-    """Have cuBLAS allocate its workspace on this stream now, outside any case.
+    """Have cuBLAS allocate its workspaces now, outside any case: on this stream and on the graph
+    capture stream.
 
-    The workspace (32 MiB on an H100 with CUBLAS_WORKSPACE_CONFIG=:4096:8) comes from the caching
+    A workspace (32 MiB on an H100 with CUBLAS_WORKSPACE_CONFIG=:4096:8) comes from the caching
     allocator at the first GEMM on a stream and stays for the process: without this, the first GEMM
     case of a worker counted it and every later one did not (seen on an H100, 2026-11-25), so one
-    case's memory_bytes depended on what ran before it.  A 1×1 product is enough.
+    case's memory_bytes depended on what ran before it; and a case captured in a CUDA graph counted
+    its capture stream's.  A 1×1 product on each is enough.
     """
-    one = torch.ones(1, 1, device=device)
-    torch.mm(one, one)
+    with torch.cuda.device(device):
+        one = torch.ones(1, 1, device=device)
+        torch.mm(one, one)
+        capture = _capture_stream()
+        capture.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(capture):
+            torch.mm(one, one)
+        torch.cuda.current_stream().wait_stream(capture)
 
 
 def note_memory(ctx: RunContext) -> None:
@@ -338,20 +379,51 @@ def _counter(meter: Any) -> energy.Reading:
         raise _CounterLost(f"{type(exc).__name__}: {exc}") from None
 
 
+def power_unit(call: Callable[[], object], device: torch.device, calls_per_unit: int,
+               seconds_per_unit: float) -> tuple[Callable[[], object], int, float, str]:
+    """What the power phase repeats: ``(unit, kernel calls per unit, seconds per unit, kind)``.
+
+    A single CUDA kernel call shorter than :data:`POWER_GRAPH_BELOW_SECONDS` is captured in a graph of
+    many calls (kind ``cuda_graph``), as the timed rounds do for short warm kernels: called one by one
+    from Python, such a kernel leaves the GPU idle between launches (cold cases are timed one flushed
+    call at a time, so their ``timing.call`` is the bare kernel).  Anything else is repeated as it is
+    (``graph_replay`` where it is already a graph, ``call`` otherwise).  The phase runs back to back
+    without flushes, so the power is the kernel's with its data in cache."""
+    if calls_per_unit > 1:
+        return call, calls_per_unit, seconds_per_unit, "graph_replay"
+    if device.type == "cuda" and 0 < seconds_per_unit < POWER_GRAPH_BELOW_SECONDS:
+        calls = max(2, min(GRAPH_CALLS, math.ceil(POWER_GRAPH_UNIT_SECONDS / seconds_per_unit)))
+        replay = _graph_of(call, calls)
+        if replay is not None:
+            return replay, calls, seconds_per_unit * calls, "cuda_graph"
+    return call, calls_per_unit, seconds_per_unit, "call"
+
+
+def busy_note(share: float) -> str | None:
+    """Why a power phase whose GPU was busy with the measured work ``share`` of its time reports no power."""
+    if share >= MIN_BUSY_SHARE:
+        return None
+    return (f"the GPU was busy with the kernel for only {share:.0%} of the power phase (at least "
+            f"{MIN_BUSY_SHARE:.0%} needed): the power would be the launch gaps' as much as the kernel's")
+
+
 def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContext, *, seconds: float,
                 calls_per_unit: int = 1, seconds_per_unit: float | None = None,
                 work_per_call: float | None = None, work_unit: str = "flop") -> tuple[dict[str, float], dict[str, Any]]:
     """Power and energy over ``seconds`` of back-to-back calls, from the energy counter.
 
-    Runs after the timed rounds, so the clocks are warm.  Calls go in blocks of about
-    :data:`POWER_READING_SECONDS`; after each block the device is synchronized and the
+    Runs after the timed rounds, so the clocks are warm.  What it repeats is chosen by
+    :func:`power_unit` (a CUDA graph of many calls for a kernel under 100 µs).  Calls go in blocks of
+    about :data:`POWER_READING_SECONDS`; after each block the device is synchronized and the
     counter read, so the phase's first and last readings bracket exactly the work between
     them.  Both ends are placed on a counter update (work goes on in blocks of
     :data:`ALIGN_READING_SECONDS` until the counter changes): NVML's total energy moves about every
     100 ms, and a phase cut between its steps would be up to a step off at each end (±20% of a 1 s
     phase); aligned, each end is off by at most one short block.  ``details["power"]`` records how many
     updates the phase spanned (at least :data:`MIN_COUNTER_UPDATES`, or no power) and whether both
-    ends found one.  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
+    ends found one.  On CUDA each unit is bracketed by events, and the share of the phase the GPU
+    spent inside them is ``gpu_busy_share``: below :data:`MIN_BUSY_SHARE`, no power (the phase would
+    measure the gaps).  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
     joule (``flop_per_joule`` or ``samples_per_joule``).  Returns ``({}, {"power_note": why})``
     where there is no counter or the phase would be too short to mean anything.
     """
@@ -363,16 +435,26 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
                                   f"power not reported (set power_seconds >= {MIN_POWER_SECONDS:g})"}
     if seconds_per_unit is None:
         seconds_per_unit = _timed_block(call, device, 3) / 3
+    call, calls_per_unit, seconds_per_unit, unit_kind = power_unit(call, device, calls_per_unit, seconds_per_unit)
     block = max(1, round(POWER_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     small = max(1, round(ALIGN_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     ctx.progress(f"power phase: {seconds:g} s")
     _synchronize(device)
     units = 0
+    timed_units = device.type == "cuda"
+    spans: list[tuple[Any, Any]] = []  # each unit's event pair, from the phase's first reading on
 
     def work(calls: int) -> energy.Reading:
         nonlocal units
         for _ in range(calls):
-            call()
+            if timed_units:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                call()
+                end.record()
+                spans.append((begin, end))
+            else:
+                call()
         units += calls
         _synchronize(device)
         return _counter(meter)
@@ -392,6 +474,7 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
         # the counter's steps (NVML's total energy moves about every 100 ms) then add no error
         first, aligned_start = next_update(_counter(meter))
         units_before = units  # the calls while waiting for the first update are not the phase's
+        spans.clear()
         readings = [first]
         while readings[-1].monotonic - first.monotonic < seconds:
             readings.append(work(block))
@@ -411,13 +494,21 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
                                "aligned": aligned_start and aligned_end,
                                "start_unix": first.unix, "end_unix": last.unix,
                                "start_monotonic": first.monotonic, "end_monotonic": last.monotonic,
-                               "source": meter.source, "calls_per_reading": block * calls_per_unit}
+                               "source": meter.source, "calls_per_reading": block * calls_per_unit,
+                               "unit": unit_kind, "calls_per_unit": calls_per_unit}
+    busy = None
+    if timed_units and elapsed > 0:
+        busy = min(1.0, sum(b.elapsed_time(e) for b, e in spans) / 1e3 / elapsed)
+        details["gpu_busy_share"] = busy
     if joules <= 0:
         return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
     if updates < MIN_COUNTER_UPDATES:
         return {}, {"power_note": f"the energy counter moved only {updates} time(s) over {elapsed:.2f} s (at least "
                                   f"{MIN_COUNTER_UPDATES} needed): its steps would dominate the figure",
                     "power": details}
+    idle = busy_note(busy) if busy is not None else None
+    if idle is not None:
+        return {}, {"power_note": idle, "power": details}
     figures = {"power_watts": joules / elapsed, "energy_joules": joules}
     if work_per_call:
         figures[f"{work_unit}_per_joule"] = work_per_call * calls / joules

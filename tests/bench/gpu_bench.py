@@ -1386,7 +1386,8 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
     result["cases"] = rows = []
     budget = Budget(args.budget_seconds)
     estimate = 5.0
-    for model, mode, precision in (CPU_MODEL_CASES if args.quick else GPU_MODEL_CASES):
+    cases = CPU_MODEL_CASES if args.quick else GPU_MODEL_CASES
+    for model, mode, precision in cases[max(0, getattr(args, "skip", 0)):]:
         row: dict[str, Any] = {"model": model, "mode": mode, "precision": precision}
         rows.append(row)
         if not budget.allows(estimate):
@@ -1643,6 +1644,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--set", choices=sorted(REPEAT_SETS), default=None,
                              help="cases: quick-like (GEMM square bf16/fp32 + quick bf16/fp32, conv quick bf16; "
                                   "the default), gemm (square bf16/fp16/fp32 + quick fp32: what 'all' runs), cpu")
+        if name == "models":
+            sub.add_argument("--skip", type=int, default=0,
+                             help="leave out the first N rows (those an earlier run measured)")
         if name in ("repeat", "power"):
             sub.add_argument("--power-seconds", type=float, default=0.0 if name == "repeat" else -1.0,
                              help="sixdim's power phase per case (repeat: 0 = off; power: default 5, 1 with --quick)")

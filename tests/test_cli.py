@@ -22,7 +22,7 @@ def test_list_shows_workloads_parameters_and_defaults(cli_env):
     text = run("list", env=cli_env).stdout
     assert text.startswith("gemm: ")
     row = next(line.split() for line in text.splitlines() if line.split()[:1] == ["precisions"])
-    assert row[1].split(",") == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
+    assert row[1].split(",") == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp8_fast"]
     for name in ("gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth", "launch_latency", "allreduce"):
         assert f"\n{name}: " in "\n" + text
     assert "training: DeepBench's 160 (NN, TN, NT)" in text
@@ -35,11 +35,11 @@ def test_list_shapes_prints_every_deepbench_shape(cli_env):
     text = run("list", "--shapes", env=cli_env).stdout
     gemm_training = text.split("  training (", 1)[1].split("  inference (", 1)[0]
     listed = [line.strip() for line in gemm_training.splitlines()[1:] if line.strip()]
-    # DeepBench's 160 training GEMMs in the floating-point precisions, plus the NT form that int8 and
-    # fp8 run (their one layout) where DeepBench's op is another
-    assert sum("int8, fp8 only" not in line for line in listed) == 160
+    # DeepBench's 160 training GEMMs in the floating-point precisions, plus the NT form that int8, fp8
+    # and fp8_fast run (their one layout) where DeepBench's op is another
+    assert sum("int8, fp8, fp8_fast only" not in line for line in listed) == 160
     assert "m=5124,n=9124,k=2560,op=TN [training] (fp32, tf32, fp16, bf16 only)" in listed
-    assert "m=5124,n=9124,k=2560,op=NT [training] (int8, fp8 only)" in listed
+    assert "m=5124,n=9124,k=2560,op=NT [training] (int8, fp8, fp8_fast only)" in listed
     assert "cell=gru,hidden=2816,batch=32,steps=750 [training]" in text
 
 

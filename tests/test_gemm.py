@@ -157,3 +157,127 @@ def test_calibration_is_not_fooled_by_one_stall(monkeypatch):
     monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock["now"]))
     block = timing.calibrate(kernel, torch.device("cpu"), warmup_seconds=0.0, min_round_seconds=0.02)
     assert block == 22  # 1 call stalled -> confirmed at 1 ms -> 10 calls (10 ms) -> 22 calls (22 ms), twice
+
+
+# ---------------------------------------------------------------------------- padded int8/fp8 shapes (issue 27, item 7)
+
+def _measurement(seconds: float, calls: int = 1, power: dict | None = None):
+    from sixdim.workloads.report import Measurement
+    from sixdim.workloads.timing import Timing
+
+    return Measurement(Timing([seconds] * 5, calls, "cuda_events"), power_figures=power or {})
+
+
+@pytest.mark.parametrize("precision, requested, padded", [
+    ("int8", (3072, 1, 1024), (3072, 8, 1024)),    # DeepBench inference, N = 1: 8x the work ran
+    ("fp8", (1024, 4, 512), (1024, 16, 512)),      # N = 4: 4x
+    ("fp8_fast", (7680, 2, 2560), (7680, 16, 2560)),  # N = 2: 8x
+])
+def test_padded_case_exports_the_requested_shapes_work(precision, requested, padded):
+    from sixdim.workloads.correctness import Check
+
+    m, n, k = requested
+    pm, pn, pk = padded
+    seconds, joules_per_call = 2e-5, 1e-2
+    requested_count, padded_count = 2 * m * n * k, 2 * pm * pn * pk
+    # what the power phase computes from the count run() hands it: the requested one
+    power = {"power_watts": 500.0, "energy_joules": 1500.0, "flop_per_joule": requested_count / joules_per_call}
+    output = gemm.output({"m": m, "n": n, "k": k, "dtype": precision}, _measurement(seconds, power=power),
+                         Check(0.0, 0.0), padded)
+    assert output.status == "ok"
+    assert output.figures["seconds"] == pytest.approx(seconds)
+    assert output.figures["flops"] == pytest.approx(requested_count / seconds, rel=1e-12)
+    assert output.figures["flops"] * output.figures["seconds"] == pytest.approx(requested_count, rel=1e-12)
+    assert output.figures["flop_per_joule"] == pytest.approx(requested_count / joules_per_call)
+    assert output.details["flop_count"] == output.details["requested_flop_count"] == requested_count
+    assert output.details["requested_shape"] == {"m": m, "n": n, "k": k}
+    assert output.details["padded_shape"] == {"m": pm, "n": pn, "k": pk}
+    assert output.details["padded_flop_count"] == padded_count
+    assert output.details["padded_flops"] == pytest.approx(padded_count / seconds, rel=1e-12)
+    assert output.details["padded_flop_per_joule"] == pytest.approx(padded_count / joules_per_call, rel=1e-12)
+    assert output.details["padded_flops"] / output.figures["flops"] == pytest.approx(pn / n)
+
+
+def test_unpadded_case_is_unchanged():
+    from sixdim.workloads.correctness import Check
+
+    output = gemm.output({"m": 4096, "n": 4096, "k": 4096, "dtype": "int8"}, _measurement(1e-4),
+                         Check(0.0, 0.0), (4096, 4096, 4096))
+    assert output.figures["flops"] == pytest.approx(2 * 4096**3 / 1e-4)
+    assert output.details["flop_count"] == 2 * 4096**3
+    assert not {"padded_shape", "requested_shape", "requested_flop_count", "padded_flop_count",
+                "padded_flops"} & set(output.details)
+    assert "fp8_fast_accum" not in output.details  # an fp8 detail only
+
+
+def test_padded_int8_run_counts_the_requested_shape(monkeypatch):
+    """The real run() on the CPU with CUDA's int8 padding forced: the kernel runs the padded
+    operands, the figure and the power phase's count are the requested shape's."""
+    monkeypatch.setattr(gemm, "padded_shape", lambda precision, m, n, k, device: (max(17, m), -(-n // 8) * 8, k))
+    counts = []
+    measure = gemm.measure_kernel
+
+    def spy(*args, **kwargs):
+        counts.append(kwargs["flop_count"])
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(gemm, "measure_kernel", spy)
+    [case] = registry.get("gemm").cases({"m": 64, "n": 2, "k": 96, "precisions": ["int8"], "min_round_seconds": 0.01,
+                                         "warmup_seconds": 0.01}, "cpu")
+    output = gemm.run(case.params, RunContext(device="cpu"))
+    assert output.status == "ok", output.reason
+    assert output.figures["max_relative_error"] == 0.0  # the padding adds zeros only
+    assert counts == [2 * 64 * 2 * 96]
+    assert output.figures["flops"] * output.figures["seconds"] == pytest.approx(2 * 64 * 2 * 96, rel=1e-12)
+    assert output.details["padded_shape"] == {"m": 64, "n": 8, "k": 96}
+    assert output.details["padded_flop_count"] == 2 * 64 * 8 * 96
+
+
+# ---------------------------------------------------------------------------- fp8_fast (issue 27, item 10)
+
+@pytest.mark.parametrize("precision, fast", [("fp8", False), ("fp8_fast", True)])
+def test_every_fp8_case_says_whether_it_accumulates_fast(precision, fast):
+    from sixdim.workloads.correctness import Check
+
+    for shape in ((4096, 4096, 4096), (1024, 4, 512)):
+        padded = gemm.padded_shape(precision, *shape, torch.device("cuda"))
+        output = gemm.output({"m": shape[0], "n": shape[1], "k": shape[2], "dtype": precision}, _measurement(1e-4),
+                             Check(0.0, 0.0), padded)
+        assert output.details["fp8_fast_accum"] is fast
+
+
+def test_fp8_fast_is_a_gemm_precision_run_like_fp8():
+    from sixdim.workloads import correctness, flags
+
+    assert "fp8_fast" in registry.PRECISIONS and "fp8_fast" in registry.FIXED_LAYOUT_PRECISIONS
+    assert "fp8_fast" not in registry.INTEGER_PRECISIONS
+    cases = registry.get("gemm").cases({"m": 1000, "n": 3, "k": 500, "op": "TN", "precisions": ["fp8", "fp8_fast"]},
+                                       "cuda")
+    assert [(c.precision, c.params["op"], c.shape) for c in cases] == [
+        ("fp8", "NT", "m=1000,n=3,k=500,op=NT"), ("fp8_fast", "NT", "m=1000,n=3,k=500,op=NT")]
+    for c in cases:
+        assert c.params["dtype"] == c.precision
+    assert gemm.padded_shape("fp8_fast", 1000, 3, 500, torch.device("cuda")) == (1008, 16, 512)
+    assert gemm.padded_shape("fp8_fast", 1000, 3, 500, torch.device("cpu")) == (1000, 3, 500)
+    assert correctness.TOLERANCES["fp8_fast"] == correctness.TOLERANCES["fp8"]
+    assert flags.for_precision("fp8_fast") == flags.for_precision("fp8")
+    assert set(registry.PRECISIONS) <= set(correctness.TOLERANCES)  # every precision has a tolerance
+
+
+def test_fp8_fast_is_in_the_suites_that_run_fp8():
+    from sixdim.config import preset_entries
+
+    [inference] = [e for e in preset_entries("inference") if e.name == "gemm"]
+    assert {"fp8", "fp8_fast"} <= set(inference.params["precisions"])
+    square = registry.get("gemm").cases({"set": "square"}, "cuda")  # the quick suite's 8192³: every precision
+    assert [c.precision for c in square] == list(registry.PRECISIONS)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8_fast"])
+def test_fp8_forms_are_unsupported_on_the_cpu(precision):
+    from sixdim.workloads.context import Unsupported
+
+    [case] = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": [precision]}, "cpu")
+    with pytest.raises(Unsupported) as raised:
+        gemm.run(case.params, RunContext(device="cpu"))
+    assert str(raised.value) == f"{precision} is a tensor-core precision of GPUs; the CPU has no {precision} GEMM"

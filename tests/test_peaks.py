@@ -54,3 +54,22 @@ def test_ratio():
     assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "flops", "bf16", {"flops": 700e12}) == pytest.approx(700 / 989.5)
     assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "bandwidth", "", {"bytes_per_second": 3e12}) == pytest.approx(
         3 / 3.35)
+
+
+def test_fp8_fast_is_judged_against_the_fp8_peak():
+    """fp8 with fast accumulation has the same published peak as fp8 (the tensor cores' own rate),
+    on every GPU that has an fp8 figure, and no peak where fp8 has none."""
+    with_fp8 = [peak for peak in peaks.table() if "fp8" in peak.flops]
+    assert {p.name for p in with_fp8} >= {"NVIDIA H100 SXM", "NVIDIA H200 SXM", "NVIDIA L40S"}
+    for peak in peaks.table():
+        assert peak.flops.get("fp8_fast") == peak.flops.get("fp8"), peak.name
+    assert peaks.find("NVIDIA H100 80GB HBM3").flops["fp8_fast"] == pytest.approx(1979e12)
+    assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "flops", "fp8_fast", {"flops": 1500e12}) == pytest.approx(
+        1500 / 1979)
+    assert peaks.peak_ratio("NVIDIA A100-SXM4-80GB", "flops", "fp8_fast", {"flops": 1e14}) is None  # no fp8 there
+
+
+def test_ratio_uses_the_exported_flops_only():
+    """A padded GEMM's details (its padded rate) never reach the ratio: only figures["flops"] does."""
+    figures = {"flops": 100e12, "padded_flops": 800e12}
+    assert peaks.peak_ratio("NVIDIA H100 80GB HBM3", "flops", "int8", figures) == pytest.approx(100 / 1979)

@@ -15,7 +15,11 @@ What each precision means here:
   training precision), so split-K reductions in half precision are turned off;
 - ``amp`` (models): autocast picks half precision per op; the float32 ops it keeps stay
   IEEE float32 (TF32 off), so ``amp`` differs from ``fp32`` only by autocast;
-- ``int8`` / ``fp8``: integer or fp8 kernels whose accumulation is fixed by the kernel.
+- ``int8`` / ``fp8`` / ``fp8_fast``: integer or fp8 kernels whose accumulation is fixed by the kernel
+  call, not by a global flag (``fp8`` and ``fp8_fast`` differ only in the ``use_fast_accum`` argument
+  gemm.py passes to ``torch._scaled_mm``); they get what every precision but tf32, fp16 and bf16
+  gets: TF32 off, and the fp16/bf16 reduced-precision-reduction flags at torch's default (on), which
+  their kernels do not read.
 
 Imports torch: the worker process only.
 """

@@ -8,10 +8,21 @@ receives the transposed view, no copy.
 
 Precisions: fp32 (TF32 off), tf32, fp16 and bf16 (fp32 accumulate, no half-precision split-K
 reduction), int8 with int32 accumulate (``torch._int_mm``), and fp8 e4m3 (``torch._scaled_mm``,
-bf16 output, compute capability 8.9+).  int8 and fp8 run one layout, the one cuBLASLt accepts on
-every CUDA version: A row-major, B column-major (``op`` NT); their dimensions are padded on CUDA
-to what the kernels need (int8: M > 16 and multiples of 8; fp8: multiples of 16), and FLOP/s
-counts the padded shape that actually ran (the padding is in the details).
+bf16 output, compute capability 8.9+) in two forms: ``fp8`` with ``use_fast_accum=False`` (cuBLAS
+promotes the tensor cores' partial sums into FP32 registers every so often, the accurate form) and
+``fp8_fast`` with ``use_fast_accum=True`` (the partial sums stay in the tensor cores' own
+accumulator: the rate NVIDIA's FP8 tensor-core peak describes); each fp8 case's details say which
+(``fp8_fast_accum``).  int8 and fp8 run one layout, the one cuBLASLt accepts on every CUDA
+version: A row-major, B column-major (``op`` NT); their dimensions are padded on CUDA to what the
+kernels need (int8: M > 16 and multiples of 8; fp8: multiples of 16).
+
+FLOP/s (and FLOP per joule, and so the fraction of peak) counts the work of the requested shape,
+the one the case's ``shape`` label names: 2·M·N·K of the useful product, never the padding.  A
+DeepBench inference shape with N = 1 to 4 runs as N = 8 (int8) or 16 (fp8), 2 to 16 times the
+requested work; counting the padded work under the requested label would report a rate no user
+of that shape gets, and a fraction of peak that grows with the padding.  A padded case keeps the
+shape that ran and its rate in the details (``padded_shape``, ``padded_flop_count``,
+``padded_flops``, beside ``requested_flop_count``).
 
 Correctness: a sample of rows × columns of D against a float64 product of the same rows of A
 and columns of B, built on the host (never a float64 copy of a whole operand on the device).
@@ -29,10 +40,12 @@ import torch
 
 from sixdim.workloads import flags
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.correctness import check, corrupt_
+from sixdim.workloads.correctness import Check, check, corrupt_
 from sixdim.workloads.report import Measurement, kernel_output, measure_kernel
 
 FLOAT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+FP8_FAST_ACCUM = {"fp8": False, "fp8_fast": True}
+"""The fp8 precisions and the ``use_fast_accum`` each passes to ``torch._scaled_mm``."""
 SAMPLE_ROWS = 16
 SAMPLE_COLS = 64
 
@@ -48,12 +61,14 @@ def require(precision: str, device: torch.device) -> None:
         if precision in ("tf32", "bf16") and capability < (8, 0):
             raise Unsupported(f"{precision} needs compute capability 8.0+, "
                               f"this GPU has {capability[0]}.{capability[1]}")
-        if precision == "fp8":
+        if precision in FP8_FAST_ACCUM:
             if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
-                raise Unsupported(f"fp8 needs torch with float8 and _scaled_mm; torch {torch.__version__} lacks them")
+                raise Unsupported(f"{precision} needs torch with float8 and _scaled_mm; "
+                                  f"torch {torch.__version__} lacks them")
             if capability < (8, 9):
-                raise Unsupported(f"fp8 needs compute capability 8.9+, this GPU has {capability[0]}.{capability[1]}")
-    elif precision in ("tf32", "fp8"):
+                raise Unsupported(f"{precision} needs compute capability 8.9+, "
+                                  f"this GPU has {capability[0]}.{capability[1]}")
+    elif precision in ("tf32", *FP8_FAST_ACCUM):
         raise Unsupported(f"{precision} is a tensor-core precision of GPUs; the CPU has no {precision} GEMM")
 
 
@@ -87,7 +102,7 @@ def padded_shape(precision: str, m: int, n: int, k: int, device: torch.device) -
         return m, n, k
     if precision == "int8":
         return max(17, _round_up(m, 8)), _round_up(n, 8), _round_up(k, 8)
-    if precision == "fp8":
+    if precision in FP8_FAST_ACCUM:
         return _round_up(m, 16), _round_up(n, 16), _round_up(k, 16)
     return m, n, k
 
@@ -100,7 +115,7 @@ def _setup(params: dict[str, Any], device: torch.device):
     rows, cols = _sample_index(m, SAMPLE_ROWS, generator), _sample_index(n, SAMPLE_COLS, generator)
     pm, pn, pk = padded_shape(precision, m, n, k, device)
 
-    if precision in ("int8", "fp8"):
+    if precision == "int8" or precision in FP8_FAST_ACCUM:
         # A row-major (pm×pk); B column-major: Bᵀ stored row-major (pn×pk) and viewed transposed.
         a_host = torch.zeros(pm, pk)
         bt_host = torch.zeros(pn, pk)
@@ -120,15 +135,18 @@ def _setup(params: dict[str, Any], device: torch.device):
             bt = bt_host.to(device=device, dtype=torch.float8_e4m3fn)
             b = bt.t()
             one = torch.ones((), device=device)
+            fast_accum = FP8_FAST_ACCUM[precision]
 
             def kernel() -> torch.Tensor:
-                out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                       use_fast_accum=fast_accum)
                 return out[0] if isinstance(out, tuple) else out
             itemsize_out = 2
 
         def sample() -> tuple[torch.Tensor, torch.Tensor]:
-            a_rows = _host(a.view(torch.uint8)[rows].view(a.dtype)) if precision == "fp8" else _host(a[rows])
-            b_cols = _host(bt.view(torch.uint8)[cols].view(bt.dtype)) if precision == "fp8" else _host(bt[cols])
+            fp8 = precision in FP8_FAST_ACCUM
+            a_rows = _host(a.view(torch.uint8)[rows].view(a.dtype)) if fp8 else _host(a[rows])
+            b_cols = _host(bt.view(torch.uint8)[cols].view(bt.dtype)) if fp8 else _host(bt[cols])
             produced = kernel()[rows][:, cols]
             return produced, a_rows @ b_cols.t()
 
@@ -158,8 +176,9 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     kernel, sample, working_set, padded = _setup(params, device)
     if params.get("slowdown_seconds"):
         kernel = slowed(kernel, params["slowdown_seconds"])
+    # the requested shape's work, padded or not: flop_per_joule counts what FLOP/s counts (see output)
     measured = measure_kernel(kernel, device, ctx, params, working_set_bytes=working_set,
-                              flop_count=gemm_flop_count(*padded))
+                              flop_count=gemm_flop_count(params["m"], params["n"], params["k"]))
     return finish(params, kernel, sample, measured, padded)
 
 
@@ -177,19 +196,38 @@ def slowed(kernel: Callable[[], object], seconds: float) -> Callable[[], object]
 
 def finish(params: dict[str, Any], kernel: Callable[[], object], sample: Callable, measured: Measurement,
            padded: tuple[int, int, int]) -> WorkloadOutput:
-    """Figures from the measurement, then the correctness check on a fresh call.
-
-    FLOP/s counts the shape that ran: for a padded int8/fp8 case that is the padded one."""
-    m, n, k = params["m"], params["n"], params["k"]
+    """The correctness check on a fresh call, then the figures (:func:`output`)."""
     kernel()
     produced, reference = sample()
     if params.get("corrupt"):
         produced = produced.clone()
         corrupt_(produced)
-    details = {}
+    return output(params, measured, check(produced, reference, params["dtype"]), padded)
+
+
+def output(params: dict[str, Any], measured: Measurement, verdict: Check,
+           padded: tuple[int, int, int]) -> WorkloadOutput:
+    """The case's result from its measurement and check.
+
+    ``flops`` (and ``flop_per_joule``, which the power phase computed from the same count) is the
+    requested shape's 2·M·N·K over the seconds: the work the ``shape`` label names.  A padded
+    int8/fp8 case ran more work than that; its shape, work and rate are details
+    (``padded_shape``, ``padded_flop_count``, ``padded_flops``, and ``padded_flop_per_joule`` where
+    power was measured), never the exported figure."""
+    m, n, k = params["m"], params["n"], params["k"]
+    requested = gemm_flop_count(m, n, k)
+    details: dict[str, Any] = {}
+    if params["dtype"] in FP8_FAST_ACCUM:
+        details["fp8_fast_accum"] = FP8_FAST_ACCUM[params["dtype"]]
+    result = kernel_output(measured, verdict, flop_count=requested, details=details)
     if padded != (m, n, k):
-        details = {"padded_shape": {"m": padded[0], "n": padded[1], "k": padded[2]},
-                   "requested_shape": {"m": m, "n": n, "k": k},
-                   "requested_flop_count": gemm_flop_count(m, n, k)}
-    return kernel_output(measured, check(produced, reference, params["dtype"]), flop_count=gemm_flop_count(*padded),
-                         details=details)
+        padded_count = gemm_flop_count(*padded)
+        result.details.update({
+            "padded_shape": {"m": padded[0], "n": padded[1], "k": padded[2]},
+            "requested_shape": {"m": m, "n": n, "k": k},
+            "requested_flop_count": requested,
+            "padded_flop_count": padded_count,
+            "padded_flops": padded_count / result.figures["seconds"]})
+        if "flop_per_joule" in result.figures:
+            result.details["padded_flop_per_joule"] = result.figures["flop_per_joule"] * padded_count / requested
+    return result

@@ -2,9 +2,11 @@
 
 One case is one batch size. The model is a file the user names, or one of sixdim's own
 (:mod:`sixdim.workloads.onnx_export`, exported once into a cache). The session runs on exactly the
-providers asked for (:mod:`sixdim.workloads.onnx_session`: a provider missing or falling back is
-``unsupported``), with inputs made from the model's declared shapes and types
-(:mod:`sixdim.workloads.onnx_inputs`). Then, as for every kernel:
+providers asked for (:mod:`sixdim.workloads.onnx_session`: a provider missing or not started, or a
+node falling back to the CPU, is ``unsupported``), with inputs made from the model's declared shapes
+and types (:mod:`sixdim.workloads.onnx_inputs`). TensorRT builds its engine (or loads it from the
+cache) while the session is created, from profiles of the case's input shapes: before the warm-up,
+outside the timed rounds (``session_create_seconds`` in the details). Then, as for every kernel:
 
 - **Timing**: warm-up and calibration, then ``rounds`` timed rounds of back-to-back
   ``session.run`` calls (:func:`sixdim.workloads.timing.time_rounds`), on the host clock:
@@ -73,14 +75,8 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         path = params["model"]
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file {path!r} does not exist (or is not a file)")
-    memory_before = _gpu_memory(ctx.device)
-    device_id = int(ctx.device.partition(":")[2] or 0)
-    session = onnx_session.create(
-        ort, str(path), providers, onnx_session.session_options(ort, params),
-        [onnx_session.provider_options(p, precision, device_id, cache_dir) for p in providers])
-    details["active_providers"] = list(session.get_providers())
     batch = params["batch"]
-    infos = onnx_inputs.from_ort(session.get_inputs())
+    infos = _declared_inputs(ort, str(path))  # before the session: TensorRT's profiles are made from them
     fixed = onnx_inputs.fixed_batch(infos)
     if fixed is not None and fixed[1] != batch:
         raise Unsupported(f"the model's input {fixed[0]!r} has a fixed batch of {fixed[1]}, not {batch}: run it "
@@ -98,10 +94,62 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                    precision=precision)
     if any(info.element_type.startswith(("int", "uint")) for info in infos):
         details["vocab_size"] = vocabulary
+    device_id = int(ctx.device.partition(":")[2] or 0)
+    per_provider, engines = _provider_options(ort, providers, precision, device_id, cache_dir, str(path), infos,
+                                              shapes, ctx, details)
+    memory_before = _gpu_memory(ctx.device)
+    session = onnx_session.create(ort, str(path), providers, lambda: onnx_session.session_options(ort, params),
+                                  per_provider, feeds, details)  # TensorRT builds its engines here, before timing
+    details["active_providers"] = list(session.get_providers())
+    if engines is not None:
+        _engine_origin(engines, details)
     call, fetch = _runner(ort, session, feeds, providers[0], device_id, params["io_binding"])
     names = [output.name for output in session.get_outputs()]
     return _measure(call, fetch, params, ctx, details, lambda outputs: _check(
         ort, params, own, precision, providers[0], str(path), feeds, outputs, names, details), memory_before)
+
+
+def _declared_inputs(ort: Any, path: str) -> tuple[Any, ...]:
+    """The model's declared inputs, read from the file (:mod:`sixdim.workloads.onnx_info`); where
+    that reader cannot, from a CPU session's view (ONNX Runtime's own error for a broken file)."""
+    from sixdim.workloads import onnx_info
+
+    try:
+        return onnx_info.read(path).inputs
+    except (OSError, onnx_info.OnnxInfoError):
+        return onnx_inputs.from_ort(onnx_session.reference_session(ort, path).get_inputs())
+
+
+def _provider_options(ort: Any, providers: list[str], precision: str, device_id: int, cache_dir: str, path: str,
+                      infos: tuple[Any, ...], shapes: dict[str, tuple[int, ...]], ctx: RunContext,
+                      details: dict[str, Any]) -> tuple[list[dict[str, str]], tuple[str, dict[str, int]] | None]:
+    """Each provider's options; for TensorRT also its engine folder and the engines already in it."""
+    if "TensorrtExecutionProvider" not in providers:
+        return [onnx_session.provider_options(p, precision, device_id) for p in providers], None
+    profile = onnx_session.tensorrt_profile(infos, shapes)
+    cache = onnx_session.engine_cache(cache_dir, path, precision, profile, onnx_session.runtime_environment())
+    before = onnx_session.prepare_engine_cache(cache)
+    details.update(tensorrt_engine_cache=cache.engines, tensorrt_profile=profile or
+                   "none: built at the first run (no dynamic input, or one TensorRT's profile syntax cannot name)")
+    if not before:
+        ctx.progress(f"building the TensorRT engine for {', '.join(f'{k}={list(v)}' for k, v in shapes.items())} "
+                     f"(first run of this shape; cached in {cache.engines})")
+    options = [onnx_session.provider_options(p, precision, device_id, engines=cache.engines, timing=cache.timing,
+                                             profile=profile) for p in providers]
+    return options, (cache.engines, before)
+
+
+def _engine_origin(engines: tuple[str, dict[str, int]], details: dict[str, Any]) -> None:
+    """Whether the session loaded TensorRT's engines from the cache or built them (in its creation:
+    ``session_create_seconds`` says how long that took)."""
+    folder, before = engines
+    after = onnx_session.engine_files(folder)
+    if before and after == before:
+        details["tensorrt_engine"] = "cached"
+    elif after:
+        details["tensorrt_engine"] = "built"
+    else:
+        details["tensorrt_engine"] = "not built yet: at the first run, in the warm-up"
 
 
 def _measure(call: Callable[[], object], fetch: Callable[[], list[Any]], params: dict[str, Any], ctx: RunContext,

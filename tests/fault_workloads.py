@@ -143,3 +143,12 @@ def run_pids(pid_file: str) -> list[int]:
         with open(pid_file + suffix) as handle:
             pids += [int(word) for word in handle.read().split()]
     return pids
+
+
+def builds(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """A one-off build of ``build_seconds`` (allowed ``allowance`` seconds), then ``after`` seconds of the
+    case's own work: how a TensorRT engine build longer than a case's timeout looks to the runner."""
+    with ctx.one_off_build(params["allowance"], "a test engine"):
+        time.sleep(params["build_seconds"])
+    time.sleep(params.get("after", 0.0))
+    return WorkloadOutput({"seconds": 1.0})

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,19 @@ class RunContext:
     """The case's own device-memory peaks (``memory_bytes``, ``memory_reserved_bytes``), noted by
     the timing harness at the end of the measurement."""
     memory_baseline: int = 0
+    announce_build: Callable[[float | None, str], None] = lambda seconds, what: None
+    """Tells the runner a one-off build starts (its allowance in seconds) or ended (None)."""
+
+    @contextmanager
+    def one_off_build(self, seconds: float, what: str) -> Iterator[None]:
+        """Around work whose result is cached for later runs (a TensorRT engine): it gets ``seconds`` of
+        its own instead of the case's timeout, which then starts afresh (sixdim.run.protocol.BUILD_PREFIX)."""
+        self.progress(f"building {what} (allowed {seconds:g} s, outside the case's timeout)")
+        self.announce_build(seconds, what)
+        try:
+            yield
+        finally:
+            self.announce_build(None, what)
 
     def mark_window_start(self) -> None:
         self.window_start = time.monotonic()

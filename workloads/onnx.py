@@ -98,8 +98,16 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     per_provider, engines = _provider_options(ort, providers, precision, device_id, cache_dir, str(path), infos,
                                               shapes, ctx, details)
     memory_before = _gpu_memory(ctx.device)
-    session = onnx_session.create(ort, str(path), providers, lambda: onnx_session.session_options(ort, params),
-                                  per_provider, feeds, details)  # TensorRT builds its engines here, before timing
+
+    def create() -> Any:  # TensorRT builds its engines here, before timing
+        return onnx_session.create(ort, str(path), providers, lambda: onnx_session.session_options(ort, params),
+                                   per_provider, feeds, details)
+
+    if engines is not None and not engines[1]:  # an engine to build: its own time, not the case's timeout
+        with ctx.one_off_build(params["build_seconds"], f"the TensorRT engine of {os.path.basename(str(path))}"):
+            session = create()
+    else:
+        session = create()
     details["active_providers"] = list(session.get_providers())
     if engines is not None:
         _engine_origin(engines, details)

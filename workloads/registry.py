@@ -574,6 +574,9 @@ ONNX = WorkloadSpec(
         Param("cache_dir", str, "folder of sixdim's exports and TensorRT engines (default: "
               "$XDG_CACHE_HOME/sixdim/onnx, or ~/.cache/sixdim/onnx)", "", ""),
         Param("label", str, "a file's name in the shape label (default: the file's name)", "", ""),
+        Param("build_seconds", float, "time a TensorRT engine build may take, outside the case's timeout (the "
+              "engine is cached, so only a run that builds it pays; at most 3600)", 1800.0, 1800.0,
+              minimum=1.0, maximum=3600.0),
         Param("seed", int, "seed of sixdim's models' weights and of the synthetic inputs", 0, 0),
         SELF_TEST,
     ),

@@ -11,6 +11,15 @@ PROGRESS_PREFIX = "sixdim-progress: "
 CASE_DONE_PREFIX = "sixdim-case-done: "
 """A worker's stderr line after each finished case (its index): restarts the per-case timeout."""
 
+BUILD_PREFIX = "sixdim-build: "
+"""A worker's stderr line around a one-off build whose result outlives the run (a TensorRT engine, kept
+in a cache): ``start SECONDS WHAT`` before it, ``done`` after.  While it builds, the case's timeout is
+replaced by the SECONDS the build may take (at most :data:`MAX_BUILD_SECONDS`); after it the case's
+own timeout starts afresh.  A build cut off by a case's timeout would leave no cached engine, and
+every later run would start it again."""
+MAX_BUILD_SECONDS = 3600.0
+"""The longest allowance a worker may ask for one build."""
+
 AGENT_PID_VARIABLE = "SIXDIM_AGENT_PID"
 """The agent's PID, given to the worker so that it knows whose child it must stay."""
 

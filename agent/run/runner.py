@@ -33,7 +33,14 @@ from typing import Any
 
 from sixdim.core.results import INTERRUPTED
 from sixdim.run import proctree
-from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX, WORKER_MODULE
+from sixdim.run.protocol import (
+    AGENT_PID_VARIABLE,
+    BUILD_PREFIX,
+    CASE_DONE_PREFIX,
+    MAX_BUILD_SECONDS,
+    PROGRESS_PREFIX,
+    WORKER_MODULE,
+)
 from sixdim.workloads.lines import bounded_lines, stream_chunks
 
 TERMINATE_GRACE_SECONDS = 3.0
@@ -127,6 +134,10 @@ class _OutputReader(threading.Thread):
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.last_case_done = time.monotonic()
         self.cases_done = 0
+        self.build_until: float | None = None
+        """While the worker runs a one-off build (protocol.BUILD_PREFIX): when its allowance ends."""
+        self.build: tuple[str, float] | None = None
+        """The build in progress, or the last one: what, and its allowance in seconds."""
 
     def run(self) -> None:
         for line in bounded_lines(stream_chunks(self._stream), MAX_LINE_BYTES):
@@ -134,11 +145,32 @@ class _OutputReader(threading.Thread):
                 self.last_case_done = time.monotonic()
                 self.cases_done += 1
                 self.tail.clear()
+                self.build_until = None
+            elif line.startswith(BUILD_PREFIX):
+                self._build(line[len(BUILD_PREFIX):])
             elif line.startswith(PROGRESS_PREFIX):
                 if self._on_progress is not None:
                     self._on_progress(line[len(PROGRESS_PREFIX):])
             elif line:
                 self.tail.append(line)
+
+    def _build(self, text: str) -> None:
+        """A build starts (its allowance replaces the case's timeout) or ends (the case's timeout starts
+        afresh).  An allowance that is not a positive number is ignored: the case's timeout stands."""
+        word, _, rest = text.partition(" ")
+        if word == "done":
+            if self.build_until is not None:
+                self.build_until = None
+                self.last_case_done = time.monotonic()
+            return
+        seconds, _, what = rest.partition(" ")
+        try:
+            allowance = min(float(seconds), MAX_BUILD_SECONDS)
+        except ValueError:
+            return
+        if word == "start" and allowance > 0:
+            self.build = (what or "a build", allowance)
+            self.build_until = time.monotonic() + allowance
 
 
 def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float, *,
@@ -230,6 +262,10 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
     if len(outcome.cases) < len(cases):
         outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
                                                         outcome.output_tail, busy)
+        if ended_by == "timeout" and reader.build_until is not None and reader.build is not None:
+            what, allowance = reader.build
+            outcome.reason = (f"did not finish building {what} within the {allowance:g} s allowed for it; stopped "
+                              f"(nothing was cached: the next run builds it again)")
     return outcome
 
 
@@ -254,7 +290,8 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
-        if now - reader.last_case_done >= timeout:
+        building = reader.build_until
+        if (now >= building) if building is not None else (now - reader.last_case_done >= timeout):
             reason = "timeout"
         elif stop is not None and stop.is_set():
             reason = "stop"

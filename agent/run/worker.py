@@ -41,7 +41,7 @@ import time
 import traceback
 from typing import IO, Any
 
-from sixdim.run.protocol import AGENT_PID_VARIABLE, CASE_DONE_PREFIX, PROGRESS_PREFIX
+from sixdim.run.protocol import AGENT_PID_VARIABLE, BUILD_PREFIX, CASE_DONE_PREFIX, PROGRESS_PREFIX
 
 PARENT_POLL_SECONDS = 0.1
 """How often the worker checks that its agent is still alive."""
@@ -199,7 +199,7 @@ def _run_request(request_path: str, results_path: str) -> int:
             def progress(message: str, prefix: str = prefix) -> None:
                 print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
 
-            ctx = RunContext(device=request["device"], progress=progress, energy=meter)
+            ctx = RunContext(device=request["device"], progress=progress, energy=meter, announce_build=_announce_build)
             case_started = time.time()
             result = run_case(workload, params, ctx, uses_torch, request.get("worker_memory", True))
             # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
@@ -209,6 +209,11 @@ def _run_request(request_path: str, results_path: str) -> int:
             sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
             print(f"\n{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
     return 0
+
+
+def _announce_build(seconds: float | None, what: str) -> None:
+    line = "done" if seconds is None else f"start {seconds:g} {' '.join(what.split())}"
+    print(f"\n{BUILD_PREFIX}{line}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -1233,7 +1233,8 @@ def memory_workloads(quick: bool) -> list[tuple[str, dict[str, Any]]]:
 
 
 def cmd_memory(args: argparse.Namespace, result: dict[str, Any], save: Callable[[], None]) -> None:
-    workloads = memory_workloads(args.quick)
+    workloads = [w for w in memory_workloads(args.quick)
+                 if not getattr(args, "workload", "") or w[0] == args.workload]
     result["workloads"] = workloads
     log(f"memory: sixdim run, {len(workloads)} workload entries in one worker")
     budget = Budget(args.budget_seconds)
@@ -1646,6 +1647,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--set", choices=sorted(REPEAT_SETS), default=None,
                              help="cases: quick-like (GEMM square bf16/fp32 + quick bf16/fp32, conv quick bf16; "
                                   "the default), gemm (square bf16/fp16/fp32 + quick fp32: what 'all' runs), cpu")
+        if name == "memory":
+            sub.add_argument("--workload", default="", choices=["", "gemm", "conv"],
+                             help="only this workload's cases (default: GEMMs and convolutions)")
         if name == "models":
             sub.add_argument("--skip", type=int, default=0,
                              help="leave out the first N rows (those an earlier run measured)")

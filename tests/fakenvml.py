@@ -50,6 +50,7 @@ CONSTANTS: tuple[str, ...] = (
     "NVML_COMPUTEMODE_DEFAULT",
     "NVML_COMPUTEMODE_PROHIBITED",
     "NVML_COMPUTEMODE_EXCLUSIVE_PROCESS",
+    "NVML_GPU_UTILIZATION_SAMPLES",
 )
 """pynvml's constants the agent reads from the module it is given: the fake carries pynvml's own values."""
 
@@ -71,6 +72,8 @@ class FakeGpu:
     memory_total: int = 80 * 1024**3
     memory_used: int = 500 * 1024**2
     utilization_gpu: int = 0
+    utilization_samples: list[tuple[int, int]] = field(default_factory=list)
+    """What nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES) keeps: (timestamp in µs, percent), oldest first."""
     sm_mhz: int = 1980
     mem_mhz: int = 2619
     temperature: int = 35
@@ -204,6 +207,15 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Handle:
+        """As NVML: the GPU with that UUID, else NVML_ERROR_NOT_FOUND (the worker's energy meter finds its
+        GPUs by the UUIDs the daemon gives it)."""
+        self._check()
+        for index, gpu in enumerate(self.gpus):
+            if gpu.uuid == uuid:
+                return _Handle(index)
+        raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+
     # --- identity
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         gpu = self._gpu(handle, "nvmlDeviceGetName", mig_ok=True)
@@ -264,6 +276,18 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle):
         gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
         return real.c_nvmlUtilization_t(gpu=gpu.utilization_gpu, memory=0)
+
+    def nvmlDeviceGetSamples(self, handle: _Handle, sampling_type: int, last_seen: int):
+        """As pynvml's: ``(value type, [c_nvmlSample_t])`` of the samples newer than ``last_seen``;
+        NVML_ERROR_NOT_FOUND where there is none (NVML's documented answer)."""
+        gpu = self._gpu(handle, "nvmlDeviceGetSamples")
+        if sampling_type != real.NVML_GPU_UTILIZATION_SAMPLES:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        newer = [real.c_nvmlSample_t(timeStamp=t, sampleValue=real.c_nvmlValue_t(uiVal=v))
+                 for t, v in gpu.utilization_samples if t > last_seen]
+        if not newer:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return real.NVML_VALUE_TYPE_UNSIGNED_INT, newer
 
     def nvmlDeviceGetClockInfo(self, handle: _Handle, clock_type: int) -> int:
         gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")

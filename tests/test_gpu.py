@@ -311,7 +311,8 @@ def test_a_cold_microsecond_kernel_gets_its_power_from_a_graph_that_kept_the_gpu
     phase = r.details.get("power")
     assert phase, f"no power phase: {r.details.get('power_note')!r}"
     assert phase["unit"] == "cuda_graph" and phase["calls_per_unit"] >= 100, phase
-    assert phase["gpu_busy_share"] >= 0.9, phase
+    assert "gpu_busy_share" in phase, phase.get("gpu_busy_note")
+    assert phase["gpu_busy_share"] >= 0.9, phase  # NVML's utilization over the phase
     assert r.figures.get("power_watts", 0) > 0, (r.figures, r.details.get("power_note"))
     assert r.figures["flop_per_joule"] == pytest.approx(2 * COLD[0] * COLD[1] * COLD[2] * phase["calls"]
                                                         / r.figures["energy_joules"], rel=1e-6)
@@ -341,7 +342,9 @@ print(json.dumps({"figures": figures, "details": details}))
 
 def test_a_power_phase_the_gpu_idled_through_reports_no_power(nvml):
     """The other side of the 90% rule, on a real GPU and energy counter (in a child process, as the
-    worker would: this process never holds a CUDA context)."""
+    worker would: this process never holds a CUDA context).  On an H200 (2026-11-26) CUDA events around
+    each call put this loop at 87% busy (the driver held the end event back until the next launch);
+    NVML's utilization samples are what the rule now reads."""
     done = subprocess.run([sys.executable, "-c", STARVED_POWER], capture_output=True, text=True, timeout=180,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -349,7 +352,7 @@ def test_a_power_phase_the_gpu_idled_through_reports_no_power(nvml):
     phase = out["details"]["power"]
     assert out["figures"] == {}, out
     assert phase["unit"] == "call" and phase["gpu_busy_share"] < 0.5, phase
-    assert "busy with the kernel for only" in out["details"]["power_note"], out["details"]
+    assert "the GPU was busy for only" in out["details"]["power_note"], out["details"]
 
 
 def test_one_second_of_power_agrees_with_three(mixed):

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.gpu
 
 TIMING = {"rounds": 5, "min_round_seconds": 0.05, "warmup_seconds": 0.2, "power_seconds": 0.0}
 ENTRY = registry.get("gemm").entry
-FAST_OVER_PLAIN = 0.97
-"""fp8_fast's speed over fp8's at least this: fast accumulation skips work, never adds it (3% for noise)."""
+FP8_SPEED_NOTE = ("no speed bound: on one H200, fp8_fast over fp8 at 4096³ was 1.13 in one run and 0.886 in "
+                  "another (2026-11-26), so which is faster there is not settled")
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,8 @@ def _cases(**params) -> list:
 
 
 def test_fp8_and_fp8_fast_run_and_say_how_they_accumulate(capability):
-    """4096³ in both fp8 forms, alternated twice (clocks and load reach both alike): both correct, each
-    saying its accumulation, and fast accumulation at least as fast as the promoted one."""
+    """4096³ in both fp8 forms, alternated twice (clocks and load reach both alike): both correct and each
+    saying its accumulation; their speeds are printed (see FP8_SPEED_NOTE for why they are not bounded)."""
     cases = _cases(m=4096, n=4096, k=4096, precisions=["fp8", "fp8_fast"])
     assert [c.precision for c in cases] == ["fp8", "fp8_fast"]
     results = _run([c.params for c in cases + cases])
@@ -68,7 +68,7 @@ def test_fp8_and_fp8_fast_run_and_say_how_they_accumulate(capability):
     print(f"\n4096³ fp8 {best['fp8'] / 1e12:.0f} TFLOP/s, fp8_fast {best['fp8_fast'] / 1e12:.0f} TFLOP/s "
           f"({best['fp8_fast'] / best['fp8']:.3f}x); errors "
           f"{[round(r.figures['max_relative_error'], 6) for r in results]}")
-    assert best["fp8_fast"] >= FAST_OVER_PLAIN * best["fp8"], best
+    assert best["fp8_fast"] > 0 and best["fp8"] > 0, FP8_SPEED_NOTE  # the speeds are printed, not bounded
 
 
 # DeepBench's inference GEMM 3072×1×1024 (N = 1): int8 runs it as N = 8, fp8 as N = 16

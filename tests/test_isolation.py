@@ -14,8 +14,17 @@ import torch
 from sixdim.run.runner import run_worker
 from sixdim.workloads import flags, gemm, registry
 from sixdim.workloads.context import RunContext
+from sixdim.workloads.energy import NvmlEnergy
 from sixdim.workloads.report import Measurement
-from sixdim.workloads.timing import MIN_BUSY_SHARE, Timing, busy_note, cache_regime, power_phase, power_unit
+from sixdim.workloads.timing import (
+    MIN_BUSY_SHARE,
+    Timing,
+    _Blocks,
+    busy_note,
+    cache_regime,
+    power_phase,
+    power_unit,
+)
 
 
 @pytest.mark.slow
@@ -156,7 +165,75 @@ def test_a_power_phase_the_gpu_idled_through_reports_no_power_and_says_why():
     """The 90% rule: below it the energy would be the launch gaps' as much as the kernel's."""
     assert busy_note(0.95) is None and busy_note(MIN_BUSY_SHARE) is None
     note = busy_note(0.42)
-    assert note is not None and "42%" in note and "90%" in note
+    assert note is not None and "42%" in note and "90%" in note and "utilization" in note
+
+
+class _QueuedEvent:
+    """Stands for a CUDA event on a queue that runs behind the host: it completes only when waited for,
+    and logs that, so the order of launches, waits and reads can be checked."""
+
+    log: list[str] = []
+
+    def record(self) -> None:
+        self.log.append("record")
+
+    def synchronize(self) -> None:
+        self.log.append("wait")
+
+
+class _LoggingMeter(_FakeMeter):
+    def joules(self) -> float:
+        _QueuedEvent.log.append("read")
+        return super().joules()
+
+
+def test_the_counter_is_read_with_the_next_block_already_queued():
+    """On a GPU the phase never leaves the device idle while the host reads the counter: each read waits
+    for the block before the one just launched, and counts the units done by that block's end."""
+    _QueuedEvent.log = []
+    calls: list[int] = []
+    blocks = _Blocks(lambda: calls.append(1), torch.device("cpu"), _LoggingMeter(10.0), event=_QueuedEvent)
+    _, done = blocks.read_after(3)  # the first read: two blocks queued, the older one waited for
+    assert (len(calls), done) == (6, 3)
+    assert _QueuedEvent.log == ["record", "record", "wait", "read"]
+    _QueuedEvent.log = []
+    _, done = blocks.read_after(5)
+    assert (len(calls), done) == (11, 6) and len(blocks.pending) == 1
+    assert _QueuedEvent.log == ["record", "wait", "read"]  # launched before waiting: the queue never runs dry
+
+
+def test_a_cpu_power_phase_reads_after_each_block_it_ran():
+    blocks = _Blocks(_busy, torch.device("cpu"), _FakeMeter(10.0))
+    _, done = blocks.read_after(2)
+    assert done == 2 and blocks.pending == []
+
+
+def _gpu_with_samples(samples):
+    from tests.fakenvml import FakeGpu, FakeNvml
+
+    fake = FakeNvml([FakeGpu(utilization_samples=samples)])
+    return fake, NvmlEnergy([fake.gpus[0].uuid], module=fake)
+
+
+def test_the_busy_share_is_nvmls_utilization_over_the_phase_only():
+    """Samples before the phase's marker do not count; the share is their mean, as a ratio."""
+    fake, meter = _gpu_with_samples([(1_000_000, 100), (1_166_000, 100)])  # before the phase: the timed rounds
+    assert meter.available
+    marker = meter.utilization_marker()
+    assert marker == [1_166_000]
+    fake.gpus[0].utilization_samples += [(1_333_000, 4), (1_500_000, 2), (1_666_000, 3), (1_833_000, 3)]
+    share, count = meter.busy_share(marker, 0.7)
+    assert count == 4 and share == pytest.approx(0.03)
+    assert busy_note(share) is not None
+
+
+def test_a_phase_with_too_few_utilization_samples_has_no_share_and_says_why():
+    fake, meter = _gpu_with_samples([])
+    marker = meter.utilization_marker()  # NVML answers NOT_FOUND: no sample yet
+    assert marker == [0]
+    fake.gpus[0].utilization_samples += [(2_000_000, 100)]
+    why = meter.busy_share(marker, 1.0)
+    assert isinstance(why, str) and "1 utilization sample(s)" in why and "at least 3" in why
 
 
 def test_no_power_from_a_phase_shorter_than_a_second_or_without_a_counter():

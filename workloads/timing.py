@@ -63,8 +63,8 @@ from Python, the GPU would idle between launches and the phase would measure the
 POWER_GRAPH_UNIT_SECONDS = 0.01
 """The power phase's graph holds about this much work (at most :data:`GRAPH_CALLS` calls)."""
 MIN_BUSY_SHARE = 0.9
-"""A power phase whose GPU was busy with the measured work for less of its time than this reports no
-power: the figure would be the idle gaps' as much as the kernel's."""
+"""A power phase whose GPU was busy (NVML's utilization: a kernel running) for less of its time than
+this reports no power: the figure would be the idle gaps' as much as the kernel's."""
 
 _flush_buffer: torch.Tensor | None = None
 _capture_streams: dict[int, Any] = {}
@@ -414,11 +414,74 @@ def power_unit(call: Callable[[], object], device: torch.device, calls_per_unit:
 
 
 def busy_note(share: float) -> str | None:
-    """Why a power phase whose GPU was busy with the measured work ``share`` of its time reports no power."""
+    """Why a power phase whose GPU was busy ``share`` of its time reports no power (None: it does)."""
     if share >= MIN_BUSY_SHARE:
         return None
-    return (f"the GPU was busy with the kernel for only {share:.0%} of the power phase (at least "
-            f"{MIN_BUSY_SHARE:.0%} needed): the power would be the launch gaps' as much as the kernel's")
+    return (f"the GPU was busy for only {share:.0%} of the power phase (NVML's utilization; at least "
+            f"{MIN_BUSY_SHARE:.0%} needed): the power would be the idle gaps' as much as the kernel's")
+
+
+class _Blocks:
+    """Launches the power phase's blocks of units and reads the energy counter between them.
+
+    On CUDA one block stays queued while the host reads: :meth:`read_after` launches the next block,
+    waits for the one before it (its end event) and reads the counter, so the GPU never idles for the
+    read.  (Waiting for the whole device before each read left it idle 4-7 ms per 50 ms block on an
+    H200, 2026-11-26: NVML's energy read is that slow there, and the phase ran 80-90% busy.)  Each
+    reading comes with the units completed when it was taken; the GPU runs on meanwhile, shifting both
+    ends of a window alike.  On a CPU the calls are synchronous: a reading follows its block."""
+
+    def __init__(self, call: Callable[[], object], device: torch.device, meter: Any,
+                 event: Callable[[], Any] | None = None):
+        self.call, self.device, self.meter = call, device, meter
+        self.event = event or (torch.cuda.Event if device.type == "cuda" else None)
+        """What marks a block's end on the device's queue (None: calls are synchronous)."""
+        self.cuda = self.event is not None
+        self.units = 0
+        self.pending: list[tuple[Any, int]] = []
+
+    def _launch(self, calls: int) -> None:
+        for _ in range(calls):
+            self.call()
+        self.units += calls
+        if self.event is not None:
+            event = self.event()
+            event.record()
+            self.pending.append((event, self.units))
+
+    def read_after(self, calls: int) -> tuple[energy.Reading, int]:
+        self._launch(calls)
+        if not self.cuda:
+            return _counter(self.meter), self.units
+        if len(self.pending) < 2:  # the first block: queue a second before waiting for it
+            self._launch(calls)
+        event, done = self.pending.pop(0)
+        event.synchronize()
+        return _counter(self.meter), done
+
+    def drain(self) -> None:
+        _synchronize(self.device)
+        self.pending.clear()
+
+
+def _busy_marker(meter: Any) -> Any:
+    """Where the meter's utilization samples stand now (None: it keeps none)."""
+    marker = getattr(meter, "utilization_marker", None)
+    try:
+        return marker() if marker is not None else None
+    except Exception:  # a GPU without utilization samples: the share is then unknown, not zero
+        return None
+
+
+def _busy_share(meter: Any, marker: Any, seconds: float) -> tuple[float, int] | str:
+    """The GPU's mean utilization over the phase from the meter's samples, and how many; or why not."""
+    share = getattr(meter, "busy_share", None)
+    if share is None or marker is None:
+        return "the energy meter keeps no utilization samples (only NVML does)"
+    try:
+        return share(marker, seconds)
+    except Exception as exc:
+        return f"NVML's utilization samples could not be read: {type(exc).__name__}: {exc}"
 
 
 def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContext, *, seconds: float,
@@ -428,18 +491,19 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
 
     Runs after the timed rounds, so the clocks are warm.  What it repeats is chosen by
     :func:`power_unit` (a CUDA graph of many calls for a kernel under 100 µs).  Calls go in blocks of
-    about :data:`POWER_READING_SECONDS`; after each block the device is synchronized and the
-    counter read, so the phase's first and last readings bracket exactly the work between
-    them.  Both ends are placed on a counter update (work goes on in blocks of
-    :data:`ALIGN_READING_SECONDS` until the counter changes): NVML's total energy moves about every
-    100 ms, and a phase cut between its steps would be up to a step off at each end (±20% of a 1 s
-    phase); aligned, each end is off by at most one short block.  ``details["power"]`` records how many
-    updates the phase spanned (at least :data:`MIN_COUNTER_UPDATES`, or no power) and whether both
-    ends found one.  On CUDA each unit is bracketed by events, and the share of the phase the GPU
-    spent inside them is ``gpu_busy_share``: below :data:`MIN_BUSY_SHARE`, no power (the phase would
-    measure the gaps).  Figures: ``power_watts``, ``energy_joules`` and, with ``work_per_call``, work per
-    joule (``flop_per_joule`` or ``samples_per_joule``).  Returns ``({}, {"power_note": why})``
-    where there is no counter or the phase would be too short to mean anything.
+    about :data:`POWER_READING_SECONDS`, and the counter is read between blocks (:class:`_Blocks`: on
+    CUDA with the next block already queued, so the GPU never waits for a read), each reading with
+    the units completed when it was taken.  Both ends are placed on a counter update (work goes on in
+    blocks of :data:`ALIGN_READING_SECONDS` until the counter changes): NVML's total energy moves about
+    every 100 ms, and a phase cut between its steps would be up to a step off at each end (±20% of a
+    1 s phase); aligned, each end is off by at most one short block.  ``details["power"]`` records how
+    many updates the phase spanned (at least :data:`MIN_COUNTER_UPDATES`, or no power) and whether both
+    ends found one.  Where the meter keeps utilization samples (NVML), the GPU's mean utilization over
+    the phase is ``gpu_busy_share``: below :data:`MIN_BUSY_SHARE`, no power (the phase would measure
+    idle gaps, e.g. a launch-bound loop).  Figures: ``power_watts``, ``energy_joules`` and, with
+    ``work_per_call``, work per joule (``flop_per_joule`` or ``samples_per_joule``).  Returns
+    ``({}, {"power_note": why})`` where there is no counter or the phase would be too short to mean
+    anything.
     """
     meter = ctx.energy
     if meter is None or not meter.available:
@@ -454,55 +518,38 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     small = max(1, round(ALIGN_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     ctx.progress(f"power phase: {seconds:g} s")
     _synchronize(device)
-    units = 0
-    timed_units = device.type == "cuda"
-    spans: list[tuple[Any, Any]] = []  # each unit's event pair, from the phase's first reading on
+    blocks = _Blocks(call, device, meter)
 
-    def work(calls: int) -> energy.Reading:
-        nonlocal units
-        for _ in range(calls):
-            if timed_units:
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                call()
-                end.record()
-                spans.append((begin, end))
-            else:
-                call()
-        units += calls
-        _synchronize(device)
-        return _counter(meter)
-
-    def next_update(after: energy.Reading) -> tuple[energy.Reading, bool]:
-        """Work in short blocks until the counter changes: (the reading just after the update, whether one
-        came within ALIGN_LIMIT_SECONDS)."""
-        reading = after
-        while reading.joules == after.joules:
+    def next_update(after: energy.Reading) -> tuple[tuple[energy.Reading, int], bool]:
+        """Work in short blocks until the counter changes: (the reading just after the update and the units
+        done by then, whether one came within ALIGN_LIMIT_SECONDS)."""
+        while True:
+            reading, done = blocks.read_after(small)
+            if reading.joules != after.joules:
+                return (reading, done), True
             if reading.monotonic - after.monotonic > ALIGN_LIMIT_SECONDS:
-                return reading, False
-            reading = work(small)
-        return reading, True
+                return (reading, done), False
 
     try:  # a counter that stops answering mid-phase (an NVML error, a RAPL package gone) costs the
         # power figure, with the reason, never the case's result.  Both ends sit on a counter update:
         # the counter's steps (NVML's total energy moves about every 100 ms) then add no error
-        first, aligned_start = next_update(_counter(meter))
-        units_before = units  # the calls while waiting for the first update are not the phase's
-        spans.clear()
+        (first, units_first), aligned_start = next_update(_counter(meter))
+        marker = _busy_marker(meter)
         readings = [first]
         while readings[-1].monotonic - first.monotonic < seconds:
-            readings.append(work(block))
-        last, aligned_end = next_update(readings[-1])
+            readings.append(blocks.read_after(block)[0])
+        (last, units_last), aligned_end = next_update(readings[-1])
         readings.append(last)
-        units_measured = units - units_before
     except _CounterLost as lost:
+        blocks.drain()
         note_memory(ctx)
         return {}, {"power_note": f"the energy counter could not be read during the power phase: {lost}"}
+    blocks.drain()
     note_memory(ctx)
     updates = len({r.joules for r in readings}) - 1
     elapsed = last.monotonic - first.monotonic
     joules = last.joules - first.joules
-    calls = units_measured * calls_per_unit
+    calls = (units_last - units_first) * calls_per_unit
     details: dict[str, Any] = {"seconds": elapsed, "energy_joules": joules, "calls": calls,
                                "readings": len(readings), "counter_updates": updates,
                                "aligned": aligned_start and aligned_end,
@@ -510,17 +557,18 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
                                "start_monotonic": first.monotonic, "end_monotonic": last.monotonic,
                                "source": meter.source, "calls_per_reading": block * calls_per_unit,
                                "unit": unit_kind, "calls_per_unit": calls_per_unit}
-    busy = None
-    if timed_units and elapsed > 0:
-        busy = min(1.0, sum(b.elapsed_time(e) for b, e in spans) / 1e3 / elapsed)
-        details["gpu_busy_share"] = busy
+    busy = _busy_share(meter, marker, elapsed) if device.type == "cuda" else None
+    if isinstance(busy, tuple):
+        details["gpu_busy_share"], details["gpu_busy_samples"] = busy
+    elif isinstance(busy, str):
+        details["gpu_busy_note"] = busy
     if joules <= 0:
         return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
     if updates < MIN_COUNTER_UPDATES:
         return {}, {"power_note": f"the energy counter moved only {updates} time(s) over {elapsed:.2f} s (at least "
                                   f"{MIN_COUNTER_UPDATES} needed): its steps would dominate the figure",
                     "power": details}
-    idle = busy_note(busy) if busy is not None else None
+    idle = busy_note(busy[0]) if isinstance(busy, tuple) else None
     if idle is not None:
         return {}, {"power_note": idle, "power": details}
     figures = {"power_watts": joules / elapsed, "energy_joules": joules}

@@ -46,9 +46,14 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     x = torch.randn(n, c, h, w, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
     weight = torch.randn(k, c, r, s, generator=generator).div_((c * r * s) ** 0.5)
     weight = weight.to(device=device, dtype=dtype, memory_format=memory_format)
-    y = F.conv2d(x, weight, stride=stride, padding=padding)
-    p, q = y.shape[2], y.shape[3]
-    grad_y = torch.randn(y.shape, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
+    p, q = output_size(h, w, r, s, stride, padding)
+    # Only what the pass reads stays allocated: a case's memory is what its kernel needs.  (Keeping a
+    # forward output for its shape and the output gradient for every pass made the forward case hold two
+    # output-sized tensors it never used: 2 x 26.3 MiB over the hand-measured 29.8 MiB on an H200.)
+    grad_y = None
+    if kernel_pass != "forward":
+        grad_y = torch.randn(n, k, p, q, generator=generator).to(device=device, dtype=dtype,
+                                                                  memory_format=memory_format)
     mask = {"forward": None, "backward_data": [True, False, False],
             "backward_weight": [False, True, False]}[kernel_pass]
 
@@ -62,7 +67,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         return grads[0] if kernel_pass == "backward_data" else grads[1]
 
     itemsize = dtype.itemsize
-    working_set = itemsize * (x.numel() + weight.numel() + y.numel())
+    working_set = itemsize * (x.numel() + weight.numel() + n * k * p * q)
     flop_count = conv_flop_count(n, k, p, q, c, r, s)
     measured = measure_kernel(kernel, device, ctx, params, working_set_bytes=working_set, flop_count=flop_count)
     produced, reference = _sample(kernel_pass, kernel(), x, weight, grad_y, stride, padding)
@@ -73,7 +78,12 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                          details={"output_size": [p, q]})
 
 
-def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor,
+def output_size(h: int, w: int, r: int, s: int, stride: tuple[int, int], padding: tuple[int, int]) -> tuple[int, int]:
+    """The output's height and width (P, Q) of a convolution without dilation, as cuDNN computes them."""
+    return (h + 2 * padding[0] - r) // stride[0] + 1, (w + 2 * padding[1] - s) // stride[1] + 1
+
+
+def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor | None,
             stride: tuple[int, int], padding: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """The produced values for a sample and their float64 reference from the same inputs.
 
@@ -87,6 +97,7 @@ def _sample(kernel_pass: str, out: torch.Tensor, x: torch.Tensor, weight: torch.
         x64 = x[:1].cpu().double()
         reference = F.conv2d(x64, w64[filters], stride=stride, padding=padding)
         return out[:1, filters], reference
+    assert grad_y is not None  # a backward pass
     if kernel_pass == "backward_data":
         x64, g64 = x[:1].cpu().double(), grad_y[:1].cpu().double()
         reference = torch.ops.aten.convolution_backward(g64, x64, w64, None, list(stride), list(padding),

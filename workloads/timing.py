@@ -426,7 +426,7 @@ class _Blocks:
 
     On CUDA one block stays queued while the host reads: :meth:`read_after` launches the next block,
     waits for the one before it (its end event) and reads the counter, so the GPU never idles for the
-    read.  (Waiting for the whole device before each read left it idle 4-7 ms per 50 ms block on an
+    read.  (Waiting for the whole device before each read left it idle 5.8-6.8 ms per 50 ms block on an
     H200, 2026-11-26: NVML's energy read is that slow there, and the phase ran 80-90% busy.)  Each
     reading comes with the units completed when it was taken; the GPU runs on meanwhile, shifting both
     ends of a window alike.  On a CPU the calls are synchronous: a reading follows its block."""

@@ -34,10 +34,10 @@ and ONNX Runtime and TensorRT versions (:func:`engine_cache`), since ONNX Runtim
 after the model's graph only, and a profile that differs would rebuild (and overwrite) the engine of
 another batch size on every run. So only a machine's first run of a case pays for the build; the
 case's details say whether the engine came from the cache, and how long creating the session took.
-The build counts against the suite's per-case timeout (``timeout_seconds``): one too short for a
-first build of a large model (BERT-large at a large batch takes minutes) is stopped before the
-engine is written, and so rebuilds on every run; give such a suite a longer timeout for its first
-run.
+A build has its own allowance (the ``onnx`` workload's ``build_seconds``, announced to the runner
+through :meth:`~sixdim.workloads.context.RunContext.one_off_build`) instead of the case's timeout: a
+first build of a large model (BERT-large at a large batch takes minutes) stopped by that timeout
+would write no engine, and every later run would build again.
 
 Imports onnxruntime: the worker process only.
 """

@@ -1,7 +1,7 @@
 """The ``sixdim`` command line: serve, run, list, dimensions, report, rules, dashboards.
 
-Exit codes: 0 success; 1 a run failed or timed out (``run``); 2 bad usage or
-configuration, with a message naming the file, variable or flag, the key and what
+Exit codes: 0 success; 1 a case failed, was incorrect or timed out (``run``: unsupported and skipped
+cases are no failures); 2 bad usage or configuration, with a message naming the file, variable or flag, the key and what
 was expected (an address ``serve`` cannot listen on included); 3 when ``run --no-wait``
 finds a device another sixdim holds; 130 and 143 when
 ``run`` is stopped by SIGINT (Ctrl-C) or SIGTERM, after it has stopped its worker,
@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from sixdim.config import (
     preset_entries,
 )
 from sixdim.core import catalog, exits, text
-from sixdim.core.results import RunRecord
+from sixdim.core.results import Interruption, RunRecord, plural, status_counts_text
 from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
 from sixdim.store.history import HistoryError
@@ -142,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the history. The cases of consecutive workloads share one worker process per device (a "
                     "fresh one after a crash), each case with its own timeout. SIGTERM or Ctrl-C stops the "
                     "worker and everything it started, records and prints the cases that finished.",
-        epilog="Exit codes: 0 ok; 1 a case failed or timed out; 2 bad usage or configuration; 3 a device is in "
-               "use by another sixdim (with --no-wait); 130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM.")
+        epilog="Exit codes: 0 ok; 1 a case failed, was incorrect or timed out (unsupported or skipped: no failure); "
+               "2 bad usage or configuration; 3 a device is in use by another sixdim (with --no-wait); 130 stopped "
+               "by SIGINT (Ctrl-C), 143 by SIGTERM.")
     run.add_argument("--config", metavar="FILE", help="TOML configuration file [SIXDIM_CONFIG]")
     add_insecure_permissions_flag(run)
     run.add_argument("--workload", "-w", action="append", metavar="NAME",
@@ -518,7 +520,10 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
             progress.clear()
         waiting = parts.history.retry_pending()
         parts.history.close()
-        _report(args, config, records)
+        interruptions = [run.interruption for device in targets
+                         if (run := parts.executor.progress.last(args.suite or "", device)) is not None
+                         and run.interruption is not None]
+        _report(args, config, records, interruptions)
         if waiting:
             print(f"sixdim: warning: {waiting} result(s) could not be written to {config.history} (see the warning "
                   f"above); they are kept in {parts.history.spool_path} and written by the next sixdim that opens "
@@ -527,11 +532,12 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         print(f"sixdim: stopped by {signal.Signals(interrupt.received).name}; the cases above that finished are "
               f"recorded", file=sys.stderr)
         return interrupt.exit_code
-    return exits.FAILED if any(r.status in ("failed", "timeout") for r in records) else exits.OK
+    return exits.FAILED if any(r.status in catalog.FAILURE_STATUSES for r in records) else exits.OK
 
 
-def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> None:
-    """The runs' AI-Rank log (if asked for), then the table or JSON on stdout."""
+def _report(args: argparse.Namespace, config: Any, records: list[RunRecord],
+            interruptions: list[Interruption] | None = None) -> None:
+    """The runs' AI-Rank log (if asked for), then the table and its summary, or JSON, on stdout."""
     if args.ai_rank_log:
         with open(args.ai_rank_log, "w") as handle:
             for record in records:
@@ -541,7 +547,20 @@ def _report(args: argparse.Namespace, config: Any, records: list[RunRecord]) -> 
         print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
     else:
         print(_results_table(records))
-        print(f"\nrecorded in {config.history}")
+        print("\n" + _summary(records, interruptions or []))
+        print(f"recorded in {config.history}")
+
+
+def _summary(records: list[RunRecord], interruptions: list[Interruption]) -> str:
+    """The cases by outcome, failures apart from the cases that did not run (``unsupported``,
+    ``skipped``: never failures), and what an interruption left, once per device."""
+    left = sum(i.cases_left for i in interruptions)
+    lines = [status_counts_text(Counter(r.status for r in records), left)]
+    for i in interruptions:
+        running = f"; it stopped {i.running}" if i.running else ""
+        lines.append(f"interrupted on {i.device}: {plural(i.cases_left, 'case')} of {i.cases_done + i.cases_left} "
+                     f"not run ({', '.join(i.workloads)}){running}; recorded once, not as runs")
+    return "\n".join(lines)
 
 
 def _si(value: float | None, unit: str) -> str:

@@ -74,7 +74,8 @@ def test_run_shows_progress_on_a_terminal(cli_env):
     # What the terminal shows: each line is what follows its last "clear the line" (\r ESC[K).
     shown = [line.rsplit("\r\x1b[K", 1)[-1] for line in terminal.replace("\r\n", "\n").split("\n")]
     logged = [line for line in shown if "sixdim: info:" in line]
-    assert any("gemm on cpu: 1 ok" in line for line in logged), shown  # the executor's summary line
+    assert any("run on cpu: 1 of 1 case done after " in line and "gemm ended (1 case: 1 ok)" in line
+               for line in logged), shown  # the suite run's progress line as the workload ends
     assert all(line.startswith("sixdim: ") for line in logged), logged  # never after a progress line
 
 

@@ -201,12 +201,14 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
 
     from sixdim.config import EMBEDDED_SOURCE, Suite, WorkloadEntry
     from sixdim.run.devices import Device, DeviceLocks
+    from sixdim.run.progress import SuiteProgress
     from sixdim.run.scheduler import SuiteScheduler
     from tests.helpers import make_record
 
     class Executor:
         def __init__(self):
             self.stop, self.locks, self.ran = threading.Event(), DeviceLocks(), threading.Event()
+            self.progress = SuiteProgress("h")
 
         def execute_many(self, items, device, *, suite, timeout):
             self.ran.set()
@@ -232,7 +234,7 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
     assert "scheduled suite nightly on cpu: cron '0 3 * * *' (UTC); first run " in text
     assert "(run_at_start = false: waits for its time)" in text
     assert "suite quick on cpu: started (1 workload, timeout 600 s per case)" in text
-    assert "suite quick on cpu: ended in " in text and "s: 3 cases: 2 ok, 1 unsupported" in text
+    assert "suite quick on cpu: ended in " in text and "s: 3 cases: 2 ok; not run: 1 unsupported" in text
     assert "suite nightly on cpu: started" not in text
 
 

@@ -10,14 +10,27 @@ from prometheus_client.parser import text_string_to_metric_families
 from sixdim.collectors.host import HostCollector, RaplReader
 from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core import catalog
+from sixdim.core.results import Interruption
 from sixdim.http.board import Board
 from sixdim.http.exporter import ReloadStatus, SixdimCollector
+from sixdim.run.devices import Device
+from sixdim.run.progress import SuiteProgress
 from sixdim.run.runner import STOPPING_REASON
 from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
 from tests.conftest import promtool_check
 from tests.fakenvml import FakeGpu, FakeNvml
 from tests.helpers import make_record
+
+GPU_A = Device("cuda", 0, "GPU-a", "NVIDIA H100 80GB HBM3", "00000000:17:00.0")
+"""The GPU of make_record's records."""
+
+
+def interruption(suite: str = "quick", cases_left: int = 34) -> Interruption:
+    return Interruption(suite=suite, hostname="node1", device_type="cuda", device="cuda:0", gpu="0", uuid="GPU-a",
+                        model_name="NVIDIA H100 80GB HBM3", pci_bus_id="00000000:17:00.0", reason=STOPPING_REASON,
+                        started_at=1000.0, ended_at=1100.0, cases_done=6, cases_left=cases_left,
+                        running="gemm bf16 m=8,n=8,k=8", workloads=["gemm", "conv"])
 
 
 def scrape(board, collectors=(), dcgm=False, **options) -> str:
@@ -135,9 +148,12 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     board.add(make_record(**figures))
     for status in ("failed", "timeout", "skipped"):
         board.add(make_record(status))
+    board.add_interruption(interruption())
+    progress = SuiteProgress("node1")  # a suite running: the suite progress metrics
+    progress.begin("quick", GPU_A, ["gemm", "gemm", "conv"]).case_started(0)
     reloads = ReloadStatus()
     reloads.failed()  # a reload failed: 0, and the time of the last good load stays
-    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"), reloads=reloads)
+    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"), reloads=reloads, progress=progress)
     exported = {name for name, _ in samples(text)}
     assert find(text, "sixdim_config_reload_success") == [0.0]
     assert find(text, "sixdim_config_last_reload_timestamp_seconds") == [reloads.last_success]

@@ -139,7 +139,8 @@ def test_the_header_names_the_host_devices_span_versions_and_runs(page):
     text = _text(page[:page.index('<section id="dimensions">')])
     assert "node1" in text and f"2 \u00d7 {MODEL}" in text and "1 CPU device(s)" in text
     runs = 2 * 2 * RUNS + 4 + 2 * 10
-    assert f"Runs {runs}" in text and "Not ok 4" in text and "failed 4" in text
+    assert f"Runs {runs}" in text and "Failures 4" in text and "failed 4" in text
+    assert "Not run 0" in text and "Interrupted 0" in text  # failures apart from cases not run and interruptions
     assert "550.54.15 \u2192 560.28.03" in text
     assert "Intel Xeon Gold 6448Y" in text
 

@@ -5,8 +5,9 @@ A real ``sixdim run`` child runs two ``command`` cases in one worker: a quick on
 sixdim alone, as a terminal's Ctrl-C or a service manager would: the worker is in a session of its
 own, so stopping it and the sleep is sixdim's job.  Then nothing may be left: no process, no
 run folder (in the state directory, or ``sixdim-run-*`` under TMPDIR: see ``cli_env``), and no traceback; the
-quick case is recorded and printed, the interrupted one recorded as skipped, and the exit code is
-the shell's 128 + signal.
+quick case is recorded and printed, the interrupted one is neither a run nor a skip (no row, no record of its
+own) but counted once in the suite run's interruption record, which the summary under the table names, and the
+exit code is the shell's 128 + signal.
 """
 
 from __future__ import annotations
@@ -110,11 +111,14 @@ def test_a_signal_stops_the_worker_and_its_children_and_leaves_nothing_behind(tm
     header, *rows = stdout.split("\n\n")[0].splitlines()  # the partial table, before its notes
     assert header.startswith("workload  device")
     [quick] = [row.split() for row in rows if " quick " in row]
-    [long] = [row.split() for row in rows if " long " in row]
-    assert "skipped" not in quick and "skipped" in long, stdout
-    assert "interrupted" in stdout
+    assert "skipped" not in quick, stdout
+    assert not [row for row in rows if " long " in row], stdout  # the case it stopped is no row
+    assert "; interrupted: 1 case not run\n" in stdout, stdout
+    assert "interrupted on cpu: 1 case of 2 not run (command); it stopped command" in stdout, stdout
 
     recorded = {r.shape: r for r in History(history)}
-    assert set(recorded) == {"quick", "long"}
+    assert set(recorded) == {"quick"}  # one Ctrl-C adds no row for the cases it left
     assert recorded["quick"].status != "skipped"
-    assert recorded["long"].status == "skipped" and recorded["long"].reason.startswith("interrupted")
+    [interruption] = History(history).interruptions_after(0)
+    assert (interruption.suite, interruption.cases_done, interruption.cases_left) == ("two", 1, 1)
+    assert interruption.running.endswith(" long") and interruption.reason.startswith("interrupted")

@@ -165,12 +165,17 @@ def test_sigkill_of_the_daemon_mid_run_leaves_no_process_and_the_next_start_reco
     daemon = Daemon(quiet, free_port(), cli_env, tmp_path / "serve2.log")
     try:
         daemon.wait_ready()
-        [run] = list(History(history))
-        assert (run.workload, run.shape, run.status) == ("command", "escape", "skipped")
-        assert run.reason.startswith(f"interrupted: the sixdim process that ran this case (PID {killed_pid})")
+        assert list(History(history)) == []  # the case it stopped is not a run
+        [interruption] = History(history).interruptions_after(0)  # the suite run's one record
+        assert (interruption.suite, interruption.cases_done, interruption.cases_left) == ("escape", 0, 1)
+        assert interruption.running.startswith("command ") and interruption.running.endswith(" escape")
+        assert interruption.workloads == ["command"]
+        assert interruption.reason.startswith(f"interrupted: the sixdim process that ran this suite (PID {killed_pid})")
         assert list((state / "workers").iterdir()) == []
-        # an interruption is not a run: no runs_total for it
+        # an interruption is not a run: no runs_total for it, one interruption of the suite
         assert not [s for s in daemon.samples("sixdim_workload_runs_total") if s.labels["workload"] == "command"]
+        [counted] = daemon.samples("sixdim_suite_interruptions_total")
+        assert (counted.labels["suite"], counted.value) == ("escape", 1.0)
         assert "died during command on cpu" in daemon.log_path.read_text()
         assert daemon.stop() == 0
     finally:
@@ -198,8 +203,9 @@ def test_the_next_start_stops_what_a_frozen_worker_left_running(tmp_path, cli_en
     try:
         daemon.wait_ready()
         assert _alive(pids + [worker]) == []
-        [run] = list(History(history))
-        assert run.status == "skipped" and run.reason.startswith("interrupted: the sixdim process")
+        assert list(History(history)) == []
+        [interruption] = History(history).interruptions_after(0)
+        assert interruption.cases_left == 1 and interruption.reason.startswith("interrupted: the sixdim process")
         assert "stopped 4 process(es) of its run" in daemon.log_path.read_text()
     finally:
         daemon.stop()
@@ -216,8 +222,9 @@ def test_a_stop_signal_ends_the_daemon_and_every_process_of_its_run_within_10_se
     assert daemon.stop(timeout=10) == 0
     assert time.monotonic() - started < 10
     assert _alive(pids) == []
-    [run] = list(History(history))
-    assert run.status == "skipped" and run.reason.startswith("interrupted: sixdim is shutting down")
+    assert list(History(history)) == []  # the case a shutdown stopped is not a run, nor a skip
+    [interruption] = History(history).interruptions_after(0)
+    assert interruption.cases_left == 1 and interruption.reason.startswith("interrupted: sixdim is shutting down")
     assert list((state / "workers").iterdir()) == []
 
 
@@ -426,9 +433,10 @@ def test_a_dead_agents_record_is_stopped_by_anyone_but_recorded_only_in_its_own_
         assert list(History(tmp_path / "b.db")) == []
 
         owner = executor(tmp_path / "a.db")
-        [run] = owner.recover_left_behind()
-        assert (run.workload, run.status) == ("gemm", "skipped") and run.reason.startswith("interrupted:")
-        assert [r.uid for r in History(tmp_path / "a.db")] == [run.uid]
+        assert owner.recover_left_behind() == []  # its one case never finished: no run
+        assert list(History(tmp_path / "a.db")) == []
+        [interruption] = History(tmp_path / "a.db").interruptions_after(0)
+        assert interruption.running.startswith("gemm fp32") and interruption.reason.startswith("interrupted:")
         assert not (tmp_path / "state" / "workers" / "dead-run").exists()
     finally:
         if sleeper.poll() is None:

@@ -62,6 +62,16 @@ RUN_STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "skipped", "unsuppor
 """``unsupported``: the device lacks what the case needs (a precision, a second GPU).
 ``incorrect``: the output failed its check against a float64 reference: the worst regression."""
 
+FAILURE_STATUSES: tuple[str, ...] = ("failed", "incorrect", "timeout")
+"""The statuses that are failures: the case ran and something is wrong (it raised or its worker died, its
+output failed its check, it outlasted its timeout).  Only these count against a run (``sixdim run``'s exit
+code 1, the report's and the logs' failures)."""
+NOT_RUN_STATUSES: tuple[str, ...] = ("unsupported", "skipped")
+"""The statuses of cases that did not run, never failures: the device lacks what the case needs
+(``unsupported``), or the case was not started on it (``skipped``: a busy GPU, MIG).  A case an interruption
+stopped (a shutdown, Ctrl-C, the agent's death) has no status at all: its suite run's one interruption record
+counts it (``sixdim.core.results.Interruption``)."""
+
 
 # --- What each figure of a run means -----------------------------------------------------------
 # A run's figures (``RunRecord.figures``) are defined here once, beside the metrics that export them:
@@ -359,8 +369,9 @@ WORKLOAD_LAST_RUN = MetricDef(
     RESULT_LABELS, figure="ended_at")
 WORKLOAD_RUNS = MetricDef(
     "sixdim_workload_runs_total", "counter",
-    "Cases of the workload run on the device, by outcome (ok, failed, timeout, skipped, unsupported, incorrect), "
-    "from the history; cases an interruption stopped (a shutdown, or the death of their agent) are not counted.",
+    "Cases of the workload run on the device, by outcome: ok; failed, incorrect, timeout (failures); unsupported, "
+    "skipped (not run, never failures); from the history. Cases an interruption stopped (a shutdown, or the death "
+    "of their agent) are not runs: sixdim_suite_interruptions_total counts each interrupted suite run once.",
     DEVICE_LABELS + (WORKLOAD, STATUS))
 
 SKIP_REASON = "reason"
@@ -379,6 +390,38 @@ WORKLOAD_CASE_SECONDS = MetricDef(
     "Mean wall time of one case of the workload (one shape, precision and pass, from its start to its result) "
     "over the cases recorded since the agent started, by status, seconds.",
     DEVICE_LABELS + (WORKLOAD, STATUS))
+
+# --- Suite runs: progress while a suite runs, and its interruptions ---
+SUITE_LABELS: tuple[str, ...] = DEVICE_LABELS + (SUITE,)
+"""A suite's runs on one device (one scheduled job): ``suite`` is empty for ``sixdim run --workload``."""
+SUITE_RUNNING = MetricDef(
+    "sixdim_suite_running", "gauge",
+    "1 while a run of the suite is under way on the device (from the device's lock to its last case), else 0; "
+    "for every suite the agent schedules on the device.",
+    SUITE_LABELS)
+SUITE_CASES = MetricDef(
+    "sixdim_suite_cases", "gauge",
+    "Cases of the suite's current run on the device (of its last run once it has ended; 0 before its first).",
+    SUITE_LABELS)
+SUITE_CASES_DONE = MetricDef(
+    "sixdim_suite_cases_done", "gauge",
+    "Cases of the suite's current run on the device (of its last run once it has ended) that have ended, by "
+    "status: ok; failed, incorrect, timeout (failures); unsupported, skipped (not run, never failures). Each is "
+    "in the history as it ends; their sum over sixdim_suite_cases is the run's progress.",
+    SUITE_LABELS + (STATUS,))
+SUITE_CURRENT_WORKLOAD = MetricDef(
+    "sixdim_suite_current_workload", "gauge",
+    "1 for the workload whose case the suite's run on the device is running now; absent while the suite is not "
+    "running.",
+    SUITE_LABELS + (WORKLOAD,))
+SUITE_INTERRUPTIONS = MetricDef(
+    "sixdim_suite_interruptions_total", "counter",
+    "Runs of the suite on the device that an interruption ended before every case had run (a shutdown, Ctrl-C or "
+    "SIGTERM of sixdim run, the death of the agent), from the history: one record per run, whatever the number "
+    "of cases left; the cases that had finished are runs, those left are neither runs, skips nor failures.",
+    SUITE_LABELS)
+SUITE_RUN_METRICS: tuple[MetricDef, ...] = (
+    SUITE_RUNNING, SUITE_CASES, SUITE_CASES_DONE, SUITE_CURRENT_WORKLOAD, SUITE_INTERRUPTIONS)
 
 # --- Summary series (every suite): geometric means over a suite's shapes ---
 SUMMARY_FLOPS = MetricDef(
@@ -644,7 +687,8 @@ HOST_RAPL_ENERGY = MetricDef(
     "CPU package energy from RAPL (powercap), joules, wrap-corrected since the agent started.", (HOSTNAME, "domain"))
 
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
-    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, HISTORY_UP, HISTORY_PENDING,
+    WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, *SUITE_RUN_METRICS,
+    HISTORY_UP, HISTORY_PENDING,
     HISTORY_WRITE_ERRORS,
     CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,

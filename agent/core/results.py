@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from sixdim.core import catalog
 
 INTERRUPTED = "interrupted"
-"""The start of the reason of cases a shutdown, or the death of their agent, stopped before they ran
-or finished (agent/run/runner.py, agent/run/orphans.py): kept in the history, but neither counted as runs
-or skips nor given series of their own."""
+"""The start of the reason a shutdown, or the death of its agent, gives a suite run it stopped before every
+case had run (agent/run/runner.py, agent/run/orphans.py).  Such a run is recorded once, as an
+:class:`Interruption`, never as a record per case left; rows of older versions (``skipped`` with this reason)
+are folded into one when the history is opened, and neither counted as runs or skips nor given series."""
 
 
 class SeriesKey(NamedTuple):
@@ -38,9 +40,34 @@ SERIES_FIELDS: tuple[str, ...] = SeriesKey._fields
 """The series key's fields, which are also the history's column names."""
 
 
+def is_interruption(status: str, reason: str) -> bool:
+    """Whether a status and reason say the run was interrupted (a shutdown, the agent's death), not skipped."""
+    return status == "skipped" and reason.startswith(INTERRUPTED)
+
+
 def counts_as_run(status: str, reason: str) -> bool:
-    """Whether a run is counted in ``sixdim_workload_runs_total``: all but the interrupted skips."""
-    return not (status == "skipped" and reason.startswith(INTERRUPTED))
+    """Whether a run is counted in ``sixdim_workload_runs_total``: all but interrupted ones (a record an
+    older sixdim made per interrupted case, read back from its spool)."""
+    return not is_interruption(status, reason)
+
+
+def status_counts_text(counts: Mapping[str, int], cases_left: int = 0) -> str:
+    """Case counts as sixdim tells them to a person, failures apart from the cases that did not run:
+    ``40 cases: 30 ok; failures: 2 failed, 1 timeout; not run: 6 unsupported, 1 skipped`` and, where an
+    interruption stopped the run, ``; interrupted: 12 cases not run``.  ``unsupported`` and ``skipped``
+    are never failures (catalog.FAILURE_STATUSES, catalog.NOT_RUN_STATUSES)."""
+    parts = [f"{counts.get('ok', 0)} ok"]
+    for title, statuses in (("failures", catalog.FAILURE_STATUSES), ("not run", catalog.NOT_RUN_STATUSES)):
+        found = [f"{counts[s]} {s}" for s in statuses if counts.get(s)]
+        if found:
+            parts.append(f"{title}: {', '.join(found)}")
+    if cases_left:
+        parts.append(f"interrupted: {plural(cases_left, 'case')} not run")
+    return f"{plural(sum(counts.values()), 'case')}: " + "; ".join(parts)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 @dataclass
@@ -107,6 +134,49 @@ class RunRecord:
                 catalog.DRIVER_VERSION: str(self.environment.get("driver", "")),
                 catalog.CUDA_VERSION: str(self.environment.get("cuda_runtime", "")),
                 catalog.TORCH_VERSION: str(self.environment.get("torch", ""))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Interruption:
+    r"""A suite run that an interruption stopped before every case had run, recorded once: a shutdown
+    (SIGTERM or SIGINT to the daemon, Ctrl-C of ``sixdim run``) or the death of the agent (recorded by
+    the next sixdim that starts, from the run's worker record).  The cases that finished are
+    :class:`RunRecord`\ s as usual; those left (the one in flight among them) have no record of their
+    own: ``cases_left`` counts them."""
+
+    suite: str
+    hostname: str
+    device_type: str
+    device: str
+    gpu: str
+    uuid: str
+    model_name: str
+    pci_bus_id: str
+    reason: str
+    """Why: it starts with :data:`INTERRUPTED`."""
+    started_at: float
+    """When the suite run started (Unix time)."""
+    ended_at: float
+    """When the interruption stopped it."""
+    cases_done: int
+    """Cases of the run that had ended (recorded as runs)."""
+    cases_left: int
+    """Cases of the run that had not ended: not run, or stopped while they ran."""
+    running: str = ""
+    """The case the interruption stopped while it ran (workload, precision and shape), or empty."""
+    workloads: list[str] = field(default_factory=list)
+    """The workloads with cases left, in the suite's order."""
+    id: int | None = None
+    uid: str = ""
+    """A unique name, as a run's: a retried write lands once."""
+
+    def device_labels(self) -> dict[str, str]:
+        return {catalog.HOSTNAME: self.hostname, catalog.GPU: self.gpu, catalog.UUID: self.uuid,
+                catalog.MODEL_NAME: self.model_name, catalog.PCI_BUS_ID: self.pci_bus_id,
+                catalog.DEVICE_TYPE: self.device_type}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -97,8 +97,10 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     live = CollectorRegistry()  # telemetry and health, rendered on a timer
     ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
     live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
-                                  history=parts.history, part="live", reloads=reloads))
+                                  history=parts.history, part="live", reloads=reloads,
+                                  progress=parts.executor.progress))
     exposition = Exposition(parts.board, results, live, parts.history).start()
+    parts.executor.progress.on_change = exposition.live_changed  # a suite's progress within a second
     scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
 
     def healthy() -> tuple[bool, str]:
@@ -126,7 +128,7 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, %d result series "
              "restored, integrity check %.2f s%s)", server.scheme, host, server.port, os.getpid(), config.source,
              config.history, config.state_dir, len(parts.board.latest()), parts.history.check_seconds,
-             f", {len(recovered)} case(s) of a dead predecessor's run recorded" if recovered else "")
+             f", {len(recovered)} case(s) of a dead predecessor's run recorded now" if recovered else "")
     _log_web(web)
     running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition)
     with _SignalWakeup() as wakeup:

@@ -6,6 +6,9 @@ since.  Rows written by another process, such as a ``sixdim run`` or a node-line
 this host, therefore appear without a restart.  SQLite hands out row ids in commit order, so
 "rows after the last id seen" misses none.
 
+Interrupted suite runs (one record each, in the history's own table) are counted per device and
+suite the same way: loaded at start, caught up, shown while they wait to be written.
+
 Results the history could not write yet (a locked or full database: see
 :mod:`sixdim.store.history`) are shown from its queue at once, and recognised by their ``uid`` when
 they are finally written, so each run is counted once.  A catch-up that cannot read the
@@ -22,7 +25,7 @@ import sqlite3
 import threading
 
 from sixdim.core import catalog
-from sixdim.core.results import RunRecord, counts_as_run
+from sixdim.core.results import Interruption, RunRecord, counts_as_run
 from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
 
@@ -43,8 +46,8 @@ def skip_class(reason: str) -> str:
 
 def case_seconds(record: RunRecord) -> float:
     """How long the case itself ran: the span the worker reported for it (``details.case_wall``),
-    not the record's started_at/ended_at, which are its worker's and shared by every case the
-    worker ran.  A record without one (made before per-case spans were kept) falls back to those."""
+    not the record's started_at/ended_at (started_at is its worker's, shared by every case the
+    worker ran).  A record without one (made before per-case spans were kept) falls back to those."""
     wall = record.details.get("case_wall")
     if isinstance(wall, list) and len(wall) == 2 and all(isinstance(t, (int, float)) for t in wall):
         return max(0.0, float(wall[1]) - float(wall[0]))
@@ -68,6 +71,9 @@ class Board:
         case durations of the runs added since the board was made (not those it was loaded with)."""
         self._last_id = 0
         self._shown_pending: set[str] = set()
+        self._interruptions: dict[tuple[tuple[str, ...], str], list] = {}
+        """(device labels, suite) -> [labels, count]: the interrupted suite runs the history holds."""
+        self._last_interruption_id = 0
         self.version = 0
         """Incremented on every change of what the board shows."""
 
@@ -83,6 +89,8 @@ class Board:
             for record, count in history.status_counts():
                 board._counts[(record.key(), record.status)] = (record, count)
             board._last_id = history.last_id()
+            for interruption in history.interruptions_after(0):
+                board._add_interruption(interruption)
         except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
             log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
         if verdicts is not None:
@@ -111,6 +119,16 @@ class Board:
                     added += 1
                 if len(records) < CATCH_UP_BATCH:
                     break
+            try:
+                for interruption in history.interruptions_after(self._last_interruption_id):
+                    if interruption.uid in self._shown_pending:
+                        self._last_interruption_id = max(self._last_interruption_id, interruption.id or 0)
+                        self._shown_pending.discard(interruption.uid)
+                        continue
+                    self._add_interruption(interruption)
+                    added += 1
+            except sqlite3.Error as exc:
+                log.debug("board: cannot read the history's interruptions now: %s", exc)
         return added + self._show_pending(history)
 
     def _show_pending(self, history: History) -> int:
@@ -121,7 +139,30 @@ class Board:
                     self._shown_pending.add(record.uid)
                     self._add(record)
                     added += 1
+            for interruption in history.pending_interruptions():
+                if interruption.uid not in self._shown_pending:
+                    self._shown_pending.add(interruption.uid)
+                    self._add_interruption(interruption)
+                    added += 1
         return added
+
+    def add_interruption(self, interruption: Interruption) -> None:
+        """Count an interruption that is not in a history (a board built by hand, as :meth:`add`)."""
+        with self._lock:
+            self._add_interruption(interruption)
+
+    def _add_interruption(self, interruption: Interruption) -> None:
+        self._last_interruption_id = max(self._last_interruption_id, interruption.id or 0)
+        labels = interruption.device_labels()
+        key = (tuple(labels[label] for label in catalog.DEVICE_LABELS), interruption.suite)
+        entry = self._interruptions.setdefault(key, [{**labels, catalog.SUITE: interruption.suite}, 0])
+        entry[1] += 1
+        self.version += 1
+
+    def interruptions(self) -> list[tuple[dict[str, str], int]]:
+        """Interrupted suite runs per device and suite: (the labels, suite among them; how many)."""
+        with self._lock:
+            return [(dict(labels), count) for labels, count in self._interruptions.values()]
 
     def add(self, record: RunRecord) -> None:
         """Add a record that is not in a history (the daemon's records come through :meth:`catch_up`;

@@ -24,6 +24,7 @@ from sixdim.collectors.base import Availability, Collector, Sample
 from sixdim.core import catalog
 from sixdim.core.results import RunRecord
 from sixdim.http.board import Board
+from sixdim.run.progress import SuiteProgress
 from sixdim.store.history import History
 from sixdim.verdicts.detector import IMPROVEMENT, RATES, REGRESSION, SUSPICIOUS, median
 from sixdim.verdicts.live import Verdicts
@@ -141,7 +142,8 @@ class SixdimCollector(PromCollector):
     - ``results``: summary series of every suite; every metric per shape for the results of the
       suites in ``shape_suites`` (a suite's ``export = "shapes"``; ``""`` stands for ad-hoc
       ``sixdim run --workload`` runs); run counters per device, workload and status;
-    - ``live``: build info, collector availability and readings, the history's health;
+    - ``live``: build info, collector availability and readings, the history's health, and the
+      suites' progress (``progress``: running or not, cases done and in all, the workload running);
     - ``all``: both (tests, and tools that render once).
 
     It never reads the database: the board is caught up in the background (agent/http/exposition.py).
@@ -149,7 +151,8 @@ class SixdimCollector(PromCollector):
 
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
                  history: History | None = None, *, part: str = "all",
-                 shape_suites: Iterable[str] | None = None, reloads: ReloadStatus | None = None):
+                 shape_suites: Iterable[str] | None = None, reloads: ReloadStatus | None = None,
+                 progress: SuiteProgress | None = None):
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}, not {part!r}")
         self._board = board
@@ -160,6 +163,7 @@ class SixdimCollector(PromCollector):
         self._part = part
         self._shape_suites = None if shape_suites is None else frozenset(shape_suites)
         self._reloads = reloads
+        self._progress = progress
         self._build_labels = build_info_labels(hostname)
 
     def set_shape_suites(self, shape_suites: Iterable[str]) -> None:
@@ -266,14 +270,32 @@ class SixdimCollector(PromCollector):
             yield Sample(catalog.WORKLOAD_RUNS, {**labels, catalog.STATUS: status}, float(count))
         for labels, ended in last_ok.values():
             yield Sample(catalog.WORKLOAD_LAST_SUCCESS, labels, ended)
+        for labels, count in self._board.interruptions():
+            yield Sample(catalog.SUITE_INTERRUPTIONS, labels, float(count))
         for kind, labels, what, value in self._board.since_start():
             if kind == "skips":
                 yield Sample(catalog.WORKLOAD_SKIPS, {**labels, catalog.SKIP_REASON: what}, value)
             else:
                 yield Sample(catalog.WORKLOAD_CASE_SECONDS, {**labels, catalog.STATUS: what}, value)
 
+    def _suites(self) -> Iterator[Sample]:
+        """Each suite's run on each device: running or not, its cases in all and ended by status, the
+        workload running now (agent/run/progress.py)."""
+        if self._progress is None:
+            return
+        for state in self._progress.snapshot():
+            labels = {**state.labels, catalog.SUITE: state.suite}
+            yield Sample(catalog.SUITE_RUNNING, labels, 1.0 if state.running else 0.0)
+            yield Sample(catalog.SUITE_CASES, labels, float(state.cases))
+            for status in catalog.RUN_STATUSES:
+                yield Sample(catalog.SUITE_CASES_DONE, {**labels, catalog.STATUS: status},
+                             float(state.done.get(status, 0)))
+            if state.workload:
+                yield Sample(catalog.SUITE_CURRENT_WORKLOAD, {**labels, catalog.WORKLOAD: state.workload}, 1.0)
+
     def _live(self) -> Iterator[Sample]:
         yield Sample(catalog.BUILD_INFO, self._build_labels, 1.0)
+        yield from self._suites()
         if self._reloads is not None:
             host = {catalog.HOSTNAME: self._hostname}
             yield Sample(catalog.CONFIG_RELOAD_SUCCESS, host, 1.0 if self._reloads.success else 0.0)

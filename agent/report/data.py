@@ -56,6 +56,8 @@ class Data:
     statuses: Counter
     first: float | None
     last: float | None
+    interrupted: reader.Interrupted = reader.Interrupted(0, 0)
+    """The interrupted suite runs (one record each, not runs), and the cases they left."""
 
 
 _SELECT = (*reader.SERIES_COLUMNS, "model_name", "suite", "status", "started_at", "ended_at", "figures", "environment")
@@ -102,8 +104,9 @@ def read(path: str, keep_recent: int) -> Data:
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:
                     s.latest[row[11]] = (row[14], vid, parsed)
+        interrupted = reader.interrupted(db)
     return Data(path, series, versions.sets, versions.unknown, figures, runs, statuses,
-                first if runs else None, last if runs else None)
+                first if runs else None, last if runs else None, interrupted)
 
 
 def record_of(row: Sequence[Any], conditions: dict[str, Any] | None = None) -> Any:

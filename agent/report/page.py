@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sixdim.core.catalog import RESTATING
+from sixdim.core.catalog import FAILURE_STATUSES, NOT_RUN_STATUSES, RESTATING
 from sixdim.core.results import SeriesKey
 from sixdim.report.format import (
     CHART_HEIGHT,
@@ -268,7 +268,12 @@ class Page:
             span = f"no run since {utc(r.cutoff)} UTC (the last {utc(data.last)} UTC)"
         regressions = sum(v.state == "regression" for sv in snapshot for v in sv.verdicts.values())
         suspicious = sum(v.state == "suspicious" for sv in snapshot for v in sv.verdicts.values())
-        failed = {k: n for k, n in data.statuses.items() if k != "ok"}
+        # failures apart from the cases that did not run (never failures), and interruptions apart from both:
+        # rows an older sixdim wrote per interrupted case are among the skipped runs read, and belong there
+        legacy = data.interrupted.legacy_rows
+        failed = {k: n for k, n in data.statuses.items() if k in FAILURE_STATUSES and n}
+        not_run = {k: n - (legacy if k == "skipped" else 0) for k, n in data.statuses.items() if k in NOT_RUN_STATUSES}
+        not_run = {k: n for k, n in not_run.items() if n > 0}
         what = [", ".join(r.hosts) or "no hosts", gpus or "no GPU"] + ([f"{len(cpus)} CPU device(s)"] if cpus else [])
         subtitle = " \u00b7 ".join(what + [span])
         parts = ["<h1>sixdim report</h1>", f'<p class="subtitle">{esc(subtitle)}</p>']
@@ -277,8 +282,10 @@ class Page:
         if r.since is not None:
             parts.append(f'<p class="note">Showing runs since {esc(utc(r.cutoff))} UTC (<code>--since</code>); the '
                          "verdicts and the change-point analysis use the whole history.</p>")
-        cards = [("Runs", f"{data.runs:,}", ""),
-                 ("Not ok", f"{sum(failed.values()):,}", "warn" if failed else ""),
+        cards = [("Runs", f"{data.runs - legacy:,}", ""),
+                 ("Failures", f"{sum(failed.values()):,}", "warn" if failed else ""),
+                 ("Not run", f"{sum(not_run.values()):,}", ""),
+                 ("Interrupted", f"{data.interrupted.runs:,}", ""),
                  ("Series", f"{len(data.series):,}", ""), ("Devices", f"{len(r.devices)}", ""),
                  ("Days", f"{days:.1f}", ""),
                  ("Regressions now", f"{regressions}", "bad" if regressions else "good"),
@@ -287,9 +294,18 @@ class Page:
         parts.append('<div class="cards">' + "".join(
             f'<div class="card {cls}"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
             for k, v, cls in cards) + "</div>")
+        notes = []
         if failed:
             counts = ", ".join(f"{k} {n:,}" for k, n in sorted(failed.items()))
-            parts.append(f'<p class="note">Runs not ok: {esc(counts)} (they carry no figures).</p>')
+            notes.append(f"Failures: {counts} (only incorrect runs carry figures).")
+        if not_run:
+            counts = ", ".join(f"{k} {n:,}" for k, n in sorted(not_run.items()))
+            notes.append(f"Not run, never failures: {counts} (the device lacks what the case needs, or the guard "
+                         "found the GPU busy).")
+        if data.interrupted.runs:
+            notes.append(f"Interrupted suite runs: {data.interrupted.runs:,}, leaving {data.interrupted.cases_left:,} "
+                         "case(s) unrun (a shutdown, Ctrl-C or the agent's death; each recorded once, not as runs).")
+        parts += [f'<p class="note">{esc(note)}</p>' for note in notes]
         parts.append(f'<nav class="toc"><strong>Contents</strong> {toc}</nav>')
         if not data.runs:
             parts.append("<p>The history has no runs yet.</p>")

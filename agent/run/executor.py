@@ -2,8 +2,12 @@
 
 The steps: the device locks, the idle guard (GPU), the worker child process with
 telemetry sampled around it, a window summary per case, the environment, then the
-history and the board.  Every case ends in exactly one recorded :class:`RunRecord`,
-whatever failed.
+history and the board.  Every case that ends is exactly one recorded :class:`RunRecord`,
+whatever failed, in the history as soon as the worker reports it (while the worker goes on
+with the next case), so an agent killed mid-suite loses no case that ended.  A shutdown ends
+the suite run with one :class:`sixdim.core.results.Interruption`: the case it stopped and those
+after it have no record of their own.  The suite's :class:`sixdim.run.progress.SuiteRun` hears of
+each case's start and end (the log lines and the suite gauges).
 
 A host-wide workload (``scope == "host"``: all-reduce, card linearity) runs from the first
 GPU's job but uses every GPU of the host, so it is treated as running on all of them: it holds
@@ -37,12 +41,13 @@ from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core.conditions import CONDITIONS, UNAVAILABLE, setting_versions
 from sixdim.core.peaks import peak_ratio
 from sixdim.core.redact import redact_params, scrub, secret_values
-from sixdim.core.results import RunRecord
+from sixdim.core.results import Interruption, RunRecord, is_interruption
 from sixdim.run import orphans
 from sixdim.run.devices import Device, DeviceLocks, host_gpus
 from sixdim.run.guard import Guard, RunWatch
 from sixdim.run.hostprobe import MultiGpuProbe
 from sixdim.run.instance import DeviceFileLocks
+from sixdim.run.progress import SuiteProgress, SuiteRun
 from sixdim.run.runner import (
     RESULTS_FILE,
     STOPPING_REASON,
@@ -259,30 +264,96 @@ def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[
     return groups
 
 
-def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutcome,
-                     record: Callable[[tuple[WorkloadSpec, Case], CaseResult], RunRecord], ended_at: float
-                     ) -> tuple[list[RunRecord], list[tuple[WorkloadSpec, Case]]]:
-    """The records of one worker's cases, and the cases left for a fresh worker.
+Record = Callable[[int, tuple[WorkloadSpec, Case], CaseResult], RunRecord]
+"""Makes (or finds, where it was recorded as it ended) the record of a worker's case ``index``."""
+
+
+def _outcome_records(items: list[tuple[WorkloadSpec, Case]], outcome: WorkerOutcome, record: Record, ended_at: float
+                     ) -> tuple[list[RunRecord], list[tuple[WorkloadSpec, Case]], bool]:
+    """The records of one worker's cases, the cases left after them, and whether an interruption ended it.
 
     Cases the worker reported keep their own status; the case it ended inside takes the worker's
-    status and reason.  After a ``skipped`` end (a busy GPU, a shutdown) the rest are skipped
-    too; after a crash or a timeout they are left to run in a fresh worker."""
-    batch = [record(item, outcome.cases[i]) for i, item in enumerate(items) if i in outcome.cases]
+    status and reason.  After a ``skipped`` end (a busy GPU) the rest are skipped too; after a crash
+    or a timeout they are left to run in a fresh worker.  An interruption (a shutdown, the agent's
+    death) records nothing for the case it stopped nor for those after it: they are left, and the
+    suite run's one interruption record counts them."""
+    batch = [record(i, item, outcome.cases[i]) for i, item in enumerate(items) if i in outcome.cases]
     done = len(batch)
     if done >= len(items):
-        return batch, []
+        return batch, [], False
+    if is_interruption(outcome.status, outcome.reason):
+        return batch, items[done:], True
     tail = {"output_tail": outcome.output_tail} if outcome.output_tail else {}
     # the case the worker ended in ran from the last result (or the worker's start: not from before the
     # device locks and the guard, which a host-wide run may wait minutes for); none ran where no
     # worker started, nor did the cases after it
     since = max((c.wall[1] for c in outcome.cases.values() if c.wall),
                 default=outcome.started_at if outcome.started_at is not None else ended_at)
-    batch.append(record(items[done], CaseResult(outcome.status, outcome.reason, details=tail, wall=(since, ended_at))))
+    batch.append(record(done, items[done], CaseResult(outcome.status, outcome.reason, details=tail,
+                                                      wall=(since, ended_at))))
     if outcome.status == "skipped":
-        batch += [record(item, CaseResult("skipped", outcome.reason, wall=(ended_at, ended_at)))
-                  for item in items[done + 1:]]
-        return batch, []
-    return batch, items[done + 1:]
+        batch += [record(i, item, CaseResult("skipped", outcome.reason, wall=(ended_at, ended_at)))
+                  for i, item in enumerate(items) if i > done]
+        return batch, [], False
+    return batch, items[done + 1:], False
+
+
+def describe_case(spec: WorkloadSpec, case: Case) -> str:
+    """A case as the log and an interruption name it: ``gemm bf16 m=512,n=512,k=512,op=NN``."""
+    return " ".join(part for part in (spec.name, case.precision, case.shape) if part)
+
+
+@dataclass
+class _Left:
+    """Where an interruption stopped a suite run: the first case of the plan without a record, why,
+    and the case it stopped while it ran ("" where none was running)."""
+
+    at: int
+    reason: str
+    running: str = ""
+
+
+class _Group:
+    """One worker's share of a suite run: its cases (``items``, from case ``at`` of the plan on), how
+    each is recorded as the worker reports it, and the suite run that hears of each case's start and end."""
+
+    def __init__(self, executor: Executor, items: list[tuple[WorkloadSpec, Case]], at: int, device: Device,
+                 suite: str, run: SuiteRun, started_at: float):
+        self.executor = executor
+        self.items = items
+        self.at = at
+        self.device = device
+        self.suite = suite
+        self.run = run
+        self.started_at = started_at
+        self.tag = ""
+        self.recorded: dict[int, RunRecord] = {}
+        """The cases recorded as the worker reported them, by their index in ``items``."""
+
+    def uid(self, index: int) -> str:
+        """A case's uid: its worker's tag and its index, so that a successor recovering the worker's record
+        (agent/run/orphans.py) writes no case twice; a random one where no worker started."""
+        return f"{self.tag}:{index}" if self.tag else ""
+
+    def started(self) -> None:
+        self.run.case_started(self.at)
+
+    def reported(self, index: int, result: CaseResult, worker_environment: dict[str, Any], sampled: Sampled) -> None:
+        """The worker reported case ``index``: record it now (history, board), while the worker goes on."""
+        if index in self.recorded or not 0 <= index < len(self.items):
+            return
+        spec, case = self.items[index]
+        environment = {**self.executor._environment(self.device, worker_environment),
+                       **setting_versions(sampled.conditions)}
+        ended_at = result.wall[1] if result.wall else time.time()
+        record = self.executor._record(spec, case, self.device, self.suite, result, sampled, environment,
+                                       self.started_at, ended_at, uid=self.uid(index))
+        self.executor.history.add(record)
+        self.executor._recorded()
+        self.recorded[index] = record
+        self.run.case_ended(self.at + index, record.status)
+        if index + 1 < len(self.items):
+            self.run.case_started(self.at + index + 1)
 
 
 class Executor:
@@ -312,6 +383,8 @@ class Executor:
         every GPU's."""
         self.stop = threading.Event()
         self.records = orphans.WorkerRecords(state_dir, command, str(history.path)) if state_dir else None
+        self.progress = SuiteProgress(hostname)
+        """Every suite's current (or last) run on each device: the log lines and the suite gauges."""
 
     def _recorded(self) -> None:
         if self.on_recorded is not None:
@@ -332,8 +405,12 @@ class Executor:
         Consecutive workloads with the same needs share one worker, so torch is imported and
         CUDA initialised once.  ``timeout`` is per case.  Cases the worker reported keep their own
         status; the case a worker died or hung in takes that reason, and the cases after it run in
-        a fresh worker, so one crash costs one case.  A busy GPU or a shutdown skips the rest.
-        Every record is in the history (and on the board) as soon as its worker has ended.
+        a fresh worker, so one crash costs one case.  A busy GPU skips the rest of its worker's cases.
+        Each case is in the history (and on the board) as soon as the worker has reported it, while
+        the worker goes on.  A shutdown (the stop event) ends the suite run: the cases that ended are
+        recorded, the rest have no record of their own, and the run gets one
+        :class:`sixdim.core.results.Interruption` (in the history, and on the run in :attr:`progress`).
+        Returns the records of the cases that ended, in order.
         """
         device_type = "cuda" if device.type == "cuda" else "cpu"
         planned: list[tuple[WorkloadSpec, Case]] = []
@@ -341,42 +418,82 @@ class Executor:
             if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
                 continue  # a host-wide workload runs once, from the first GPU's job
             planned += [(spec, case) for case in spec.cases(overrides, device_type)]
+        run = self.progress.begin(suite, device, [spec.name for spec, _ in planned])
         records: list[RunRecord] = []
-        for group in _worker_groups(planned):
-            records += self._run_group(group, device, suite, timeout, use_guard, on_progress)
-        self._log(records, device)
+        at = 0
+        try:
+            for group in _worker_groups(planned):
+                done, left = self._run_group(group, at, planned, device, suite, timeout, use_guard, on_progress, run)
+                records += done
+                if left is not None:
+                    self._interrupted(run, planned, left, device)
+                    break
+                at += len(group)
+        finally:
+            run.finish()
         return records
 
-    def _run_group(self, group: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
-                   use_guard: bool, on_progress: Callable[[str], None] | None) -> list[RunRecord]:
+    def _interrupted(self, run: SuiteRun, planned: list[tuple[WorkloadSpec, Case]], left: _Left,
+                     device: Device) -> None:
+        """Record the one interruption of a suite run stopped at case ``left.at`` of its plan."""
+        interruption = Interruption(
+            suite=run.suite, hostname=self.hostname, device_type=device.type, device=device.name,
+            gpu="" if device.index is None else str(device.index), uuid=device.uuid, model_name=device.model_name,
+            pci_bus_id=device.pci_bus_id, reason=left.reason, started_at=run.started_at, ended_at=time.time(),
+            cases_done=left.at, cases_left=len(planned) - left.at, running=left.running,
+            workloads=list(dict.fromkeys(spec.name for spec, _ in planned[left.at:])))
+        self.history.add_interruption(interruption)
+        self._recorded()
+        run.interrupted(interruption)
+
+    def _run_group(self, group: list[tuple[WorkloadSpec, Case]], at: int, planned: list[tuple[WorkloadSpec, Case]],
+                   device: Device, suite: str, timeout: float, use_guard: bool,
+                   on_progress: Callable[[str], None] | None, run: SuiteRun) -> tuple[list[RunRecord], _Left | None]:
+        """Run one group's cases (case ``at`` of ``planned`` on) in as many workers as crashes and timeouts
+        take; returns their records, and where an interruption stopped the suite run (None: it did not)."""
         records: list[RunRecord] = []
         remaining = group
         while remaining:
             started_at = time.time()
-            outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress)
+            share = _Group(self, remaining, at, device, suite, run, started_at)
+            later = list(dict.fromkeys(spec.name for spec, _ in planned[at + len(remaining):]))
+            outcome, sampled, journal = self._run(remaining, device, suite, timeout, use_guard, on_progress, share,
+                                                  (len(planned), later))
             ended_at = time.time()
-            environment = {**self._environment(device, outcome), **setting_versions(sampled.conditions)}
+            environment = {**self._environment(device, outcome.environment), **setting_versions(sampled.conditions)}
 
-            def record(item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
+            def record(index: int, item: tuple[WorkloadSpec, Case], result: CaseResult) -> RunRecord:
                 # called only within this iteration (by _outcome_records below), so the loop's values hold
-                return self._record(item[0], item[1], device, suite, result, sampled, environment,  # noqa: B023
-                                    started_at, ended_at)  # noqa: B023
+                # a case's record ends with the case (the worker's span for it), its started_at is its worker's
+                return share.recorded.get(index) or self._record(  # noqa: B023
+                    item[0], item[1], device, suite, result, sampled, environment, started_at,  # noqa: B023
+                    result.wall[1] if result.wall else ended_at, uid=share.uid(index))  # noqa: B023
 
-            batch, remaining = _outcome_records(remaining, outcome, record, ended_at)
+            batch, left, interrupted = _outcome_records(remaining, outcome, record, ended_at)
             try:
-                for r in batch:
-                    self.history.add(r)
+                for index, r in enumerate(batch):
+                    if index not in share.recorded:
+                        self.history.add(r)
             finally:
                 if journal is not None:  # recorded (or spooled): the run no longer needs its record
                     journal.close()
-            self._recorded()
+            new = [(index, r) for index, r in enumerate(batch) if index not in share.recorded]
+            if new:
+                self._recorded()
+            for index, r in new:
+                run.case_ended(at + index, r.status)
             records += batch
-        return records
+            if interrupted:
+                running = describe_case(*left[0]) if outcome.started_at is not None else ""
+                return records, _Left(at + len(batch), outcome.reason, running)
+            at += len(batch)
+            remaining = left
+        return records, None
 
     def recover_left_behind(self) -> list[RunRecord]:
         """Stop and record the runs a dead sixdim left in the state directory (:mod:`sixdim.run.orphans`):
-        the cases its worker finished with their results, the rest ``skipped`` as interrupted.
-        Call it at start, before anything runs."""
+        the cases its worker finished with their results (those it had not recorded yet: returned), and
+        its suite run's interruption.  Call it at start, before anything runs."""
         if self.records is None:
             return []
         recovered: list[RunRecord] = []
@@ -411,35 +528,35 @@ class Executor:
         outcome.started_at = record.started_at
         ended_at = results.stat().st_mtime if results.exists() else record.started_at
         environment = dict(outcome.environment, sixdim=__version__, device_model=device.model_name)
-        batch, _ = _outcome_records(items, outcome, lambda item, result: self._record(
-            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at, ended_at),
-            ended_at)
-        for run in batch:
+        batch, left, _ = _outcome_records(items, outcome, lambda index, item, result: self._record(
+            item[0], item[1], device, record.suite, result, NOT_SAMPLED, environment, record.started_at,
+            result.wall[1] if result.wall else ended_at, uid=f"{record.tag}:{index}"), ended_at)
+        known = self.history.known(run.uid for run in batch)  # recorded by the dead agent as they ended
+        new = [run for run in batch if run.uid not in known]
+        for run in new:
             self.history.add(run)
+        done = record.suite_done + len(batch)
+        if left:
+            self.history.add_interruption(Interruption(
+                suite=record.suite, hostname=self.hostname, device_type=device.type, device=device.name,
+                gpu="" if device.index is None else str(device.index), uuid=device.uuid,
+                model_name=device.model_name, pci_bus_id=device.pci_bus_id, reason=outcome.reason,
+                started_at=record.suite_started_at or record.started_at, ended_at=ended_at, cases_done=done,
+                cases_left=max(record.suite_cases - done, len(left)), running=describe_case(*left[0]),
+                workloads=list(dict.fromkeys([spec.name for spec, _ in left] + record.later_workloads)),
+                uid=f"{record.tag}:interrupted"))
         self._recorded()
-        log.warning("a previous sixdim (PID %d, %s) died during %s on %s: stopped %d process(es) of its run, "
-                    "recorded %d finished case(s) and %d interrupted", record.agent_pid, record.command,
+        log.warning("a previous sixdim (PID %d, %s) died during %s on %s: stopped %d process(es) of its run; its "
+                    "worker had finished %d case(s) (%d recorded as they ended, %d now); %d case(s) left: recorded "
+                    "as one interruption of suite %r", record.agent_pid, record.command,
                     ", ".join(dict.fromkeys(spec.name for spec, _ in items)), device.name, len(killed),
-                    len(outcome.cases), len(batch) - len(outcome.cases))
-        return batch
-
-    def _log(self, records: list[RunRecord], device: Device) -> None:
-        by_workload: dict[str, list[RunRecord]] = {}
-        for record in records:
-            by_workload.setdefault(record.workload, []).append(record)
-        for workload, group in by_workload.items():
-            counts: dict[str, int] = {}
-            for record in group:
-                counts[record.status] = counts.get(record.status, 0) + 1
-            level = logging.INFO if set(counts) <= {"ok", "unsupported"} else logging.WARNING
-            summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-            problem = next((r for r in group if r.status not in ("ok", "unsupported")), None)
-            log.log(level, "%s on %s: %s%s", workload, device.name, summary,
-                    f" (first problem: {problem.shape} {problem.precision} {problem.status}: {problem.reason})"
-                    if problem else "")
+                    len(batch), len(batch) - len(new), len(new), max(record.suite_cases - done, len(left)),
+                    record.suite)
+        return new
 
     def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
-                sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float) -> RunRecord:
+                sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float,
+                uid: str = "") -> RunRecord:
         phase = power_span(result.details)
         telemetry = window_telemetry(sampled, result.window, phase)
         notes: dict[str, Any] = unreported_figures(result.status, result.figures)
@@ -464,7 +581,7 @@ class Executor:
             reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
             environment=scrub(environment, secrets), conditions=conditions,
             details=scrub({**notes, **result.details, "telemetry": telemetry,
-                           **({"case_wall": list(result.wall)} if result.wall else {})}, secrets))
+                           **({"case_wall": list(result.wall)} if result.wall else {})}, secrets), uid=uid)
 
     def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
         """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)
@@ -474,10 +591,12 @@ class Executor:
         return host_gpus(self.nvml) if spec.scope == "host" else [device]
 
     def _run(self, items: list[tuple[WorkloadSpec, Case]], device: Device, suite: str, timeout: float,
-             use_guard: bool, on_progress: Callable[[str], None] | None
-             ) -> tuple[WorkerOutcome, Sampled, orphans.RunJournal | None]:
+             use_guard: bool, on_progress: Callable[[str], None] | None, share: _Group,
+             plan: tuple[int, list[str]] = (0, [])) -> tuple[WorkerOutcome, Sampled, orphans.RunJournal | None]:
         """One worker over ``items``: its outcome (``skipped`` without a worker where it must not
-        start), the telemetry sampled while it ran, and its record (to close once recorded)."""
+        start), the telemetry sampled while it ran, and its record (to close once recorded).  ``share``
+        records each case as the worker reports it; ``plan``: the suite run's case count and the
+        workloads after these cases (for the worker's record)."""
         if self.stop.is_set():
             return WorkerOutcome(status="skipped", reason=STOPPING_REASON), NOT_SAMPLED, None
         spec = items[0][0]  # a group's workloads share scope and torch use
@@ -500,10 +619,12 @@ class Executor:
                 if reason is not None:
                     return WorkerOutcome(status="skipped", reason=reason), NOT_SAMPLED, None
                 watch = self.idle_guard.watch(indices)
-            tag = new_tag()
-            journal = self.records.begin(tag, device, suite, items) if self.records is not None else None
+            tag = share.tag = new_tag()
+            journal = self.records.begin(tag, device, suite, items, suite_cases=plan[0], suite_done=share.at,
+                                         suite_started_at=share.run.started_at, later_workloads=plan[1]
+                                         ) if self.records is not None else None
             try:
-                outcome, sampled = self._start(items, device, gpus, timeout, watch, on_progress, tag, journal)
+                outcome, sampled = self._start(items, device, gpus, timeout, watch, on_progress, tag, journal, share)
             except BaseException:
                 if journal is not None:
                     journal.close()
@@ -512,7 +633,7 @@ class Executor:
 
     def _start(self, items: list[tuple[WorkloadSpec, Case]], device: Device, gpus: list[Device], timeout: float,
                watch: RunWatch | None, on_progress: Callable[[str], None] | None, tag: str,
-               journal: orphans.RunJournal | None) -> tuple[WorkerOutcome, Sampled]:
+               journal: orphans.RunJournal | None, share: _Group) -> tuple[WorkerOutcome, Sampled]:
         spec = items[0][0]
         probe: Probe
         attach: Callable[[int], None] | None
@@ -536,11 +657,24 @@ class Executor:
                 attach(pid)
             if watch is not None:
                 watch.attach(pid)
+            share.started()
 
         sampler = Sampler(probe, self.sample_hz, meter).start()
+
+        def reported(index: int, result: CaseResult, worker_environment: dict[str, Any]) -> None:
+            # the telemetry so far, once a sample brackets the case's window and power phase
+            ends = [span[1] for span in (result.window, power_span(result.details)) if span is not None]
+            samples = sampler.samples_after(max(ends)) if ends else sampler.samples_after(float("-inf"))
+            try:
+                share.reported(index, result, worker_environment,
+                               Sampled(samples, sampler.failed_reads, sampler.last_error, snapshot))
+            except Exception:  # it is recorded when its worker ends instead
+                log.exception("could not record case %d of %s on %s as it ended", index, spec.name, device.name)
+
         try:
             outcome = run_worker([s.entry for s, _ in items], [case.params for _, case in items],
                                  device.worker_device, timeout, env=env, on_start=started, on_progress=on_progress,
+                                 on_case=reported,
                                  stop=self.stop, uses_torch=spec.uses_torch, worker_memory=not spec.runs_in_ranks,
                                  gpu_uuids=[g.uuid for g in gpus],
                                  between_cases=watch.check if watch is not None else None,
@@ -563,9 +697,9 @@ class Executor:
                 conditions[UNAVAILABLE] = unavailable
         return conditions
 
-    def _environment(self, device: Device, outcome: WorkerOutcome) -> dict[str, Any]:
+    def _environment(self, device: Device, worker: dict[str, Any]) -> dict[str, Any]:
         """The worker's view (torch, CUDA runtime, cuDNN, NCCL, Python) plus the driver's and ours."""
-        environment = dict(outcome.environment)
+        environment = dict(worker)
         environment.update(sixdim=__version__, device_model=device.model_name)
         if device.type == "cuda":
             environment.update(driver=self.nvml.driver_version, cuda_driver=self.nvml.cuda_driver_version,

@@ -9,9 +9,12 @@ An agent that is SIGKILLed (or crashes, or loses power) cannot remove it.  Its w
 where its watch thread cannot run), the next sixdim to start, daemon or ``sixdim run``, finds the
 record unlocked (the kernel dropped the dead agent's lock), stops every process of the run
 (:func:`sixdim.run.proctree.stop_run`, by the worker's PID and start time and by the run's tag), and
-records the run: the cases its worker finished with their results (the agent's telemetry of them
-is lost), the one it was in and those after it as ``skipped`` with :data:`DIED_REASON`, which like
-any interruption is not counted as a run.
+records the run: the cases its worker finished with their results (the agent recorded each as it
+ended, so only those it had no time for are added: a case's ``uid`` is its worker's tag and its
+index, and a result already in the history is not written twice; the agent's telemetry of those is
+lost), and the suite run's one :class:`sixdim.core.results.Interruption` with :data:`DIED_REASON`,
+counting the case it was in and every case after it (the record holds the suite's case count and
+how many had ended before this worker), none of which is recorded as a run.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +40,9 @@ log = logging.getLogger(__name__)
 WORKERS = "workers"
 RECORD = "record.json"
 
-DIED_REASON = (f"{INTERRUPTED}: the sixdim process that ran this case (PID {{pid}}) ended while it ran "
+DIED_REASON = (f"{INTERRUPTED}: the sixdim process that ran this suite (PID {{pid}}) ended while it ran "
                "(killed or crashed); the next sixdim found its worker record and stopped what was left")
-"""The reason of the cases a dead agent's run left unfinished; it starts like every interruption."""
+"""The reason of the interruption of a dead agent's suite run; it starts like every interruption."""
 
 
 @dataclass
@@ -56,6 +59,14 @@ class WorkerRecord:
     history: str = ""
     """The history the run's results belong to: a sixdim on another history stops the run's
     processes but leaves the recording to an agent of this one."""
+    suite_cases: int = 0
+    """The cases of the whole suite run this worker is part of (0: unknown, a record of an older version)."""
+    suite_done: int = 0
+    """The suite run's cases that had ended before this worker started."""
+    suite_started_at: float = 0.0
+    """When the suite run started (Unix time)."""
+    later_workloads: list[str] = field(default_factory=list)
+    """The workloads of the suite run's cases after this worker's."""
 
 
 class RunJournal:
@@ -98,15 +109,21 @@ class WorkerRecords:
         self.command = command
         self.history = history
 
-    def begin(self, tag: str, device: Device, suite: str, items: list[tuple[WorkloadSpec, Case]]) -> RunJournal:
-        """Create and lock a run's record folder, before its worker starts."""
+    def begin(self, tag: str, device: Device, suite: str, items: list[tuple[WorkloadSpec, Case]], *,
+              suite_cases: int = 0, suite_done: int = 0, suite_started_at: float = 0.0,
+              later_workloads: list[str] | None = None) -> RunJournal:
+        """Create and lock a run's record folder, before its worker starts.  ``suite_*``: the suite run
+        the worker is part of (its cases, those ended before this worker, its start, the workloads after
+        this worker's cases), for the interruption a successor records should the agent die."""
         folder = self.folder / tag
         folder.mkdir(mode=STATE_DIR_MODE)
         record = WorkerRecord(tag=tag, agent_pid=os.getpid(), command=self.command, suite=suite,
                               device=device_fields(device), started_at=time.time(), history=self.history,
                               cases=[{"workload": spec.name, "params": case.params, "precision": case.precision,
                                       "shape": case.shape, "mode": case.mode, "kernel_pass": case.kernel_pass}
-                                     for spec, case in items])
+                                     for spec, case in items],
+                              suite_cases=suite_cases, suite_done=suite_done, suite_started_at=suite_started_at,
+                              later_workloads=list(later_workloads or []))
         fd = os.open(folder / RECORD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         _write(fd, record)

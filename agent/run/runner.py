@@ -13,7 +13,9 @@ and the temporary folder removed.  If the agent itself dies, the worker notices 
 
 While the worker runs, an optional ``between_cases`` hook (the idle guard) is asked after
 each case and every :data:`BETWEEN_CASES_INTERVAL_SECONDS`; a reason from it stops the
-worker like a timeout, and the cases left are ``skipped`` with that reason.
+worker like a timeout, and the cases left are ``skipped`` with that reason.  An optional ``on_case``
+hook gets each case's result as the worker reports it, while the worker goes on (the executor
+records it then, so a case is in the history when it ends, not when its worker does).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ BETWEEN_CASES_INTERVAL_SECONDS = 2.0
 case does not keep the GPU from a job that started meanwhile."""
 
 STOPPING_REASON = f"{INTERRUPTED}: sixdim is shutting down (a signal to the daemon or to sixdim run)"
-"""The reason of the cases a stop request left unrun; the exporter counts none of them as runs."""
+"""Why a stop request ended a worker: the reason of its suite run's one interruption (no case it left is a run)."""
 
 RESULTS_FILE = "results.jsonl"
 """The worker's streamed results, in its run folder (a worker record's folder keeps it for a successor)."""
@@ -173,10 +175,50 @@ class _OutputReader(threading.Thread):
             self.build_until = time.monotonic() + allowance
 
 
+CaseHook = Callable[[int, CaseResult, dict[str, Any]], None]
+"""``on_case(index, result, environment)``: a case the worker reported, with the environment it reported first."""
+
+
+class _CaseFeed:
+    """Hands each case the worker streams to ``on_case`` once its case-done line arrives: reads the
+    results file from where it stopped, whole lines only (the worker writes and fsyncs a case's line
+    before it prints its case-done line)."""
+
+    def __init__(self, path: str, on_case: CaseHook):
+        self._path = path
+        self._on_case = on_case
+        self._offset = 0
+        self._seen = 0
+        self._environment: dict[str, Any] = {}
+
+    def poll(self, cases_done: int) -> None:
+        if cases_done == self._seen:
+            return
+        self._seen = cases_done
+        try:
+            with open(self._path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except OSError:
+            return
+        whole = data.rfind(b"\n") + 1
+        self._offset += whole
+        for line in data[:whole].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("kind") == "environment":
+                self._environment = record["environment"]
+            elif record.get("kind") == "case":
+                self._on_case(record["index"], _case_result(record), dict(self._environment))
+
+
 def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str, timeout: float, *,
                env: dict[str, str] | None = None,
                on_start: Callable[[int], None] | None = None,
                on_progress: Callable[[str], None] | None = None,
+               on_case: CaseHook | None = None,
                stop: threading.Event | None = None, uses_torch: bool = True, worker_memory: bool = True,
                gpu_uuids: list[str] | None = None,
                between_cases: Callable[[], str | None] | None = None,
@@ -202,6 +244,10 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     running case and those after it are ``skipped`` with that reason.  If the hook itself raises,
     that is taken as the reason (the guard fails closed).
 
+    ``on_case`` gets each case's result (and the worker's environment) as soon as the worker has
+    reported it, on the calling thread, while the worker goes on; a case the worker reported just
+    before it ended may reach only the returned outcome.
+
     ``workdir``: where the request and the streamed results go (the agent's worker record folder,
     so that a successor finds them if the agent dies); by default a temporary folder, removed
     after.  ``tag`` marks the run's processes (default: a fresh one).
@@ -209,10 +255,10 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     tag = tag or new_tag()
     if workdir is not None:
         return _run_in(workdir, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
-                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval, on_case)
     with tempfile.TemporaryDirectory(prefix="sixdim-run-") as temporary:
         return _run_in(temporary, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
-                       worker_memory, gpu_uuids, between_cases, between_cases_interval)
+                       worker_memory, gpu_uuids, between_cases, between_cases_interval, on_case)
 
 
 def new_tag() -> str:
@@ -224,7 +270,7 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
             env: dict[str, str] | None, on_start: Callable[[int], None] | None,
             on_progress: Callable[[str], None] | None, stop: threading.Event | None, uses_torch: bool,
             worker_memory: bool, gpu_uuids: list[str] | None, between_cases: Callable[[], str | None] | None,
-            between_cases_interval: float) -> WorkerOutcome:
+            between_cases_interval: float, on_case: CaseHook | None = None) -> WorkerOutcome:
     request_path = os.path.join(workdir, "request.json")
     results_path = os.path.join(workdir, RESULTS_FILE)
     with open(request_path, "w") as handle:
@@ -246,7 +292,8 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
         reader.start()
         if on_start is not None:
             on_start(process.pid)
-        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag)
+        feed = _CaseFeed(results_path, on_case) if on_case is not None else None
+        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag, feed)
     finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
         if process.poll() is None:  # not reaped, so its PID is still its own: stop its whole tree
             _kill_run(process.pid, tag)
@@ -278,9 +325,10 @@ def _ask(between_cases: Callable[[], str | None]) -> str | None:
 
 def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader,
           between_cases: Callable[[], str | None] | None = None,
-          interval: float = BETWEEN_CASES_INTERVAL_SECONDS, tag: str = "") -> tuple[str, str]:
+          interval: float = BETWEEN_CASES_INTERVAL_SECONDS, tag: str = "", feed: _CaseFeed | None = None
+          ) -> tuple[str, str]:
     """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy') and the busy
-    reason (else ""), having stopped it if needed."""
+    reason (else ""), having stopped it if needed.  ``feed`` hands on each case the worker reports."""
     checked_at, checked_cases = time.monotonic(), 0
     busy = ""
     while True:
@@ -289,6 +337,8 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
             return "exit", ""
         except subprocess.TimeoutExpired:
             pass
+        if feed is not None:
+            feed.poll(reader.cases_done)
         now = time.monotonic()
         building = reader.build_until
         if (now >= building) if building is not None else (now - reader.last_case_done >= timeout):
@@ -361,10 +411,14 @@ def read_results(path: str) -> WorkerOutcome:
         if record.get("kind") == "environment":
             outcome.environment = record["environment"]
         elif record.get("kind") == "case":
-            window = record.get("window") or [None, None]
-            wall = record.get("wall") or [None, None]
-            outcome.cases[record["index"]] = CaseResult(
-                status=record["status"], reason=record.get("reason", ""), figures=record.get("figures", {}),
-                details=record.get("details", {}), window=None if None in window else (window[0], window[1]),
-                wall=None if None in wall else (wall[0], wall[1]))
+            outcome.cases[record["index"]] = _case_result(record)
     return outcome
+
+
+def _case_result(record: dict[str, Any]) -> CaseResult:
+    """A case's result line as the worker streamed it."""
+    window = record.get("window") or [None, None]
+    wall = record.get("wall") or [None, None]
+    return CaseResult(status=record["status"], reason=record.get("reason", ""), figures=record.get("figures", {}),
+                      details=record.get("details", {}), window=None if None in window else (window[0], window[1]),
+                      wall=None if None in wall else (wall[0], wall[1]))

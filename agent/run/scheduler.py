@@ -10,8 +10,11 @@ start there meanwhile.
 
 A suite runs at start only where its ``run_at_start`` says so (see :class:`sixdim.config.Suite`: by
 default an interval suite does, a cron suite waits for its time); the log says which at start,
-and logs a line when each suite run starts and ends, with its case counts and duration.
-Cron lines are read in UTC, the scheduler's time zone.
+and logs a line when each suite run starts and ends, with its case counts (failures apart from the
+cases that did not run, and the cases an interruption left) and duration; while it runs, the
+executor's :class:`sixdim.run.progress.SuiteRun` logs each workload's start and end.  The jobs are
+named to the executor's :class:`sixdim.run.progress.SuiteProgress`, so a suite that has not run yet
+shows as not running on ``/metrics``.  Cron lines are read in UTC, the scheduler's time zone.
 
 :meth:`SuiteScheduler.replace` puts a reloaded configuration's plan in place (SIGHUP).  A suite
 running at that moment finishes as it was configured (the safe point: no case is cut short by a
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -32,7 +36,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from sixdim.config import EMBEDDED_SOURCE, Suite
-from sixdim.core.results import RunRecord
+from sixdim.core.results import RunRecord, plural, status_counts_text
 from sixdim.run.devices import Device
 from sixdim.run.executor import Executor
 from sixdim.workloads import registry
@@ -44,6 +48,7 @@ class SuiteScheduler:
     def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]], *, source: str = ""):
         """``source`` is where the suites were configured (a file, or the embedded default), for the log."""
         self._executor = executor
+        executor.progress.end_said_by_caller = True  # a suite run's last progress goes on its end line
         self._plan = plan
         self._source = source
         self._scheduler = BackgroundScheduler(timezone=timezone.utc)
@@ -58,6 +63,7 @@ class SuiteScheduler:
         """Schedule ``plan`` on a thread pool of its own, sized for its jobs (a reload may add some).
         ``kept``: job id -> (schedule, next run time) of the jobs scheduled before."""
         jobs = sum(len(devices) for _, devices in plan)
+        self._executor.progress.plan([(suite.name, device) for suite, devices in plan for device in devices])
         self._first_run = {}  # the jobs of this plan only
         self._generation += 1
         alias = f"plan{self._generation}"
@@ -133,7 +139,7 @@ class SuiteScheduler:
             if not held or stop.is_set():
                 return
             log.info("suite %s on %s: started (%s, timeout %g s per case)", suite.name, device.name,
-                     _plural(len(suite.workloads), "workload"), suite.timeout_seconds)
+                     plural(len(suite.workloads), "workload"), suite.timeout_seconds)
             started = time.monotonic()
             records: list[RunRecord] = []
             try:
@@ -141,8 +147,17 @@ class SuiteScheduler:
                 records = self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
             except Exception:  # a bug in one run must not end the schedule
                 log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
-            log.info("suite %s on %s: ended in %.1f s: %s", suite.name, device.name, time.monotonic() - started,
-                     count_statuses(records))
+            run = self._executor.progress.last(suite.name, device)
+            interruption = run.interruption if run is not None else None
+            last = f" (last: {run.unsaid})" if run is not None and run.unsaid else ""
+            counts = Counter(record.status for record in records)
+            if interruption is not None:
+                log.info("suite %s on %s: interrupted after %.1f s: %s (%s)%s", suite.name, device.name,
+                         time.monotonic() - started, status_counts_text(counts, interruption.cases_left),
+                         interruption.reason, last)
+            else:
+                log.info("suite %s on %s: ended in %.1f s: %s%s", suite.name, device.name,
+                         time.monotonic() - started, status_counts_text(counts), last)
 
 
 def _schedule(suite: Suite) -> str:
@@ -155,16 +170,3 @@ def suite_trigger(suite: Suite) -> IntervalTrigger | CronTrigger:
     only to triggers it builds from a name, and a ``CronTrigger`` built here would take the host's."""
     return (IntervalTrigger(seconds=suite.interval_seconds) if suite.interval_seconds
             else CronTrigger.from_crontab(suite.cron, timezone=timezone.utc))
-
-
-def count_statuses(records: list[RunRecord]) -> str:
-    """Case counts by status, e.g. ``12 cases: 10 ok, 2 unsupported``."""
-    counts: dict[str, int] = {}
-    for record in records:
-        counts[record.status] = counts.get(record.status, 0) + 1
-    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    return _plural(len(records), "case") + (f": {parts}" if parts else "")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -203,6 +203,15 @@ class Sampler:
         self._thread.start()
         return self
 
+    def samples_after(self, moment: float) -> list[TelemetrySample]:
+        """The samples so far, once one was taken after ``moment`` (monotonic) so that a window ending then is
+        bracketed, as :meth:`stop`'s last sample brackets the last one; waits at most two sample periods."""
+        deadline = time.monotonic() + 2 * self._period + 0.05
+        while not (self._samples and self._samples[-1].time > moment) and time.monotonic() < deadline \
+                and self._thread.is_alive():
+            time.sleep(min(0.01, self._period))
+        return list(self._samples)
+
     def stop(self) -> list[TelemetrySample]:
         self._stop.set()
         self._thread.join()

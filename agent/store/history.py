@@ -1,7 +1,10 @@
 """The run history: an embedded SQLite database in WAL mode, written so that no result is lost.
 
-Every run is kept, whatever its outcome.  The exporter reloads the latest good result of each
-series and the run counts from here at start, so a restart never blanks the dashboards.  WAL lets
+Every run is kept, whatever its outcome, and every interrupted suite run as one row of its own
+(table ``interruptions``: a shutdown or the agent's death, with the cases done and left; a history
+of an older version, which wrote a ``skipped`` row per case left, is folded into it when opened).
+The exporter reloads the latest good result of each series and the run counts from here at start,
+so a restart never blanks the dashboards.  WAL lets
 ``sixdim run`` record while ``sixdim serve`` reads the same file.
 
 **Durable writes.**  A finished result must survive a database that is locked by another process,
@@ -55,11 +58,11 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.core.files import make_folders
-from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, RunRecord, counts_as_run
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, Interruption, RunRecord, counts_as_run
 
 log = logging.getLogger("sixdim")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 BUSY_TIMEOUT_SECONDS = 0.25
 """How long one write or read waits for another process's lock before giving up (and queueing)."""
@@ -78,6 +81,35 @@ FOLDER_MODE = 0o700
 _SERIES_COLUMNS = SERIES_FIELDS
 _SERIES = ", ".join(_SERIES_COLUMNS)
 _SERIES_DEFS = ",\n    ".join(f"{c} TEXT NOT NULL" for c in _SERIES_COLUMNS)
+
+_INTERRUPTIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS interruptions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid TEXT NOT NULL UNIQUE,
+    suite TEXT NOT NULL,
+    hostname TEXT NOT NULL,
+    device_type TEXT NOT NULL,
+    device TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    model_name TEXT NOT NULL,
+    pci_bus_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL NOT NULL,
+    cases_done INTEGER NOT NULL,
+    cases_left INTEGER NOT NULL,
+    running TEXT NOT NULL DEFAULT '',
+    workloads TEXT NOT NULL DEFAULT '[]'
+);"""
+"""One row per interrupted suite run (:class:`sixdim.core.results.Interruption`), kept forever (a few bytes each)."""
+
+
+def _legacy_interrupted(table: str = "") -> str:
+    """The rows older versions wrote, one per case an interruption left (``skipped``, reason ``interrupted: ...``)."""
+    at = f"{table}." if table else ""
+    return f"{at}status = 'skipped' AND {at}reason LIKE '{INTERRUPTED}%'"
+
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -119,6 +151,7 @@ CREATE TABLE IF NOT EXISTS daily (
     figures TEXT NOT NULL,
     PRIMARY KEY ({_SERIES}, day, driver, cuda, torch)
 );
+{_INTERRUPTIONS_TABLE}
 CREATE TABLE IF NOT EXISTS pruned_counts (
     {_SERIES_DEFS},
     status TEXT NOT NULL,
@@ -147,9 +180,31 @@ ALTER TABLE runs ADD COLUMN uid TEXT NOT NULL DEFAULT '';
     3: """
 ALTER TABLE runs ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
 """,
+    # version 4 -> 5: an interrupted suite run is one row of `interruptions`; the rows older versions wrote per
+    # case it left (skipped, "interrupted: ...") are folded into one per worker run they came from (its start
+    # time), with the cases that worker had finished as cases_done.
+    4: _INTERRUPTIONS_TABLE + f"""
+INSERT OR IGNORE INTO interruptions (uid, suite, hostname, device_type, device, gpu, uuid, model_name, pci_bus_id,
+                                     reason, started_at, ended_at, cases_done, cases_left, running, workloads)
+SELECT 'folded-' || MIN(r.id), r.suite, r.hostname, r.device_type, r.device, r.gpu, r.uuid, MAX(r.model_name),
+       MAX(r.pci_bus_id), r.reason, r.started_at, MAX(r.ended_at),
+       (SELECT COUNT(*) FROM runs d WHERE d.started_at = r.started_at AND d.suite = r.suite
+               AND d.hostname = r.hostname AND d.device = r.device AND d.uuid = r.uuid
+               AND NOT ({_legacy_interrupted("d")})),
+       COUNT(*), '', json_group_array(DISTINCT r.workload)
+FROM runs r WHERE {_legacy_interrupted("r")}
+GROUP BY r.suite, r.hostname, r.device_type, r.device, r.gpu, r.uuid, r.started_at, r.reason;
+DELETE FROM runs WHERE {_legacy_interrupted()};
+""",
 }
 
 _JSON_COLUMNS = ("params", "figures", "details", "environment", "conditions")
+_INTERRUPTION_JSON = ("workloads",)
+INTERRUPTION_KIND = "interruption"
+"""A spool line's ``kind`` for an interruption (a run's line has none: the spool of older versions)."""
+
+Recorded = RunRecord | Interruption
+"""What the history writes: a run, or a suite run's interruption."""
 _COLUMNS = ("id", "suite", "workload", "precision", "params", "shape", "mode", "kernel_pass", "hostname",
             "device_type", "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason", "started_at",
             "ended_at", "figures", "details", "environment", "uid", "conditions")
@@ -206,7 +261,7 @@ class History:
         self.check_seconds = 0.0
         """How long the start-up ``quick_check`` took."""
         self._lock = threading.Lock()
-        self._pending: deque[RunRecord] = deque()
+        self._pending: deque[Recorded] = deque()
         self._max_pending = max_pending
         self._errors: dict[str, int] = {}
         self._up = True
@@ -318,14 +373,22 @@ class History:
         """Record a run; returns its row id, or None while it waits in the queue (never raises).
 
         The record gets a ``uid`` if it has none, and its ``id`` once written."""
+        return self._add(record)
+
+    def add_interruption(self, interruption: Interruption) -> int | None:
+        """Record an interrupted suite run, as durably as a run (:meth:`add`): its row id, or None while it waits."""
+        return self._add(interruption)
+
+    def _add(self, record: Recorded) -> int | None:
         if not record.uid:
             record.uid = uuid.uuid4().hex
         with self._lock:
             if len(self._pending) >= self._max_pending:
                 dropped = self._pending.popleft()
                 self._count("dropped")
-                log.error("history: %d results waiting; dropped the oldest (%s %s)", self._max_pending,
-                          dropped.workload, dropped.shape)
+                log.error("history: %d results waiting; dropped the oldest (%s)", self._max_pending,
+                          f"{dropped.workload} {dropped.shape}" if isinstance(dropped, RunRecord)
+                          else f"the interruption of suite {dropped.suite!r} on {dropped.device}")
             self._pending.append(record)
             if not self._flush_locked():
                 self._spool(record)
@@ -341,7 +404,12 @@ class History:
     def pending(self) -> list[RunRecord]:
         """The results recorded but not yet written (the board shows them meanwhile)."""
         with self._lock:
-            return list(self._pending)
+            return [record for record in self._pending if isinstance(record, RunRecord)]
+
+    def pending_interruptions(self) -> list[Interruption]:
+        """The interruptions recorded but not yet written."""
+        with self._lock:
+            return [record for record in self._pending if isinstance(record, Interruption)]
 
     def health(self) -> HistoryHealth:
         with self._lock:
@@ -359,17 +427,21 @@ class History:
                     self._conn = self._open()
                 except HistoryError as exc:
                     raise sqlite3.OperationalError(f"attempt to write a readonly database ({exc})") from None
-            rows = [_row(record) for record in batch]
-            columns = list(rows[0])
-            sql = (f"INSERT OR IGNORE INTO runs ({', '.join(columns)}) "
-                   f"VALUES ({', '.join(':' + c for c in columns)})")
             ids: dict[str, int] = {}
             with self._db:  # one transaction: all or nothing
-                self._db.executemany(sql, rows)
-                for start in range(0, len(batch), 900):  # SQLite's bound-parameter limit
-                    chunk = [r.uid for r in batch[start:start + 900]]
-                    ids.update(self._db.execute(f"SELECT uid, id FROM runs WHERE uid IN ({','.join('?' * len(chunk))})",
-                                                chunk).fetchall())
+                for table, records in (("runs", [r for r in batch if isinstance(r, RunRecord)]),
+                                       ("interruptions", [r for r in batch if isinstance(r, Interruption)])):
+                    if not records:
+                        continue
+                    rows = [_row(record) for record in records]
+                    columns = list(rows[0])
+                    self._db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) "
+                                         f"VALUES ({', '.join(':' + c for c in columns)})", rows)
+                    for start in range(0, len(records), 900):  # SQLite's bound-parameter limit
+                        chunk = [r.uid for r in records[start:start + 900]]
+                        ids.update(self._db.execute(
+                            f"SELECT uid, id FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})",
+                            chunk).fetchall())
         except (sqlite3.Error, OSError) as exc:
             reason = error_reason(exc)
             self._count(reason)
@@ -389,11 +461,14 @@ class History:
         return True
 
     # ------------------------------------------------------------------ the spool file
-    def _spool(self, record: RunRecord) -> None:
+    def _spool(self, record: Recorded) -> None:
+        data = record.to_dict()
+        if isinstance(record, Interruption):
+            data["kind"] = INTERRUPTION_KIND
         try:
             fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
             with open(fd, "a", encoding="utf-8") as spool:
-                spool.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+                spool.write(json.dumps(data, sort_keys=True) + "\n")
                 spool.flush()
                 os.fsync(spool.fileno())
         except OSError as exc:  # a full or read-only disk: memory only
@@ -422,7 +497,8 @@ class History:
             try:
                 data = json.loads(line)
                 data["id"] = None
-                self._pending.append(RunRecord(**data))
+                kind = data.pop("kind", "run")
+                self._pending.append(Interruption(**data) if kind == INTERRUPTION_KIND else RunRecord(**data))
             except (ValueError, TypeError) as exc:  # a line cut by a crash: the rest still count
                 log.warning("history: %s line %d is unreadable (%s); skipped", self.spool_path, number, exc)
         if self._pending:
@@ -447,7 +523,7 @@ class History:
         with self._lock:
             rows = self._db.execute(  # interrupted skips are not runs (sixdim.core.results.counts_as_run)
                 f"SELECT MAX(id) AS newest, COUNT(*) AS n, {_SERIES}, status FROM runs "
-                f"WHERE NOT (status = 'skipped' AND reason LIKE '{INTERRUPTED}%') "
+                f"WHERE NOT ({_legacy_interrupted()}) "
                 f"GROUP BY {_SERIES}, status").fetchall()
             pruned = {tuple(row[c] for c in (*_SERIES_COLUMNS, "status")): row
                       for row in self._db.execute("SELECT * FROM pruned_counts")}
@@ -473,6 +549,28 @@ class History:
         """Runs recorded after the one with ``last_id``, oldest first (at most ``limit``)."""
         bound = f" LIMIT {int(limit)}" if limit else ""
         return self._records(f"SELECT * FROM runs WHERE id > ? ORDER BY id{bound}", (last_id,))
+
+    def known(self, uids: Iterable[str]) -> set[str]:
+        """Which of these run uids the history holds, written or waiting to be (a case recorded as it ended,
+        which a successor recovering its worker's record must not count again).  Where the database
+        cannot be read, those waiting only: a write of the others lands once all the same (their uid)."""
+        wanted = [uid for uid in uids if uid]
+        with self._lock:
+            found = {record.uid for record in self._pending if record.uid in wanted}
+            try:
+                for start in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
+                    chunk = wanted[start:start + 900]
+                    found.update(row[0] for row in self._db.execute(
+                        f"SELECT uid FROM runs WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
+            except sqlite3.Error as exc:
+                log.debug("history: cannot read which runs are there now: %s", exc)
+        return found
+
+    def interruptions_after(self, last_id: int) -> list[Interruption]:
+        """The interrupted suite runs recorded after the one with ``last_id``, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM interruptions WHERE id > ? ORDER BY id", (last_id,)).fetchall()
+        return [_to_interruption(row) for row in rows]
 
     def daily(self) -> list[dict[str, Any]]:
         """The kept daily medians of pruned runs, oldest first."""
@@ -630,12 +728,19 @@ def _medians(figures: list[dict[str, float]]) -> dict[str, float]:
             for name in names if any(isinstance(f.get(name), (int, float)) for f in figures)}
 
 
-def _row(record: RunRecord) -> dict[str, Any]:
+def _row(record: Recorded) -> dict[str, Any]:
     row = record.to_dict()
     row.pop("id")
-    for column in _JSON_COLUMNS:
+    for column in _JSON_COLUMNS if isinstance(record, RunRecord) else _INTERRUPTION_JSON:
         row[column] = json.dumps(row[column], sort_keys=True)
     return row
+
+
+def _to_interruption(row: sqlite3.Row) -> Interruption:
+    data = dict(row)
+    for column in _INTERRUPTION_JSON:
+        data[column] = json.loads(data[column])
+    return Interruption(**data)
 
 
 def _to_record(row: sqlite3.Row) -> RunRecord:

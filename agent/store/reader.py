@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sixdim.core.results import SERIES_FIELDS
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS
 from sixdim.store.history import HistoryError
 
 CHUNK = 20_000
@@ -162,3 +162,30 @@ def conditions(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str
             if isinstance(found, dict) and found:
                 out[run] = found
     return out
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The interrupted suite runs of a history: how many, and the cases they left unrun."""
+
+    runs: int
+    cases_left: int
+    legacy_rows: int = 0
+    """Rows an older sixdim wrote per interrupted case (``skipped``, reason ``interrupted: ...``), in a history
+    no sixdim of this version has opened for writing yet (which folds them into ``interruptions``): they are
+    among the ``skipped`` runs the report reads, and belong here instead."""
+
+
+def interrupted(db: sqlite3.Connection) -> Interrupted:
+    """The history's interruptions (table ``interruptions``, schema 5), and in an older history the rows it
+    wrote per interrupted case instead, each counted as one run's case left."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    runs = cases_left = 0
+    if "interruptions" in tables:
+        runs, cases_left = db.execute("SELECT COUNT(*), COALESCE(SUM(cases_left), 0) FROM interruptions").fetchone()
+    legacy = legacy_runs = 0
+    if db.execute("PRAGMA user_version").fetchone()[0] < 5 and "runs" in tables:
+        legacy_runs, legacy = db.execute(  # one interrupted run per worker run (its start) the rows came from
+            f"SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT COUNT(*) AS n FROM runs WHERE status = 'skipped' "
+            f"AND reason LIKE '{INTERRUPTED}%' GROUP BY suite, hostname, device, uuid, started_at)").fetchone()
+    return Interrupted(int(runs) + int(legacy_runs), int(cases_left) + int(legacy), int(legacy))

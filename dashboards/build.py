@@ -7,7 +7,11 @@ in dashboards/json/.  What each dashboard answers and how to install it: docs/DA
 Every dashboard has the same variables (datasource; hostname, model, GPU, workload and precision, each
 read from a series every host exports, a CPU-only one included), the same links to the others, and
 panels whose descriptions start with a marker when they can legitimately be empty on a host running
-the default configuration (``GPU-only: ...``, ``May be empty: ...``; see dashboards/queries.py).
+the default configuration or the README's example (``GPU-only: ...``, ``May be empty: ...``), when they
+read series exported per shape only and so need a suite with ``export = "shapes"`` (``Per-shape: ...``),
+or when a query shows only the summaries of workloads no suite exports per shape (``Summary-only``); see
+dashboards/grafana.py and tests/dashboard_queries.py.  Every metric an alert rule or its runbook reads is
+on a panel (tests/test_dashboards_coverage.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from grafanalib import core as G
 
 from sixdim.core import catalog, conditions
 from sixdim.core.catalog import grafana_unit as u  # a figure's unit in Grafana, from the catalog's FIGURES
+from sixdim.core.durations import format_duration
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards.grafana import Q, Row
 from sixdim.dashboards.promql import (
@@ -40,7 +45,7 @@ from sixdim.dashboards.promql import (
     PromQL,
     quote,
 )
-from sixdim.monitoring import recording
+from sixdim.monitoring import alerts, recording
 from sixdim.monitoring.options import Options
 from sixdim.monitoring.promql import REGRESSION
 
@@ -59,7 +64,8 @@ fleet stays within Prometheus's sample limit, where the raw samples of the range
 CHANGE_WINDOW = "30m"
 """How long a version-change annotation lasts after the first result under the new versions."""
 
-# Why a panel (or one of its queries) may have no data on a host that runs the default configuration.
+# Why a panel (or one of its queries) may have no data on a host that runs the default configuration or the
+# README's example (GPU-only, May be empty), and what a query of per-shape series needs (Per-shape).
 GPU_TELEMETRY = "live NVML telemetry, exported only by a host with a GPU; empty on a CPU host"
 GPU_HEALTH = ("NVML health and settings, exported only by a host with a GPU and only where its GPU answers "
               "(no row remapping before Ampere, no NVLink on most PCIe cards, no ECC counts while ECC is off); "
@@ -68,25 +74,58 @@ CLOCK_EVENTS = "NVML clock-event reasons, read only on a GPU; empty on a CPU hos
 GPU_MEMORY = "torch's CUDA allocator and NVML's device memory exist only on a GPU; empty on a CPU host"
 GPU_INFO = f"{catalog.GPU_INFO.name} describes GPUs; empty on a CPU host"
 PEERS_ON_HOST = "needs two GPUs of one model on a host; empty on a CPU host"
-ENERGY = "needs an energy counter: a GPU's, or RAPL on a CPU host, and a suite exported per shape"
+ENERGY = "needs an energy counter: a GPU's, or RAPL on a CPU host"
 RAPL = "needs RAPL (powercap) energy counters the agent can read"
 PEAK = "only for GPUs in the published peak table (agent/core/peaks.toml), never for a CPU"
 MODELS = ("samples/s comes from the model, convergence, linearity and training-command workloads (the training "
-          "suite), not from the default quick suite")
-MODELS_PER_SHAPE = ("the model, convergence and training-command workloads, exported per shape only by a suite "
-                    "with export = \"shapes\" (not the default quick suite)")
-TRAINING = ("the convergence and training-command workloads, exported per shape only by a suite with "
-            "export = \"shapes\" (not the default quick suite)")
-LINEARITY = ("the linearity workload (training suite), exported per shape only by a suite with "
-             "export = \"shapes\" (not the default quick suite)")
-INFERENCE = "latency percentiles come from the inference suite and MLPerf Inference logs, not the quick suite"
+          "suite), which neither the default quick suite nor the README's example runs")
+TOKENS = "tokens/s comes from the sequence models (BERT-large layers, the GPT decoder) of the model workload"
+TRAINING = ("the convergence and training-command workloads (the training suite), which neither the default quick "
+            "suite nor the README's example runs")
+LINEARITY = ("the linearity workload (the training suite), which neither the default quick suite nor the README's "
+             "example runs")
+INFERENCE = ("latency percentiles come from the inference suite and MLPerf Inference logs, not the quick suite or "
+             "the README's example")
 NO_REGRESSION = "nothing is suspicious or regressed"
+NO_DRIFT = "no series drifts"
 NO_CHANGE = "no driver, CUDA, cuDNN, NCCL, torch or VBIOS change among the series' recent runs"
 BASELINE = "a series has a baseline only after 10 runs (2.5 hours of the default quick suite)"
 NO_INCORRECT = "no incorrect result was ever recorded on these devices (the series appears with the first)"
-ALL_OK = "every run in the range was ok"
+NO_FAILURE = ("no case failed, was incorrect or timed out in the time range (a status's series appears with its "
+              "first case)")
+ALL_RAN = ("every case ran (none unsupported or skipped) and no suite run was interrupted in the time range (a "
+           "status's series appears with its first case, the interruptions' with the first)")
+NO_INTERRUPTION = "no suite run was interrupted (the series appears with the first interruption)"
+NO_SUITE_RAN = "no suite ran within the time range"
 NO_GPU_VALUES = "a CPU host has no GPU: its gpu label is empty, which All (.*) matches"
 
+EXPORT_SHAPES = 'export = "shapes"'
+
+
+def needs_shapes(what: str = "the workloads selected") -> str:
+    """A Per-shape marker's text: the series a query reads are exported per shape only by a suite with
+    ``export = "shapes"``; a suite of one's own exports only its summaries (sixdim.config.Suite.export)."""
+    return (f"needs a suite with {EXPORT_SHAPES} that runs {what}; a suite of your own exports only its summaries "
+            f"(one geometric mean over its shapes per workload, precision, mode and pass) unless it says "
+            f"{EXPORT_SHAPES}, as the embedded quick suite does")
+
+
+SHAPES = needs_shapes()
+COPIES = needs_shapes("memory_bandwidth")
+ALLREDUCE = needs_shapes("allreduce")
+COPIES_OR_ALLREDUCE = needs_shapes("memory_bandwidth or allreduce")
+SPARSE = needs_shapes("sparse_gemm")
+LINEARITY_SHAPES = needs_shapes("linearity")
+TRAINING_SHAPES = needs_shapes("convergence or a training command")
+MODELS_SHAPES = needs_shapes("a model, convergence or a training command")
+VERDICT_SHAPES = (f"needs a suite with {EXPORT_SHAPES} for every series; a series of a suite that exports only its "
+                  "summaries has a verdict here only while it is suspicious, regressed, improved or drifting")
+SUMMARY_FALLBACK = (f"the suite's geometric mean over its shapes, for the workloads no suite exports per shape (a "
+                    f"suite of your own without {EXPORT_SHAPES}); empty where every workload selected is exported "
+                    "per shape, as with the default quick suite")
+
+SUITES_ROW = "Suite progress"
+"""The agent health dashboard's row of each suite's run as it goes (catalog.SUITE_RUN_METRICS)."""
 HEALTH_ROW = "GPU health"
 """The GPU detail dashboard's row of NVML health and settings (and the throttling of the results)."""
 CAUSES_TITLE = "Likely causes of open regressions"
@@ -116,8 +155,31 @@ _MAPPING_CAUSES = [{"type": "value", "options": {
 _MAPPING_STATES = [{"type": "value", "options": {
     str(state.code): {"text": state.name, "color": state.colour, "index": i}
     for i, state in enumerate(catalog.VERDICT_STATES)}}]
+_MAPPING_DRIFT = [{"type": "value", "options": {
+    "1": {"text": "worse", "color": "red", "index": 0},
+    "-1": {"text": "better", "color": "blue", "index": 1}}}]
+_MAPPING_RUNNING = [{"type": "value", "options": {
+    "0": {"text": "idle", "color": "text", "index": 0},
+    "1": {"text": "running", "color": "green", "index": 1}}}]
+_MAPPING_CURRENT = [{"type": "value", "options": {"1": {"text": "running", "color": "green", "index": 0}}}]
+
+SECONDS_PER_DAY = 86400
+FAILED_OR_TIMED_OUT = tuple(status for status in catalog.FAILURE_STATUSES if status != "incorrect")
+"""The failures SixdimBenchmarkFailing counts; incorrect results have an alert of their own."""
+
+
+def _table_mappings(index: int, mappings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Value mappings for one column of a table, the ``index``-th query's (A, B, ...), by its field name, so
+    that another column's value that happens to equal a mapped one (a ratio of exactly 1) keeps its number."""
+    return {"matcher": {"id": "byName", "options": f"Value #{chr(ord('A') + index)}"},
+            "properties": [{"id": "mappings", "value": list(mappings)}]}
 
 _HIDDEN = ("__name__", catalog.UUID, catalog.PCI_BUS_ID) + TARGET_LABELS
+
+PER_SHAPE_METRICS: tuple[catalog.MetricDef, ...] = catalog.RESULT_METRICS + (catalog.PEER_RATIO, catalog.PEER_CAUSE)
+"""What the agent exports per shape, only for the suites with ``export = "shapes"`` (sixdim.http.exporter); a
+query reading only these is marked Per-shape."""
+_PER_SHAPE_NAMES = frozenset(m.name for m in PER_SHAPE_METRICS)
 
 
 class _Dashboards:
@@ -157,6 +219,27 @@ class _Dashboards:
 
     def hidden(self) -> tuple[str, ...]:
         return _HIDDEN
+
+    def summaries_unless_shapes(self, summary: catalog.MetricDef, shapes: catalog.MetricDef) -> str:
+        """The suite summaries of the workloads without a per-shape series of ``shapes`` on the device: what a
+        suite exported as summaries only (its own, without ``export = "shapes"``) shows in a per-shape panel."""
+        q, c = self.q, catalog
+        key = q.by(c.HOSTNAME, c.UUID, c.WORKLOAD, c.PRECISION, c.MODE, c.PASS)
+        return q.without_versions(f"{q.sel(summary)} unless on ({key}) {q.sel(shapes)}")
+
+    def summary_legend(self) -> str:
+        """``host cpu gemm fp32 forward nightly (suite mean)``."""
+        c = catalog
+        return self.dev_legend(c.WORKLOAD, c.PRECISION, c.PASS, c.SUITE, text="(suite mean)")
+
+    def per_shape_with_summaries(self, shapes: catalog.MetricDef, summary: catalog.MetricDef, *,
+                                 needs: str = SHAPES, may_be_empty: str | None = None) -> list[Q]:
+        """A per-shape figure (query A) and, for the workloads no suite exports per shape, the suite's
+        geometric mean of it (query B)."""
+        return [Q(self.q.without_versions(self.q.sel(shapes)), self.shape_legend(), name="per shape",
+                  per_shape=needs, may_be_empty=may_be_empty),
+                Q(self.summaries_unless_shapes(summary, shapes), self.summary_legend(), name="suite mean",
+                  summary_only=SUMMARY_FALLBACK, may_be_empty=may_be_empty)]
 
     # --- variables
     def variables(self) -> list[G.Template]:
@@ -248,8 +331,10 @@ class _Dashboards:
                                      f"({q.by(*q.peer_group())}) ({q.enough_peers(m, self.rules.min_peers)}))"
                                      for m in (c.SUMMARY_FLOPS, c.SUMMARY_SAMPLES))
                        + ")) or vector(0)", "slower")], "none", w=3, thresholds=((None, "green"), (1, "orange"))),
-            gf.stat("Failed or timed out", "Runs (cases) that failed or timed out within the time range.",
-                    [Q(f"sum({q.increase(q.sel(runs, status=q.statuses('failed', 'timeout')), RANGE)}) or vector(0)",
+            gf.stat("Failed or timed out", "Runs (cases) that failed or timed out within the time range (failures, "
+                    "as SixdimBenchmarkFailing counts them; incorrect results are the next figure; cases not run "
+                    "and interrupted suite runs are never failures: see Cases not run and interrupted suite runs).",
+                    [Q(f"sum({q.increase(q.sel(runs, status=q.statuses(*FAILED_OR_TIMED_OUT)), RANGE)}) or vector(0)",
                        "failed or timed out")], "none", w=3, thresholds=((None, "green"), (1, "orange"))),
             gf.stat("Incorrect results", "Runs whose output failed its check against a float64 reference within "
                     "the time range: the GPU may compute wrong results silently.",
@@ -261,8 +346,9 @@ class _Dashboards:
             "Six dimensions now, per device and workload",
             "DeepSpark's six dimensions from the latest results: speed (FLOP/s, samples/s and bytes/s: geometric "
             "means of the suite summaries over their modes and passes), fraction of the published peak, power, "
-            "memory, accuracy, linearity and stability. A blank cell is a figure the workload does not have. "
-            "Click a row for its GPU detail.",
+            "memory, accuracy, linearity and stability. A blank cell is a figure the workload does not have, or "
+            f"one that only a suite with {EXPORT_SHAPES} exports (power, memory, accuracy, linearity, stability: "
+            "per shape, with no summary). Click a row for its GPU detail.",
             [Q(q.geomean(by, q.sel(c.SUMMARY_FLOPS)), name="FLOP/s", unit=u(c.SUMMARY_FLOPS)),
              Q(q.geomean(by, q.sel(c.SUMMARY_SAMPLES)), name="samples/s",
                unit=u(c.SUMMARY_SAMPLES), may_be_empty=MODELS),
@@ -270,14 +356,15 @@ class _Dashboards:
              Q(q.geomean(by, q.sel(c.SUMMARY_PEAK_RATIO)), name="of peak",
                unit=u(c.SUMMARY_PEAK_RATIO), may_be_empty=PEAK),
              Q(f"avg by ({q.by(*by)}) ({q.sel(c.WORKLOAD_POWER)})", name="power",
-               unit=u(c.WORKLOAD_POWER), may_be_empty=ENERGY),
-             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_MEMORY)})", name="peak memory", unit=u(c.WORKLOAD_MEMORY)),
+               unit=u(c.WORKLOAD_POWER), may_be_empty=ENERGY, per_shape=SHAPES),
+             Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_MEMORY)})", name="peak memory", unit=u(c.WORKLOAD_MEMORY),
+               per_shape=SHAPES),
              Q(f"max by ({q.by(*by)}) ({q.sel(c.WORKLOAD_ACCURACY)})", name="accuracy", unit=u(c.WORKLOAD_ACCURACY),
-               may_be_empty=TRAINING),
+               may_be_empty=TRAINING, per_shape=TRAINING_SHAPES),
              Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_LINEARITY)})", name="linearity", unit=u(c.WORKLOAD_LINEARITY),
-               may_be_empty=LINEARITY),
+               may_be_empty=LINEARITY, per_shape=LINEARITY_SHAPES),
              Q(f"min by ({q.by(*by)}) ({q.sel(c.WORKLOAD_STABILITY)})", name="stability", unit=u(c.WORKLOAD_STABILITY),
-               may_be_empty=TRAINING)],
+               may_be_empty=TRAINING, per_shape=TRAINING_SHAPES)],
             "none", h=10, links=self.gpu_link(), hide=self.hidden(), sort_by=q.lab(c.HOSTNAME))
         verdict_labels = self.dev + (c.WORKLOAD, c.PRECISION, c.SHAPE, c.MODE, c.PASS, c.FIGURE) + c.VERSION_LABELS
         open_state = f"{q.sel(state)} >= {STATES['suspicious']}"
@@ -285,12 +372,28 @@ class _Dashboards:
             "Open regressions and suspicious series",
             "Every figure of a result series whose verdict is suspicious or regression now, with its current value "
             "over its baseline (above 1 is worse for time, power and memory; below 1 for rates, efficiency and "
-            "accuracy). See docs/REGRESSIONS.md.",
+            "accuracy), and the baseline itself in the figure's own base unit (seconds, FLOP/s, watts, bytes, ...). "
+            "See docs/REGRESSIONS.md and, for each alert, docs/ALERTS.md.",
             [Q(f"max by ({q.by(*verdict_labels)}) ({open_state})", name="verdict"),
              Q(f"max by ({q.by(*verdict_labels)}) ({q.sel(c.REGRESSION_RATIO)} and on ({q.result_key()}, "
-               f"{c.FIGURE}) ({open_state}))", name="ratio to baseline", unit="percentunit", may_be_empty=BASELINE)],
-            "none", w=24, h=8, may_be_empty=NO_REGRESSION, hide=self.hidden(), mappings=_MAPPING_STATES,
-            links=self.gpu_link(), sort_by="verdict", descending=True)
+               f"{c.FIGURE}) ({open_state}))", name="ratio to baseline", unit="percentunit", may_be_empty=BASELINE),
+             Q(f"max by ({q.by(*verdict_labels)}) ({q.sel(c.BASELINE_VALUE)} and on ({q.result_key()}, "
+               f"{c.FIGURE}) ({open_state}))", name="baseline", unit="short", may_be_empty=BASELINE)],
+            "none", w=24, h=8, may_be_empty=NO_REGRESSION, hide=self.hidden(), links=self.gpu_link(),
+            sort_by="verdict", descending=True, overrides=[_table_mappings(0, _MAPPING_STATES)])
+        drifts = gf.table(
+            "Drifting series",
+            "Every figure of a result series that drifts now (a steady slope over its last runs that a line fits "
+            "better than a step: SixdimDrift): which way (worse or better), how fast (the relative change per day "
+            "along the fitted line, in the figure's own sign: a rate falling is negative) and how much so far (the "
+            "fitted level now over the fitted level at the first run of the fit). See docs/REGRESSIONS.md.",
+            [Q(f"max by ({q.by(*verdict_labels)}) ({q.sel(c.DRIFT_STATE)} != 0)", name="drift"),
+             Q(f"max by ({q.by(*verdict_labels)}) ({q.sel(c.DRIFT_RATE)} * {SECONDS_PER_DAY})", name="per day",
+               unit="percentunit"),
+             Q(f"max by ({q.by(*verdict_labels)}) ({q.sel(c.DRIFT_TOTAL_RATIO)})", name="now / at the fit's start",
+               unit="percentunit")],
+            "none", w=24, h=8, may_be_empty=NO_DRIFT, hide=self.hidden(), links=self.gpu_link(), sort_by="drift",
+            descending=True, overrides=[_table_mappings(0, _MAPPING_DRIFT)])
         change_labels = self.dev + (c.WORKLOAD, c.FIGURE, c.CHANGE_COMPONENT, c.CHANGE_FROM, c.CHANGE_TO,
                                     c.CHANGE_VERDICT)
         changes = self.changes_table(change_labels)
@@ -313,21 +416,47 @@ class _Dashboards:
                self.dev_legend(c.WORKLOAD))],
             "percentunit", minimum=0.5, maximum=1.2, gpu_only=PEERS_ON_HOST,
             thresholds=((None, "red"), (self.rules.peer_ratio, "yellow"), (0.97, "green")))
-        not_ok = gf.timeseries(
-            "Runs not ok, by status",
-            "Cases that failed, timed out, were skipped (a busy GPU, MIG), unsupported (a precision the device "
-            "lacks) or incorrect, per interval. Their reasons are in the history (sixdim run --json, the agent's "
-            "log); the counter has no reason label.",
-            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) "
-               f"({q.increase(q.sel(runs, status=('!=', 'ok')))})", self.dev_legend(c.WORKLOAD, c.STATUS))],
-            "none", bars=True, stack=True, w=12)
-        not_ok_table = gf.table(
-            "Runs not ok in the time range",
-            "Cases per device, workload and status that were not ok within the time range.",
-            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) "
-               f"({q.increase(q.sel(runs, status=('!=', 'ok')), RANGE)}) > 0", name="runs")],
-            "none", w=12, h=8, may_be_empty=ALL_OK, hide=self.hidden(), sort_by="runs", descending=True,
+        failures = q.sel(runs, status=q.statuses(*c.FAILURE_STATUSES))
+        not_run = q.sel(runs, status=q.statuses(*c.NOT_RUN_STATUSES))
+        interrupted = q.sel(c.SUITE_INTERRUPTIONS)
+        failed = gf.timeseries(
+            "Failures, by status",
+            f"Cases that failed ({', '.join(c.FAILURE_STATUSES)}: the case ran and something is wrong: it raised or "
+            "its worker died, its output failed its check against the reference, it outlasted its timeout), per "
+            "interval. Their reasons are in the history (sixdim run --json, sixdim report, the agent's log); the "
+            "counter has no reason label. Cases not run and interrupted suite runs are never failures: they are "
+            "in the next panel.",
+            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(failures)})",
+               self.dev_legend(c.WORKLOAD, c.STATUS))],
+            "none", bars=True, stack=True, w=12, may_be_empty=NO_FAILURE)
+        not_run_panel = gf.timeseries(
+            "Cases not run and interrupted suite runs",
+            f"Cases that did not run, never failures ({', '.join(c.NOT_RUN_STATUSES)}: the device lacks what the "
+            "case needs, such as a precision or a second GPU; or the case was not started on it: a busy GPU, MIG; "
+            "query A), and suite runs an interruption ended before every case had run (a shutdown, Ctrl-C, the "
+            "agent's death: one per suite run, whatever the number of cases it left; query B), per interval.",
+            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(not_run)})",
+               self.dev_legend(c.WORKLOAD, c.STATUS), name="not run"),
+             Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.increase(interrupted)})",
+               self.dev_legend(c.SUITE, text="interrupted"), name="interrupted", may_be_empty=NO_INTERRUPTION)],
+            "none", bars=True, stack=True, w=12, may_be_empty=ALL_RAN)
+        failed_table = gf.table(
+            "Failures in the time range",
+            f"Cases per device, workload and status that failed ({', '.join(c.FAILURE_STATUSES)}) within the time "
+            "range.",
+            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(failures, RANGE)}) > 0",
+               name="cases")],
+            "none", w=12, h=8, may_be_empty=NO_FAILURE, hide=self.hidden(), sort_by="cases", descending=True,
             links=self.gpu_link())
+        not_run_table = gf.table(
+            "Cases not run and interrupted suite runs in the time range",
+            f"Cases per device, workload and status not run ({', '.join(c.NOT_RUN_STATUSES)}; query A), and suite "
+            "runs interrupted per device and suite (query B), within the time range.",
+            [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(not_run, RANGE)}) > 0",
+               name="cases not run"),
+             Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.increase(interrupted, RANGE)}) > 0",
+               name="suite runs interrupted", may_be_empty=NO_INTERRUPTION)],
+            "none", w=12, h=8, may_be_empty=ALL_RAN, hide=self.hidden(), links=self.gpu_link())
         stale_table = gf.table(
             "Time since the last ok run",
             f"Per device and workload, how long ago its newest ok run ended; past {stale // 3600} h "
@@ -338,9 +467,9 @@ class _Dashboards:
         rows = [
             Row("Fleet now", counts),
             Row("The six dimensions, per device", [six]),
-            Row("What changed: verdicts now open", [regressions, self.causes_table(), changes]),
-            Row("Outliers among peers", [slowest, on_host]),
-            Row("Runs that did not succeed", [not_ok, not_ok_table, stale_table]),
+            Row("What changed: verdicts now open", [regressions, self.causes_table(), drifts, changes]),
+            Row("Outliers among peers", [slowest, on_host, self.peer_causes_table()]),
+            Row("Runs that did not succeed", [failed, not_run_panel, failed_table, not_run_table, stale_table]),
         ]
         return self.dashboard(
             FLEET, "sixdim / Fleet overview",
@@ -379,6 +508,23 @@ class _Dashboards:
             [Q(f"max by ({q.by(*labels)}) ({q.sel(c.REGRESSION_CAUSE)})")], "none", w=24, h=8,
             may_be_empty=NO_REGRESSION, hide=self.hidden() + ("Value",), links=self.gpu_link(),
             sort_by=c.CAUSE_RANK,
+            overrides=[{"matcher": {"id": "byName", "options": c.CAUSE}, "properties": [
+                {"id": "mappings", "value": _MAPPING_CAUSES}]}])
+
+    def peer_causes_table(self) -> gf.PanelSpec:
+        q, c = self.q, catalog
+        labels = self.dev + (c.WORKLOAD, c.PRECISION, c.SHAPE, c.MODE, c.PASS, c.CAUSE, c.CAUSE_RANK)
+        return gf.table(
+            "Likely causes of GPUs slower than their host peers",
+            f"{c.PEER_CAUSE.name}: why a per-shape result is at least 10% slower than the median of the same result "
+            "on the other GPUs of its model on the host, from its last runs' recorded conditions against theirs "
+            "(power limit, clocks, throttling, PCIe link, memory errors, other processes, ...); at most 3 causes, "
+            "rank 1 the most likely; \"no recorded condition changed\" when nothing differs. Where the whole fleet "
+            "is the peer group (SixdimSlowerThanPeers) compare the conditions with the GPU detail dashboard; what to "
+            "do about each cause: docs/CAUSES.md.",
+            [Q(f"max by ({q.by(*labels)}) ({q.sel(c.PEER_CAUSE)})")], "none", w=24, h=8,
+            gpu_only=PEERS_ON_HOST, may_be_empty="no GPU is 10% slower than its peers on the host", per_shape=SHAPES,
+            hide=self.hidden() + ("Value",), links=self.gpu_link(), sort_by=c.CAUSE_RANK,
             overrides=[{"matcher": {"id": "byName", "options": c.CAUSE}, "properties": [
                 {"id": "mappings", "value": _MAPPING_CAUSES}]}])
 
@@ -438,8 +584,28 @@ class _Dashboards:
                           "down; each result's own flags are in Clock limits during the measurements.",
                           [Q(f"avg by ({q.by(*self.dev)}) ({q.sel(metric)})", self.dev_legend(text=what), name=what)
                            for metric, what in throttled], "percentunit", w=12, results=True,
-                          gpu_only=CLOCK_EVENTS),
+                          gpu_only=CLOCK_EVENTS, per_shape=SHAPES),
         ]
+
+    def slowdown_alerts(self) -> gf.PanelSpec:
+        """What SixdimThermalSlowdown and SixdimHardwareSlowdown evaluate, per device."""
+        q, c = self.q, catalog
+        w = format_duration(alerts.SLOWDOWN_WINDOW)
+
+        def flags(shape: catalog.MetricDef, summary: catalog.MetricDef, what: str) -> Q:
+            return Q(f"max by ({q.by(*self.dev)}) (max_over_time({q.sel(shape)}[{w}]) or "
+                     f"max_over_time({q.sel(summary)}[{w}]))", self.dev_legend(text=what), name=what)
+
+        return gf.state_timeline(
+            "Slowdowns the alerts see, per device", "Yes while SixdimThermalSlowdown (thermal) or "
+            f"SixdimHardwareSlowdown (hardware) fires for the device: a result of the last {w} was held down by the "
+            f"slowdown, per shape ({c.WORKLOAD_THERMAL_SLOWDOWN.name}, {c.WORKLOAD_HARDWARE_SLOWDOWN.name}: suites "
+            f"with {EXPORT_SHAPES}) or in any suite's summary ({c.SUMMARY_THERMAL_SLOWDOWN.name}, "
+            f"{c.SUMMARY_HARDWARE_SLOWDOWN.name}: every suite), as the alerts read them. Which workload: Clock "
+            "limits during the measurements; the clock-event reasons: Live clock throttle reasons.",
+            [flags(c.WORKLOAD_THERMAL_SLOWDOWN, c.SUMMARY_THERMAL_SLOWDOWN, "thermal"),
+             flags(c.WORKLOAD_HARDWARE_SLOWDOWN, c.SUMMARY_HARDWARE_SLOWDOWN, "hardware")],
+            mappings=_MAPPING_YES_NO, gpu_only=CLOCK_EVENTS, w=12)
 
     # ------------------------------------------------------------------------- GPU detail
     def gpu_detail(self) -> dict[str, Any]:
@@ -448,79 +614,101 @@ class _Dashboards:
         leg = self.shape_legend()
         speed = [
             gf.timeseries("FLOP/s per shape", "Achieved floating-point operations per second of each shape (integer "
-                          "OP/s for int8): a step at each run.", [Q(per_shape(c.WORKLOAD_FLOPS), leg)],
-                          u(c.WORKLOAD_FLOPS),
+                          "OP/s for int8): a step at each run; a workload no suite exports per shape shows its "
+                          "suite's geometric mean over its shapes instead.",
+                          self.per_shape_with_summaries(c.WORKLOAD_FLOPS, c.SUMMARY_FLOPS), u(c.WORKLOAD_FLOPS),
                           results=True),
-            gf.timeseries("Samples/s per shape", "Training or inference throughput of the models (DeepSpark speed).",
-                          [Q(per_shape(c.WORKLOAD_SAMPLES), leg)], u(c.WORKLOAD_SAMPLES), results=True,
-                          may_be_empty=MODELS_PER_SHAPE),
+            gf.timeseries("Samples/s per shape", "Training or inference throughput of the models (DeepSpark speed), "
+                          "or the suite's geometric mean of a workload no suite exports per shape, and the tokens/s "
+                          "of the sequence models.",
+                          self.per_shape_with_summaries(c.WORKLOAD_SAMPLES, c.SUMMARY_SAMPLES, needs=MODELS_SHAPES,
+                                                        may_be_empty=MODELS)
+                          + [Q(per_shape(c.WORKLOAD_TOKENS), leg + " tokens", name="tokens/s",
+                               unit=u(c.WORKLOAD_TOKENS), per_shape=MODELS_SHAPES, may_be_empty=TOKENS)],
+                          u(c.WORKLOAD_SAMPLES), results=True),
             gf.timeseries("Time per operation", "Time of one operation of each shape (DeepSpark rule: mean of the "
-                          "middle 3 of 5 rounds); launch latency included.", [Q(per_shape(c.WORKLOAD_SECONDS), leg)],
-                          "s", results=True, log=True),
-            gf.timeseries("Bytes per second", "Copy bandwidth, and the algorithm bandwidth of all-reduce.",
-                          [Q(per_shape(c.WORKLOAD_BANDWIDTH), leg)], u(c.WORKLOAD_BANDWIDTH), results=True),
+                          "middle 3 of 5 rounds); launch latency included; a workload no suite exports per shape "
+                          "shows its suite's geometric mean over its shapes instead.",
+                          self.per_shape_with_summaries(c.WORKLOAD_SECONDS, c.SUMMARY_SECONDS), "s", results=True,
+                          log=True),
+            gf.timeseries("Bytes per second", "Copy bandwidth, and the algorithm bandwidth of all-reduce, per size; "
+                          "a workload no suite exports per shape shows its suite's geometric mean over its sizes "
+                          "instead.", self.per_shape_with_summaries(
+                              c.WORKLOAD_BANDWIDTH, c.SUMMARY_BANDWIDTH, needs=COPIES_OR_ALLREDUCE),
+                          u(c.WORKLOAD_BANDWIDTH), results=True),
             gf.timeseries("Fraction of the published peak", "Achieved FLOP/s (or bytes/s) over the GPU's published "
-                          "dense peak for the precision.", [Q(per_shape(c.WORKLOAD_PEAK_RATIO), leg)],
-                          u(c.WORKLOAD_PEAK_RATIO),
-                          results=True, may_be_empty=PEAK),
+                          "dense peak for the precision, per shape, or the suite's geometric mean of a workload no "
+                          "suite exports per shape.",
+                          self.per_shape_with_summaries(c.WORKLOAD_PEAK_RATIO, c.SUMMARY_PEAK_RATIO),
+                          u(c.WORKLOAD_PEAK_RATIO), results=True, may_be_empty=PEAK),
             gf.timeseries("Inference latency, p50, p90 and p99",
                           "Latency percentiles of single synchronized calls (p90: the onnx workload only).",
                           [Q(per_shape(c.WORKLOAD_LATENCY_P50), self.shape_legend() + " p50"),
                            Q(per_shape(c.WORKLOAD_LATENCY_P90), self.shape_legend() + " p90"),
                            Q(per_shape(c.WORKLOAD_LATENCY_P99), self.shape_legend() + " p99")], "s", results=True,
-                          may_be_empty=INFERENCE),
+                          may_be_empty=INFERENCE, per_shape=needs_shapes("the inference suite's workloads")),
+            gf.timeseries("Sparse GEMM speedup over dense", "Time of the same GEMM dense over its 2:4-sparse time, "
+                          "per shape (100% = as fast as dense): what the sparse tensor cores buy.",
+                          [Q(per_shape(c.WORKLOAD_SPEEDUP), leg)], "percentunit", results=True, per_shape=SPARSE),
         ]
         power = [
             gf.timeseries("Power during the measurement", "Average device power over each case's power phase (3 s "
                           "of back-to-back work), from the energy counter.", [Q(per_shape(c.WORKLOAD_POWER), leg)],
-                          "watt", results=True, may_be_empty=ENERGY),
+                          "watt", results=True, may_be_empty=ENERGY, per_shape=SHAPES),
             gf.timeseries("Energy of the power phase", "Device energy consumed over each case's power phase.",
                           [Q(per_shape(c.WORKLOAD_ENERGY), leg)],
-                          u(c.WORKLOAD_ENERGY), results=True, may_be_empty=ENERGY),
+                          u(c.WORKLOAD_ENERGY), results=True, may_be_empty=ENERGY, per_shape=SHAPES),
             gf.timeseries("Work per joule", "Floating-point operations per joule (kernels) and samples per joule "
                           "(models), over the power phase.",
                           [Q(per_shape(c.WORKLOAD_FLOP_PER_JOULE), leg, name="FLOP/J",
                              unit=u(c.WORKLOAD_FLOP_PER_JOULE)),
                            Q(per_shape(c.WORKLOAD_SAMPLES_PER_JOULE), leg, name="samples/J",
-                             unit=u(c.WORKLOAD_SAMPLES_PER_JOULE),
-                             may_be_empty=MODELS_PER_SHAPE)], "si:FLOP/J", results=True, may_be_empty=ENERGY),
+                             unit=u(c.WORKLOAD_SAMPLES_PER_JOULE), may_be_empty=MODELS)], "si:FLOP/J", results=True,
+                          may_be_empty=ENERGY, per_shape=SHAPES),
             gf.timeseries("Live GPU power", "GPU power draw now, read by the agent at each scrape (a level in watts, "
-                          "never summed over the time range).", [Q(q.sel(c.GPU_POWER), self.gpu_legend())], "watt",
+                          "never summed over the time range), and the average power over each interval from the "
+                          "GPU's energy counter (its rate: a spike between two scrapes counts there).",
+                          [Q(q.sel(c.GPU_POWER), self.gpu_legend(), name="now"),
+                           Q(q.rate(q.sel(c.GPU_ENERGY)), self.gpu_legend() + " average", name="average")], "watt",
                           gpu_only=GPU_TELEMETRY),
         ]
         memory = [
             gf.timeseries("Peak memory of the workload", "torch's allocator peak of each case on a GPU (no CUDA "
                           "context, nothing of earlier cases); the worker's peak resident memory on a CPU.",
-                          [Q(per_shape(c.WORKLOAD_MEMORY), leg)], u(c.WORKLOAD_MEMORY), results=True),
+                          [Q(per_shape(c.WORKLOAD_MEMORY), leg)], u(c.WORKLOAD_MEMORY), results=True,
+                          per_shape=SHAPES),
             gf.timeseries("Reserved and device-wide memory", "Peak memory torch's caching allocator reserved, and "
                           "peak device-wide memory in use as NVML sees it (CUDA context and other processes included).",
                           [Q(per_shape(c.WORKLOAD_MEMORY_RESERVED), leg + " reserved", name="reserved"),
                            Q(per_shape(c.WORKLOAD_DEVICE_MEMORY), leg + " device", name="device-wide")], "bytes",
-                          results=True, gpu_only=GPU_MEMORY),
+                          results=True, gpu_only=GPU_MEMORY, per_shape=SHAPES),
             gf.timeseries("Live GPU memory", "GPU memory in use and installed, now.",
                           [Q(q.sel(c.GPU_MEMORY_USED), self.gpu_legend() + " used", name="used"),
                            Q(q.sel(c.GPU_MEMORY_TOTAL), self.gpu_legend() + " installed", name="installed")],
                           "bytes", gpu_only=GPU_TELEMETRY),
         ]
         by_case = self.dev + (c.WORKLOAD, c.PRECISION)
+        flag = lambda metric, what: Q(  # noqa: E731
+            f"max by ({q.by(*by_case)}) ({q.sel(metric)})", self.dev_legend(c.WORKLOAD, c.PRECISION, text=what),
+            name=what, per_shape=SHAPES if metric.name in _PER_SHAPE_NAMES else None)
         limits = [
             gf.timeseries("Clock during the measurement", "Average SM clock over each case's measured window (the "
                           "core clock on a CPU).", [Q(per_shape(c.WORKLOAD_SM_CLOCK), leg)],
-                          u(c.WORKLOAD_SM_CLOCK), results=True),
+                          u(c.WORKLOAD_SM_CLOCK), results=True, per_shape=SHAPES),
             gf.timeseries("Live SM and memory clocks", "GPU clocks now.",
                           [Q(q.sel(c.GPU_SM_CLOCK), self.gpu_legend() + " SM", name="SM"),
                            Q(q.sel(c.GPU_MEMORY_CLOCK), self.gpu_legend() + " memory", name="memory")], "hertz",
                           gpu_only=GPU_TELEMETRY),
             gf.state_timeline("Clock limits during the measurements", "Whether the power cap (normal for large "
                               "kernels on SXM GPUs), a thermal slowdown or a hardware or power-brake slowdown held the "
-                              "clocks down during any case of the workload and precision.",
-                              [Q(f"max by ({q.by(*by_case)}) ({q.sel(c.WORKLOAD_POWER_CAPPED)})",
-                                 self.dev_legend(c.WORKLOAD, c.PRECISION, text="power cap"), name="power cap"),
-                               Q(f"max by ({q.by(*by_case)}) ({q.sel(c.WORKLOAD_THERMAL_SLOWDOWN)})",
-                                 self.dev_legend(c.WORKLOAD, c.PRECISION, text="thermal"), name="thermal"),
-                               Q(f"max by ({q.by(*by_case)}) ({q.sel(c.WORKLOAD_HARDWARE_SLOWDOWN)})",
-                                 self.dev_legend(c.WORKLOAD, c.PRECISION, text="hardware"), name="hardware")],
+                              "clocks down during any case of the workload and precision: per shape (queries A to "
+                              "C) and, for every suite, its summaries' flags (any of its shapes; queries D and E).",
+                              [flag(c.WORKLOAD_POWER_CAPPED, "power cap"), flag(c.WORKLOAD_THERMAL_SLOWDOWN, "thermal"),
+                               flag(c.WORKLOAD_HARDWARE_SLOWDOWN, "hardware"),
+                               flag(c.SUMMARY_THERMAL_SLOWDOWN, "thermal (suite)"),
+                               flag(c.SUMMARY_HARDWARE_SLOWDOWN, "hardware (suite)")],
                               mappings=_MAPPING_YES_NO, gpu_only=CLOCK_EVENTS, w=12),
+            self.slowdown_alerts(),
             gf.state_timeline("Live clock throttle reasons", "Clock-event (throttle) reasons active now, per GPU.",
                               [Q(f"max by ({q.by(c.HOSTNAME, c.GPU, 'reason')}) ({q.sel(c.GPU_THROTTLE)})",
                                  self.gpu_legend("reason"))],
@@ -530,21 +718,27 @@ class _Dashboards:
             gf.timeseries("GPU utilization", "Fraction of time a kernel ran on the GPU: sixdim's own runs, or "
                           "someone else's work the idle guard would skip a run for.",
                           [Q(q.sel(c.GPU_UTILIZATION), self.gpu_legend())], "percentunit", gpu_only=GPU_TELEMETRY),
+            gf.timeseries("Processes on the GPU", "Processes NVML lists on each GPU now (compute, and OpenGL or "
+                          "Vulkan ones): while another process holds a GPU, the idle guard skips its cases "
+                          "(busy_process in Skips by reason, on the agent health dashboard). Absent, never 0, where "
+                          "NVML cannot list them.",
+                          [Q(q.sel(c.GPU_PROCESSES), self.gpu_legend())], "none", gpu_only=GPU_TELEMETRY),
         ]
         verdicts = [
             gf.state_timeline("Regression verdict per workload and precision", "The worst verdict over the shapes "
                               "and figures of each workload and precision: improvement, ok, insufficient_data, "
                               "suspicious, regression.",
                               [Q(f"max by ({q.by(*by_case)}) ({q.sel(c.REGRESSION_STATE)})",
-                                 self.dev_legend(c.WORKLOAD, c.PRECISION))], mappings=_MAPPING_STATES, w=24),
+                                 self.dev_legend(c.WORKLOAD, c.PRECISION))], mappings=_MAPPING_STATES, w=24,
+                              per_shape=VERDICT_SHAPES),
             self.causes_table(),
             gf.heatmap("Ratio to baseline, every watched figure", "How the figures of all the series selected stand "
                        "against their baselines over time (1 = at the baseline).",
                        [Q(q.sel(c.REGRESSION_RATIO), self.shape_legend(c.FIGURE))], "percentunit",
-                       may_be_empty=BASELINE),
+                       may_be_empty=BASELINE, per_shape=VERDICT_SHAPES),
             gf.timeseries("Spread of the timed rounds", "Interquartile range over the median of each case's timed "
                           "rounds: a noisy measurement is a weak one.", [Q(per_shape(c.WORKLOAD_SPREAD), leg)],
-                          "percentunit", results=True),
+                          "percentunit", results=True, per_shape=SHAPES),
         ]
         rows = [Row("Speed", speed), Row("Power and work per joule", power), Row("Memory", memory),
                 Row("Clocks and throttling", limits), Row(HEALTH_ROW, self.health()),
@@ -558,7 +752,7 @@ class _Dashboards:
 
     # ------------------------------------------------------------------------- versions
     def by_version(self, title: str, metric: catalog.MetricDef, version: str, unit: str,
-                   may_be_empty: str | None, what: str) -> gf.PanelSpec:
+                   may_be_empty: str | None, what: str, per_shape: str | None = None) -> gf.PanelSpec:
         """A table with one column per version: the median over the time range of each series, then
         the median over the devices of a model, one row per model, workload, precision, mode and pass (and
         cluster: each cluster's devices are their own, where several share the Prometheus)."""
@@ -574,7 +768,8 @@ class _Dashboards:
             f"then over the devices of the model, one column per {version.replace('_', ' ')} (\"none\" on a CPU "
             "host). A version appears only if results under it fall in the time range: widen the range to compare "
             "across an older upgrade.",
-            [Q(expr)], unit, w=8, h=9, may_be_empty=may_be_empty, merge=False, max_points=VERSION_POINTS,
+            [Q(expr)], unit, w=8, h=9, may_be_empty=may_be_empty, per_shape=per_shape, merge=False,
+            max_points=VERSION_POINTS,
             transformations=[{"id": "groupingToMatrix", "options": {
                 "columnField": v, "rowField": "series", "valueField": "Value", "emptyValue": "null"}}],
             rename={"series\\" + v: f"model workload precision mode pass {q.cluster}"})
@@ -597,10 +792,10 @@ class _Dashboards:
             self.by_version(f"{what} by {name}", metric, version, u(metric), empty, f"Suite {what}")
             for version, name in versions]) for metric, what, empty in figures]
         rows.append(Row("Power and work per joule by driver, CUDA and torch version (per-shape results)", [
-            self.by_version(f"Power by {name}", c.WORKLOAD_POWER, version, u(c.WORKLOAD_POWER), ENERGY, "Power")
-            for version, name in versions] + [
+            self.by_version(f"Power by {name}", c.WORKLOAD_POWER, version, u(c.WORKLOAD_POWER), ENERGY, "Power",
+                            SHAPES) for version, name in versions] + [
             self.by_version(f"FLOP per joule by {name}", c.WORKLOAD_FLOP_PER_JOULE, version,
-                            u(c.WORKLOAD_FLOP_PER_JOULE), ENERGY, "FLOP/J") for version, name in versions],
+                            u(c.WORKLOAD_FLOP_PER_JOULE), ENERGY, "FLOP/J", SHAPES) for version, name in versions],
             collapsed=False))
         rows.append(Row("FLOP/s over time, by version", [
             self.over_time(f"FLOP/s over time by {name}", c.SUMMARY_FLOPS, version, u(c.SUMMARY_FLOPS))
@@ -634,39 +829,40 @@ class _Dashboards:
                           "count) over the throughput on one; 100% is perfect scaling.",
                           [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")],
                           u(c.WORKLOAD_LINEARITY),
-                          results=True, may_be_empty=LINEARITY),
+                          results=True, may_be_empty=LINEARITY, per_shape=LINEARITY_SHAPES),
             gf.bargauge("Linearity now", "The latest linearity of each device, workload and card or node count.",
                         [Q(per_shape(c.WORKLOAD_LINEARITY), self.shape_legend() + " x{{count}}")],
                         u(c.WORKLOAD_LINEARITY),
                         minimum=0, maximum=1, thresholds=((None, "red"), (0.8, "yellow"), (0.9, "green")),
-                        may_be_empty=LINEARITY),
+                        may_be_empty=LINEARITY, per_shape=LINEARITY_SHAPES),
         ]
         leg = self.shape_legend()
         allreduce = [
             gf.timeseries("All-reduce bus bandwidth per size", "nccl-tests' bus bandwidth (algbw x 2(n-1)/n) of each "
                           "message size and rank count (gloo on a CPU host).", [Q(q.without_versions(bus), leg)],
-                          "Bps", results=True),
+                          "Bps", results=True, per_shape=ALLREDUCE),
             gf.bargauge("All-reduce bus bandwidth now", "The latest bus bandwidth of each message size.",
-                        [Q(q.without_versions(bus), leg)], "Bps"),
+                        [Q(q.without_versions(bus), leg)], "Bps", per_shape=ALLREDUCE),
             gf.timeseries("All-reduce algorithm bandwidth", "Bytes over time of each all-reduce (algbw).",
                           [Q(q.without_versions(f"{q.sel(c.WORKLOAD_BANDWIDTH)} and on ({key}) {bus}"), leg)], "Bps",
-                          results=True),
+                          results=True, per_shape=ALLREDUCE),
             gf.timeseries("All-reduce time per size", "Time of one all-reduce of each message size.",
                           [Q(q.without_versions(f"{q.sel(c.WORKLOAD_SECONDS)} and on ({key}) {bus}"), leg)], "s",
-                          results=True, log=True),
+                          results=True, log=True, per_shape=ALLREDUCE),
         ]
         copies = f"{q.sel(c.WORKLOAD_BANDWIDTH)} unless on ({key}) {bus}"
         memory = [
             gf.timeseries("Copy bandwidth", "Device-to-device, host-to-device and device-to-host copies (a CPU "
-                          "host copies in memory only).", [Q(q.without_versions(copies), leg)], "Bps", results=True),
+                          "host copies in memory only).", [Q(q.without_versions(copies), leg)], "Bps", results=True,
+                          per_shape=COPIES),
             gf.timeseries("Copy bandwidth, fraction of the published peak", "Device-to-device copy bandwidth over "
                           "the GPU's published memory bandwidth.",
                           [Q(q.without_versions(f"{q.sel(c.WORKLOAD_PEAK_RATIO)} and on ({key}) ({copies})"), leg)],
-                          "percentunit", results=True, may_be_empty=PEAK),
+                          "percentunit", results=True, may_be_empty=PEAK, per_shape=COPIES),
             gf.timeseries("Speed against the other GPUs of the host, per shape", f"{c.PEER_RATIO.name}: each result's "
                           "speed over the median of the same result on the GPUs of the same model on its host.",
                           [Q(q.sel(c.PEER_RATIO), self.shape_legend(c.FIGURE))], "percentunit", w=24, results=True,
-                          gpu_only=PEERS_ON_HOST),
+                          gpu_only=PEERS_ON_HOST, per_shape=SHAPES),
         ]
         rows = [Row("Linearity across cards and nodes", linearity), Row("Collective communication", allreduce),
                 Row("Memory copies and peers", memory)]
@@ -694,36 +890,39 @@ class _Dashboards:
                           "its reference, relative to the reference's magnitude, per shape: a sample of a kernel's "
                           "output against float64, a copy's bytes against its source, an all-reduce's sums "
                           "against the exact ones.",
-                          [Q(per_shape(c.WORKLOAD_ERROR), leg)], u(c.WORKLOAD_ERROR), log=True, results=True),
+                          [Q(per_shape(c.WORKLOAD_ERROR), leg)], u(c.WORKLOAD_ERROR), log=True, results=True,
+                          per_shape=SHAPES),
             gf.table("Largest relative error now", "Per device, workload and precision, the largest relative error "
                      "among the latest results of its shapes.",
                      [Q(f"max by ({q.by(*self.dev, c.WORKLOAD, c.PRECISION)}) ({q.sel(c.WORKLOAD_ERROR)})",
                         name="max relative error")], "sci", w=12, h=8, hide=self.hidden(),
-                     sort_by="max relative error", descending=True),
+                     sort_by="max relative error", descending=True, per_shape=SHAPES),
         ]
         stability = [
             gf.timeseries("Spread of the timed rounds", "Interquartile range over the median of each case's timed "
-                          "rounds.", [Q(per_shape(c.WORKLOAD_SPREAD), leg)], u(c.WORKLOAD_SPREAD), results=True),
+                          "rounds.", [Q(per_shape(c.WORKLOAD_SPREAD), leg)], u(c.WORKLOAD_SPREAD), results=True,
+                          per_shape=SHAPES),
             gf.heatmap("Spread of the timed rounds, all series", "How many series have each spread, over time: a "
                        "band moving up is a noisier machine.", [Q(q.sel(c.WORKLOAD_SPREAD), leg)], "percentunit",
-                       log=True),
+                       log=True, per_shape=SHAPES),
             gf.timeseries("Stability over complete runs", "DeepSpark stability: 1 minus 0.2 per complete run "
                           "outside 1% of the median.", [Q(per_shape(c.WORKLOAD_STABILITY), leg)],
                           u(c.WORKLOAD_STABILITY),
-                          results=True, may_be_empty=TRAINING),
+                          results=True, may_be_empty=TRAINING, per_shape=TRAINING_SHAPES),
         ]
         accuracy = [
             gf.timeseries("Accuracy reached", "Accuracy at convergence (the runs' median), or a training command's "
                           "final evaluation when it is a ratio.", [Q(per_shape(c.WORKLOAD_ACCURACY), leg)],
-                          "percentunit", results=True, may_be_empty=TRAINING),
+                          "percentunit", results=True, may_be_empty=TRAINING, per_shape=TRAINING_SHAPES),
             gf.timeseries("Quality metrics of training runs", "Final value of each quality metric (top-1, WER, loss, "
                           "FID, ...), with whether higher or lower is better.",
                           [Q(per_shape(c.WORKLOAD_QUALITY), self.shape_legend(c.QUALITY_METRIC, c.QUALITY_DIRECTION))],
-                          "none", results=True, may_be_empty=TRAINING),
+                          "none", results=True, may_be_empty=TRAINING, per_shape=TRAINING_SHAPES),
             gf.timeseries("Time to train", "AI-Rank Time2train: time from the start of training until the target "
                           "accuracy was reached (or MLPerf's run_stop - run_start).",
                           [Q(per_shape(c.WORKLOAD_TIME_TO_TRAIN), leg)],
-                          u(c.WORKLOAD_TIME_TO_TRAIN), results=True, may_be_empty=TRAINING),
+                          u(c.WORKLOAD_TIME_TO_TRAIN), results=True, may_be_empty=TRAINING,
+                          per_shape=TRAINING_SHAPES),
         ]
         rows = [Row("Correctness against float64", checks), Row("Stability", stability),
                 Row("Accuracy and time to train", accuracy)]
@@ -733,6 +932,42 @@ class _Dashboards:
             "accuracy and time to train.", rows, time_from="now-7d", refresh="5m")
 
     # ------------------------------------------------------------------------- agent health
+    def suite_progress(self) -> list[gf.PanelSpec]:
+        """Each suite's run on each device as it goes: running or not, its cases done by status out of all,
+        the workload running."""
+        q, c = self.q, catalog
+        by = self.dev + (c.SUITE,)
+        done, cases = q.sel(c.SUITE_CASES_DONE), q.sel(c.SUITE_CASES)
+        count = lambda statuses: (  # noqa: E731
+            f"sum by ({q.by(*by)}) ({q.sel(c.SUITE_CASES_DONE, status=q.statuses(*statuses))})")
+        progress = gf.table(
+            "Suite progress now", f"Each suite's run on each device: running or idle ({c.SUITE_RUNNING.name}), "
+            f"its cases ended ({c.SUITE_CASES_DONE.name}, by status) out of all its cases ({c.SUITE_CASES.name}), "
+            f"the share done, the failures among them ({', '.join(c.FAILURE_STATUSES)}) and the cases not run "
+            f"({', '.join(c.NOT_RUN_STATUSES)}, never failures). A suite that is not running shows its last run "
+            "(0 of 0 before its first). Each ended case is in the history at once.",
+            [Q(f"max by ({q.by(*by)}) ({q.sel(c.SUITE_RUNNING)})", name="state"),
+             Q(f"sum by ({q.by(*by)}) ({done})", name="cases ended"),
+             Q(f"max by ({q.by(*by)}) ({cases})", name="cases"),
+             Q(f"sum by ({q.by(*by)}) ({done}) / (max by ({q.by(*by)}) ({cases}) > 0)", name="done",
+               unit="percentunit"),
+             Q(count(c.FAILURE_STATUSES), name="failures"),
+             Q(count(c.NOT_RUN_STATUSES), name="not run")],
+            "none", w=24, h=7, hide=self.hidden(), sort_by=q.lab(c.HOSTNAME),
+            overrides=[_table_mappings(0, _MAPPING_RUNNING)])
+        running = gf.state_timeline(
+            "Suites running", f"When each suite ran on each device ({c.SUITE_RUNNING.name}): from taking the "
+            "device to its last case.", [Q(f"max by ({q.by(*by)}) ({q.sel(c.SUITE_RUNNING)})",
+                                           self.dev_legend(c.SUITE))],
+            mappings=_MAPPING_RUNNING, w=12, h=7)
+        workloads = gf.state_timeline(
+            "Workload running, per suite", f"Which workload each suite's run was running, over time "
+            f"({c.SUITE_CURRENT_WORKLOAD.name}, read at each scrape: a workload shorter than the scrape interval "
+            "may not show).", [Q(f"max by ({q.by(*by, c.WORKLOAD)}) ({q.sel(c.SUITE_CURRENT_WORKLOAD)})",
+                                 self.dev_legend(c.SUITE, c.WORKLOAD))],
+            mappings=_MAPPING_CURRENT, w=12, h=7, may_be_empty=NO_SUITE_RAN)
+        return [progress, running, workloads]
+
     def agent(self) -> dict[str, Any]:
         q, c = self.q, catalog
         runs, build = c.WORKLOAD_RUNS, c.BUILD_INFO
@@ -769,13 +1004,21 @@ class _Dashboards:
             [Q(f"sum by ({q.by(*self.dev, c.STATUS)}) ({q.increase(q.sel(runs))})", self.dev_legend(c.STATUS))],
             "none", bars=True, stack=True, w=12)
         skips = gf.timeseries(
-            "Skipped, unsupported and failed runs, by workload", "Why cases did not give a result: skipped (another "
-            "process on the GPU, MIG, the agent stopping), unsupported (a precision or a second GPU the device "
-            "lacks), failed or timed out. Skips by reason class are in the next panel; every reason in full is in the "
-            "history and the agent's log.",
+            "Failures and cases not run, by workload", "Why cases did not give a result, failures apart from the "
+            f"cases not run: failed, incorrect or timed out (query A: {', '.join(c.FAILURE_STATUSES)}); not run "
+            f"(query B: {', '.join(c.NOT_RUN_STATUSES)}: the device lacks a precision or a second GPU, another "
+            "process on the GPU, MIG); and suite runs an interruption (the agent stopping, Ctrl-C) ended before "
+            "every case had run (query C), which are neither failures nor cases not run. Skips by reason class are "
+            "in the next panel; every reason in full is in the history and the agent's log.",
             [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ("
-               f"{q.increase(q.sel(runs, status=q.statuses('skipped', 'unsupported', 'failed', 'timeout')))})",
-               self.dev_legend(c.WORKLOAD, c.STATUS))], "none", bars=True, stack=True, w=12)
+               f"{q.increase(q.sel(runs, status=q.statuses(*c.FAILURE_STATUSES)))})",
+               self.dev_legend(c.WORKLOAD, c.STATUS, text="(failure)"), name="failures", may_be_empty=NO_FAILURE),
+             Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ("
+               f"{q.increase(q.sel(runs, status=q.statuses(*c.NOT_RUN_STATUSES)))})",
+               self.dev_legend(c.WORKLOAD, c.STATUS, text="(not run)"), name="not run", may_be_empty=ALL_RAN),
+             Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.increase(q.sel(c.SUITE_INTERRUPTIONS))})",
+               self.dev_legend(c.SUITE, text="interrupted"), name="interrupted", may_be_empty=NO_INTERRUPTION)],
+            "none", bars=True, stack=True, w=12)
         run_table = gf.table(
             "Runs in the time range, by status", "Cases recorded within the time range per device, workload and "
             "status.", [Q(f"sum by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.increase(q.sel(runs), RANGE)})",
@@ -795,10 +1038,17 @@ class _Dashboards:
             [Q(f"max by ({q.by(*self.dev, c.WORKLOAD, c.STATUS)}) ({q.sel(c.WORKLOAD_CASE_SECONDS)})", name="mean")],
             "s", w=12, h=9, hide=self.hidden(), sort_by="mean", descending=True)
         cadence = gf.table(
-            "Time since each workload last ran", "How long ago the run of each exported result ended, per device and "
-            "workload: the schedule at work (the default quick suite runs every 15 minutes).",
-            [Q(f"time() - max by ({q.by(*self.dev, c.WORKLOAD)}) ({q.sel(c.WORKLOAD_LAST_RUN)})", name="since")],
-            "s", w=12, h=9, hide=self.hidden(), sort_by="since", descending=True)
+            "Time since each workload last ran", "Per device and workload, how long ago its newest ok run ended "
+            "(query A: every workload, whether its suite exports every shape or only its summaries), and the cases "
+            "recorded within the time range, of any status (query B): the schedule at work (the default quick suite "
+            "runs every 15 minutes). A workload whose cases all fail has cases in the range and an old last ok run; "
+            "its statuses are in Runs in the time range, by status.",
+            [Q(f"time() - max by ({q.by(*self.dev, c.WORKLOAD)}) ({q.sel(c.WORKLOAD_LAST_SUCCESS)})",
+               name="since the last ok run", unit="s"),
+             Q(f"sum by ({q.by(*self.dev, c.WORKLOAD)}) ({q.increase(q.sel(runs), RANGE)})",
+               name="cases in the time range", unit="none")],
+            "s", w=12, h=9, hide=self.hidden(), sort_by="since the last ok run", descending=True)
+        suites = self.suite_progress()
         history = [
             gf.state_timeline("History writable", "Whether the last write to the history database succeeded.",
                               [Q(f"max by ({hosts}) ({q.sel(c.HISTORY_UP)})", q.legend(c.HOSTNAME))],
@@ -842,8 +1092,13 @@ class _Dashboards:
             gf.timeseries("CPU package power (RAPL)", "CPU package power from the RAPL energy counters.",
                           [Q(f"sum by ({hosts}) ({q.rate(q.sel(c.HOST_RAPL_ENERGY))})", q.legend(c.HOSTNAME))],
                           "watt", w=8, may_be_empty=RAPL),
+            gf.timeseries("Host load average", "The host's load average over 1, 5 and 15 minutes (runnable and "
+                          "uninterruptible processes, all of the host's): a load above the CPUs the agent may use "
+                          "slows CPU workloads and launch-bound GPU ones, and is the host_load cause of a regression.",
+                          [Q(f"max by ({hosts}, period) ({q.sel(c.HOST_LOAD)})", q.legend(c.HOSTNAME, "period"))],
+                          "none", w=24),
         ]
-        rows = [Row("The agent process", agent),
+        rows = [Row("The agent process", agent), Row(SUITES_ROW, suites),
                 Row("Runs", [statuses, skips, skip_reasons, durations, run_table, cadence]), Row("History", history),
                 Row("Collectors and host", collectors)]
         return self.dashboard(

@@ -54,10 +54,24 @@ too (a CPU host's ``gpu`` and ``UUID``, a copy workload's ``precision``)."""
 
 GPU_ONLY = "GPU-only"
 MAY_BE_EMPTY = "May be empty"
+PER_SHAPE = "Per-shape"
+SUMMARY_ONLY = "Summary-only"
 """Markers at the start of a panel description's lines (read back by tests/dashboard_queries.py): the whole panel
-(``GPU-only: <why>.``, ``May be empty: <why>.``) or one query (``Query B (what) is GPU-only: ...``,
-``Query B (what) may be empty: ...``).  Unmarked, a query returns data on every host that runs the
-default configuration, a CPU-only one included."""
+(``GPU-only: <why>.``, ``May be empty: <why>.``, ``Per-shape: <what it needs>.``) or one query (``Query B
+(what) is GPU-only: ...``, ``Query B (what) may be empty: ...``, ``Query B (what) is per-shape: ...``,
+``Query B (what) is summary-only: ...``).
+
+* GPU-only: data only where a GPU is.
+* May be empty: legitimately empty on a host running the default configuration or the README's example
+  (no regression open, no inference suite, no energy counter, ...).
+* Per-shape: reads series exported per shape, which a suite exports only with ``export = "shapes"`` (the
+  embedded quick suite does; a suite of one's own exports only its summaries unless it says so); the
+  text names what it needs.
+* Summary-only: shows the summaries of the workloads that no suite exports per shape, so it is empty where
+  every workload is (the default configuration) and has data for a suite exported as summaries only.
+
+Unmarked, a query returns data on every host that runs the default configuration or the README's example,
+a CPU-only one included."""
 
 CURRENT_PANEL_TYPES = ("timeseries", "stat", "table", "bargauge", "state-timeline", "heatmap", "row")
 
@@ -67,7 +81,8 @@ CURRENT_PANEL_TYPES = ("timeseries", "stat", "table", "bargauge", "state-timelin
 @dataclass(frozen=True)
 class Q:
     """One query of a panel: the PromQL, its legend and, when it may legitimately return nothing on a
-    host running the default configuration, why (``gpu_only`` or ``may_be_empty``)."""
+    host running the default configuration or the README's example, why (``gpu_only``, ``may_be_empty``,
+    ``per_shape`` or ``summary_only``)."""
 
     expr: str
     legend: str = ""
@@ -79,6 +94,10 @@ class Q:
     may_be_empty: str | None = None
     unit: str | None = None
     """A unit for this query's values only (a field override by query), when the panel mixes units."""
+    per_shape: str | None = None
+    """What the query needs when it reads series exported per shape only (``export = "shapes"``)."""
+    summary_only: str | None = None
+    """Why the query shows only the summaries of workloads no suite exports per shape."""
 
 
 def _target(query: Q, ref: str) -> G.Target:
@@ -113,14 +132,17 @@ def _ref(i: int) -> str:
     return chr(ord("A") + i)
 
 
-def _description(text: str, queries: Sequence[Q], gpu_only: str | None, may_be_empty: str | None) -> str:
-    """The panel description: a whole-panel marker first, then what the panel shows, then the markers
+def _description(text: str, queries: Sequence[Q], gpu_only: str | None, may_be_empty: str | None,
+                 per_shape: str | None = None) -> str:
+    """The panel description: the whole-panel markers first, then what the panel shows, then the markers
     of single queries, each marker a paragraph of its own."""
     lines = []
     if gpu_only:
         lines.append(f"{GPU_ONLY}: {gpu_only}.")
     if may_be_empty:
         lines.append(f"{MAY_BE_EMPTY}: {may_be_empty}.")
+    if per_shape:
+        lines.append(f"{PER_SHAPE}: {per_shape}.")
     lines.append(text.strip())
     for i, query in enumerate(queries):
         what = f" ({query.name})" if query.name else ""
@@ -128,6 +150,10 @@ def _description(text: str, queries: Sequence[Q], gpu_only: str | None, may_be_e
             lines.append(f"Query {_ref(i)}{what} is {GPU_ONLY}: {query.gpu_only}.")
         if query.may_be_empty and not may_be_empty:
             lines.append(f"Query {_ref(i)}{what} {MAY_BE_EMPTY.lower()}: {query.may_be_empty}.")
+        if query.per_shape and not per_shape:
+            lines.append(f"Query {_ref(i)}{what} is {PER_SHAPE.lower()}: {query.per_shape}.")
+        if query.summary_only:
+            lines.append(f"Query {_ref(i)}{what} is {SUMMARY_ONLY.lower()}: {query.summary_only}.")
     return "\n\n".join(lines)
 
 
@@ -162,23 +188,23 @@ def query_mappings(index: int, mappings: Sequence[dict[str, Any]]) -> dict[str, 
 
 
 def _common(title: str, description: str, queries: Sequence[Q], gpu_only: str | None,
-            may_be_empty: str | None) -> dict[str, Any]:
+            may_be_empty: str | None, per_shape: str | None = None) -> dict[str, Any]:
     if not queries:
         raise ValueError(f"panel {title!r} has no query")
     return dict(title=title, dataSource=DATASOURCE,
-                description=_description(description, queries, gpu_only, may_be_empty),
+                description=_description(description, queries, gpu_only, may_be_empty, per_shape),
                 targets=[_target(q, _ref(i)) for i, q in enumerate(queries)])
 
 
 def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 12, h: int = 8,
-               gpu_only: str | None = None, may_be_empty: str | None = None, bars: bool = False,
-               stack: bool = False, results: bool = False, log: bool = False, soft_min: int | None = None,
-               soft_max: int | None = None, mappings: Sequence[dict[str, Any]] = (),
+               gpu_only: str | None = None, may_be_empty: str | None = None, per_shape: str | None = None,
+               bars: bool = False, stack: bool = False, results: bool = False, log: bool = False,
+               soft_min: int | None = None, soft_max: int | None = None, mappings: Sequence[dict[str, Any]] = (),
                overrides: Sequence[dict[str, Any]] = ()) -> PanelSpec:
     """A time series.  A result series holds the latest run's value until the next run replaces it,
     so ``results`` draws it as steps (``stepAfter``): a level that changes at each run."""
     panel = G.TimeSeries(
-        **_common(title, description, queries, gpu_only, may_be_empty),
+        **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         unit=unit, drawStyle="bars" if bars else "line", fillOpacity=60 if bars else (10 if stack else 0),
         stacking={"mode": "normal", "group": "A"} if stack else {"mode": "none", "group": "A"},
         showPoints="never" if results else "auto", pointSize=5, lineWidth=1,
@@ -195,10 +221,10 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
 def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 4, h: int = 4,
          thresholds: Sequence[tuple[float | None, str]] = BASE_THRESHOLDS, gpu_only: str | None = None,
          may_be_empty: str | None = None, mappings: Sequence[dict[str, Any]] = (),
-         color_mode: str = "value") -> PanelSpec:
+         color_mode: str = "value", per_shape: str | None = None) -> PanelSpec:
     """A single figure, the last value of its query (never a mean or a sum over the time range)."""
     panel = G.Stat(
-        **_common(title, description, queries, gpu_only, may_be_empty),
+        **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         format=unit, reduceCalc="lastNotNull", graphMode="none", colorMode=color_mode, textMode="value_and_name",
         mappings=list(mappings), noValue="0" if unit in ("none", "short") else "no data",
         overrides=_query_overrides(queries),
@@ -208,7 +234,8 @@ def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: in
 
 
 def table(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 24, h: int = 9,
-          gpu_only: str | None = None, may_be_empty: str | None = None, hide: Iterable[str] = (),
+          gpu_only: str | None = None, may_be_empty: str | None = None, per_shape: str | None = None,
+          hide: Iterable[str] = (),
           rename: dict[str, str] | None = None, sort_by: str | None = None, descending: bool = False,
           merge: bool | None = None, transformations: Sequence[dict[str, Any]] = (),
           mappings: Sequence[dict[str, Any]] = (), overrides: Sequence[dict[str, Any]] = (),
@@ -225,7 +252,7 @@ def table(title: str, description: str, queries: Sequence[Q], unit: str, *, w: i
     steps.append({"id": "organize", "options": {"excludeByName": dict(sorted(excluded.items())),
                                                  "renameByName": dict(sorted((rename or {}).items()))}})
     panel = G.Table(
-        **_common(title, description, queries, gpu_only, may_be_empty),
+        **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         unit=unit, filterable=True, displayMode=cell, mappings=list(mappings),
         overrides=_query_overrides(queries) + list(overrides),
         sortBy=[G.TableSortByField(displayName=sort_by, desc=descending)] if sort_by else [],
@@ -238,11 +265,11 @@ def table(title: str, description: str, queries: Sequence[Q], unit: str, *, w: i
 def bargauge(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 12, h: int = 8,
              minimum: float | None = None, maximum: float | None = None,
              thresholds: Sequence[tuple[float | None, str]] = BASE_THRESHOLDS, gpu_only: str | None = None,
-             may_be_empty: str | None = None) -> PanelSpec:
+             may_be_empty: str | None = None, per_shape: str | None = None) -> PanelSpec:
     """Bars of the last value of each series (instant queries)."""
     queries = [Q(**{**q.__dict__, "instant": True}) for q in queries]
     panel = G.BarGauge(
-        **_common(title, description, queries, gpu_only, may_be_empty),
+        **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         format=unit, calc="lastNotNull", displayMode=G.GAUGE_DISPLAY_MODE_GRADIENT, min=minimum, max=maximum,
         orientation=G.ORIENTATION_HORIZONTAL, thresholds=[],
         extraJson={"fieldConfig": {"defaults": {"thresholds": _thresholds(thresholds)}, "overrides": []}},
@@ -252,11 +279,12 @@ def bargauge(title: str, description: str, queries: Sequence[Q], unit: str, *, w
 
 def state_timeline(title: str, description: str, queries: Sequence[Q], *, mappings: Sequence[dict[str, Any]],
                    w: int = 24, h: int = 8, unit: str = "none", gpu_only: str | None = None,
-                   may_be_empty: str | None = None, overrides: Sequence[dict[str, Any]] = ()) -> PanelSpec:
+                   may_be_empty: str | None = None, overrides: Sequence[dict[str, Any]] = (),
+                   per_shape: str | None = None) -> PanelSpec:
     """States over time, coloured by value mappings (up/down, a verdict, a throttle reason); a query whose
     states read otherwise gets its own mappings in ``overrides`` (:func:`query_mappings`)."""
     panel = G.StateTimeline(
-        **_common(title, description, queries, gpu_only, may_be_empty),
+        **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         colorMode="fixed", mappings=list(mappings), mergeValues=True, showValue="never", rowHeight=0.8,
         fillOpacity=80, tooltipMode="multi", legendDisplayMode="list",
         overrides=_query_overrides(queries) + list(overrides),
@@ -267,9 +295,11 @@ def state_timeline(title: str, description: str, queries: Sequence[Q], *, mappin
 
 
 def heatmap(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 12, h: int = 8,
-            log: bool = False, gpu_only: str | None = None, may_be_empty: str | None = None) -> PanelSpec:
+            log: bool = False, gpu_only: str | None = None, may_be_empty: str | None = None,
+            per_shape: str | None = None) -> PanelSpec:
     """How many series fall in each bucket of a value over time (Grafana calculates the buckets)."""
-    panel = CurrentHeatmap(**_common(title, description, queries, gpu_only, may_be_empty), unit=unit, log=log)
+    panel = CurrentHeatmap(**_common(title, description, queries, gpu_only, may_be_empty, per_shape), unit=unit,
+                           log=log)
     return PanelSpec(panel, w, h)
 
 

@@ -32,8 +32,9 @@ DCGM_BOARDS = build.dashboards(Options(dcgm_label_names=True))
 
 GPU_ONLY_METRICS = {m.name for m in catalog.ALL_METRICS if m.name.startswith("sixdim_gpu_")} | {
     m.name for m in (catalog.WORKLOAD_MEMORY_RESERVED, catalog.WORKLOAD_DEVICE_MEMORY, catalog.WORKLOAD_POWER_CAPPED,
-                     catalog.WORKLOAD_THERMAL_SLOWDOWN, catalog.WORKLOAD_HARDWARE_SLOWDOWN, catalog.PEER_RATIO,
-                     catalog.SUITE_PEER_RATIO)}
+                     catalog.WORKLOAD_THERMAL_SLOWDOWN, catalog.WORKLOAD_HARDWARE_SLOWDOWN,
+                     catalog.SUMMARY_THERMAL_SLOWDOWN, catalog.SUMMARY_HARDWARE_SLOWDOWN, catalog.PEER_RATIO,
+                     catalog.SUITE_PEER_RATIO, catalog.PEER_CAUSE)}
 """What only a host with a GPU exports: NVML telemetry and identity, CUDA memory, clock events, on-host peers."""
 
 

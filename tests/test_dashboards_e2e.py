@@ -11,15 +11,25 @@ empty on a steady host (no regression open, no inference suite, ...).
 
 The same Prometheus also scrapes a second target, a GPU host made of the faithful pynvml fake: the
 agent's own NVML collector over two fake GPUs (a degraded H100 and a V100 without row remapping or
-NVLink), rendered by the agent's own exporter, plus a few per-result throttle flags and
-``sixdim_regression_cause`` series.  Every query of the GPU health row and of the likely-causes
-tables must return data from it, and what a GPU does not answer must be absent in Prometheus too.
+NVLink), rendered by the agent's own exporter, plus a few per-result and per-suite throttle flags,
+``sixdim_regression_cause`` and ``sixdim_peer_cause`` series.  Every query of the GPU health row, of
+the likely-causes tables and of the panels that show an alert's GPU inputs must return data from it,
+and what a GPU does not answer must be absent in Prometheus too.
+
+And a third: a second real agent, ``readme``, running the README's example configuration (its
+``[[suites]]``, read from README.md): a suite of one's own that says nothing of ``export``, so Prometheus
+sees only its summaries (the README's nightly full preset, here its workloads at small sizes and at once
+rather than at 03:00), beside one with ``export = "shapes"`` (big-gemm, here at 128 cubed, with the
+README's precisions).  With the variables at that host, every query must return data unless it is
+GPU-only, may be empty, or is marked Per-shape, whose text must then say ``export = "shapes"``: a panel
+is never empty for a user's own suite without saying what it needs.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 import subprocess
 import threading
 import time
@@ -36,13 +46,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sixdim.collectors.base import Sample
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.config import parse_toml
 from sixdim.core import catalog
-from sixdim.dashboards.build import CAUSES_TITLE, HEALTH_ROW
+from sixdim.dashboards.build import CAUSES_TITLE, EXPORT_SHAPES, HEALTH_ROW
 from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
+from sixdim.workloads import registry
 from tests.conftest import free_port, required_tool
 from tests.daemon import Daemon, write_config
-from tests.dashboard_queries import ANNOTATION, PANEL, VARIABLE, all_queries, panels, substitute
+from tests.dashboard_queries import ANNOTATION, DEFAULT, PANEL, README, VARIABLE, all_queries, panels, substitute
 from tests.fakenvml import FakeGpu, FakeNvml
 
 pytestmark = pytest.mark.slow
@@ -52,6 +64,25 @@ DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
 RULES = ROOT / "deploy" / "prometheus" / "sixdim-rules.yml"
 
 FAST = "rounds = 3, min_round_seconds = 0.01, warmup_seconds = 0.02, power_seconds = 0.0"
+SMALL = {
+    "gemm": f'{{m = 128, n = 128, k = 128, precisions = ["fp32", "bf16"], {FAST}}}',
+    "conv": f'{{scale = 64, precisions = ["fp32"], layouts = ["nchw"], {FAST}}}',
+    "rnn": f'{{scale = 64, precisions = ["fp32"], {FAST}}}',
+    "sparse_gemm": f"{{scale = 64, {FAST}}}",
+    "memory_bandwidth": "{}",
+    "launch_latency": "{}",
+    "allreduce": "{scale = 64, iterations = 2, rounds = 3}",
+    "convergence": "{epochs = 5, target_accuracy = 0.8}",
+    "linearity": "{steps_per_window = 2, warmup_steps = 1}",
+}
+"""Each workload at a size a 2-core CPU runs in seconds."""
+WORKLOADS = set(SMALL)
+
+
+def workloads(names: list[str]) -> str:
+    return "workloads = [\n" + "".join(f'  {{name = "{name}", params = {SMALL[name]}}},\n' for name in names) + "]"
+
+
 SUITE = f"""
 [[suites]]
 name = "dash"
@@ -59,20 +90,37 @@ interval_seconds = 3600
 export = "shapes"
 devices = ["cpu"]
 timeout_seconds = 180
-workloads = [
-  {{name = "gemm", params = {{m = 128, n = 128, k = 128, precisions = ["fp32", "bf16"], {FAST}}}}},
-  {{name = "conv", params = {{scale = 64, precisions = ["fp32"], layouts = ["nchw"], {FAST}}}}},
-  {{name = "rnn", params = {{scale = 64, precisions = ["fp32"], {FAST}}}}},
-  {{name = "sparse_gemm", params = {{scale = 64, {FAST}}}}},
-  {{name = "memory_bandwidth", params = {{}}}},
-  {{name = "launch_latency", params = {{}}}},
-  {{name = "allreduce", params = {{scale = 64, iterations = 2, rounds = 3}}}},
-  {{name = "convergence", params = {{epochs = 5, target_accuracy = 0.8}}}},
-  {{name = "linearity", params = {{steps_per_window = 2, warmup_steps = 1}}}},
-]
+{workloads(list(SMALL))}
 """
-WORKLOADS = {"gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth", "launch_latency", "allreduce", "convergence",
-             "linearity"}
+
+TESTHOST, README_HOST = "testhost", "readme"
+
+
+def readme_suites() -> list[dict]:
+    """The ``[[suites]]`` of the README's example configuration (its Configure section's TOML)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Configure$.*?^```toml$(.*?)^```$", text, re.S | re.M)
+    assert block, "README.md: no TOML example under ## Configure"
+    return parse_toml(block.group(1), "README.md")["suites"]
+
+
+def readme_configuration(history: Path) -> tuple[str, set[str]]:
+    """The README's example suites, runnable here in a minute: the same names and ``export`` settings, the
+    preset's workloads at small sizes, every suite at start; and the workloads that must end ok."""
+    own, per_shape = readme_suites()
+    assert "export" not in own, "the README's first suite is one of the user's own: summaries only"
+    assert per_shape.get("export") == "shapes"
+    nightly = [name for name, _ in registry.SUITES[own["preset"]]]
+    big = [entry["name"] for entry in per_shape["workloads"]]
+    assert set(nightly) | set(big) <= set(SMALL) and big == ["gemm"], (nightly, big)
+    precisions = per_shape["workloads"][0]["params"]["precisions"]
+    text = (f'[agent]\nhistory = "{history}"\nhostname = "{README_HOST}"\n\n'
+            f'[[suites]]\nname = "{own["name"]}"\ninterval_seconds = 3600\ndevices = ["cpu"]\ntimeout_seconds = 180\n'
+            f"{workloads(list(dict.fromkeys(nightly)))}\n\n"
+            f'[[suites]]\nname = "{per_shape["name"]}"\ninterval_seconds = 3600\nexport = "shapes"\n'
+            f'devices = ["cpu"]\ntimeout_seconds = 180\nworkloads = [{{name = "gemm", params = {{m = 128, n = 128, '
+            f"k = 128, precisions = {json.dumps(precisions)}, {FAST}}}}}]\n")
+    return text, set(nightly) | set(big)
 
 
 GPU_HOST = "gpuhost"
@@ -114,6 +162,12 @@ def gpu_host_samples() -> list[Sample]:
         if capped:
             samples += [Sample(catalog.REGRESSION_CAUSE, {**result, catalog.CAUSE: cause, catalog.CAUSE_RANK: rank},
                                1.0) for cause, rank in (("power_limit", "1"), ("pcie_link", "2"))]
+            samples.append(Sample(catalog.PEER_CAUSE, {**result, catalog.CAUSE: "power_limit",
+                                                       catalog.CAUSE_RANK: "1"}, 1.0))
+    summary = {**device, **versions, catalog.SUITE: "quick", catalog.WORKLOAD: "gemm", catalog.PRECISION: "bf16",
+               catalog.MODE: "inference", catalog.PASS: "forward"}
+    samples += [Sample(catalog.SUMMARY_THERMAL_SLOWDOWN, summary, 1.0),
+                Sample(catalog.SUMMARY_HARDWARE_SLOWDOWN, summary, 0.0)]
     return samples
 
 
@@ -156,9 +210,14 @@ def start_prometheus(tmp_path: Path, ports: list[int], rules: Path) -> tuple[sub
     return server, port
 
 
+ALERT_INPUTS_ON_A_GPU = {"Slowdowns the alerts see, per device", "Clock limits during the measurements",
+                         "Likely causes of GPUs slower than their host peers", "Processes on the GPU", "Live GPU power"}
+"""Panels that show what an alert or the runbook reads on a GPU (docs/ALERTS.md), new with issue 29."""
+
+
 def gpu_host_panels() -> set[tuple[str, str]]:
-    """(dashboard uid, panel title) of the panels the GPU host must fill: the GPU detail's health row and
-    the likely-causes tables."""
+    """(dashboard uid, panel title) of the panels the GPU host must fill: the GPU detail's health row, the
+    likely-causes tables, and the panels of the alerts' GPU inputs."""
     out = set()
     for path in DASHBOARDS:
         board = json.loads(path.read_text())
@@ -166,7 +225,8 @@ def gpu_host_panels() -> set[tuple[str, str]]:
         for panel in panels(board):
             if panel.get("type") == "row":
                 row = panel["title"]
-            elif (board["uid"] == "sixdim-gpu" and row == HEALTH_ROW) or panel["title"] == CAUSES_TITLE:
+            elif ((board["uid"] == "sixdim-gpu" and row == HEALTH_ROW) or panel["title"] == CAUSES_TITLE
+                  or panel["title"] in ALERT_INPUTS_ON_A_GPU):
                 out.add((board["uid"], panel["title"]))
     return out
 
@@ -180,6 +240,54 @@ def api(port: int, path: str, **params: str) -> dict:
         return json.load(error)
 
 
+def run_queries(port: int, started: float, now: float, hosts: str, configuration: str, must_fill: set[tuple[str, str]],
+                failures: list[str]) -> tuple[dict, collections.Counter[str]]:
+    """Every query of every dashboard with the hostname variable at ``hosts``; a query must return data unless
+    it need not on a host running ``configuration`` (tests/dashboard_queries.py: Query.required)."""
+    counts = {"panels": set(), "queries": 0, "with data": 0, "gpu-only": 0, "may be empty": 0, "per-shape": 0,
+              "summary-only": 0}
+    reasons: collections.Counter[str] = collections.Counter()
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        for query in all_queries(dashboard):
+            expr = substitute(query.expr, {"hostname": hosts}, rate_interval="30s", interval="2s", range_="5m")
+            if query.kind == PANEL:
+                counts["panels"].add((query.dashboard, query.panel_id))
+            if query.kind == PANEL and not query.instant or query.kind == ANNOTATION:
+                body = api(port, "query_range", query=expr, start=str(started), end=str(now), step="2")
+            else:  # a variable's selector, a table's or bar gauge's instant query
+                body = api(port, "query", query=expr, time=str(now))
+            where = (f"{configuration} host {hosts}: {query.dashboard} / {query.kind} {query.panel_title!r} "
+                     f"{query.ref_id or ''}: {expr}")
+            if body.get("status") != "success":
+                failures.append(f"{where}: {body.get('error')}")
+                continue
+            counts["queries"] += 1
+            result = body["data"]["result"]
+            if query.kind == VARIABLE:  # Grafana lists the label's non-empty values
+                result = [r for r in result if r["metric"].get(query.label, "") != ""]
+            if query.kind == PANEL and (query.dashboard, query.panel_title) in must_fill and not result:
+                failures.append(f"{where}: no data from the GPU host")
+                continue
+            if result:
+                counts["with data"] += 1
+            elif query.required(configuration):
+                failures.append(f"{where}: no data")
+            elif query.gpu_only:
+                counts["gpu-only"] += 1
+            elif query.may_be_empty:
+                counts["may be empty"] += 1
+                reasons[query.may_be_empty] += 1
+            elif query.per_shape:
+                counts["per-shape"] += 1
+                reasons[f"per-shape: {query.per_shape}"] += 1
+                if EXPORT_SHAPES not in query.per_shape:  # says exactly what it needs
+                    failures.append(f"{where}: empty, and its description does not say it needs {EXPORT_SHAPES}")
+            else:
+                counts["summary-only"] += 1
+    return counts, reasons
+
+
 def ok_workloads(daemon: Daemon) -> set[str]:
     try:
         return {s.labels["workload"] for s in daemon.samples("sixdim_workload_runs_total")
@@ -190,63 +298,46 @@ def ok_workloads(daemon: Daemon) -> set[str]:
 
 def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(tmp_path, cli_env, capsys):
     assert len(DASHBOARDS) == 6, DASHBOARDS
-    agent_port = free_port()
+    agent_port, readme_port = free_port(), free_port()
     gpu_host, gpu_host_port = serve_gpu_host()
-    server, prom_port = start_prometheus(tmp_path, [agent_port, gpu_host_port], RULES)
+    server, prom_port = start_prometheus(tmp_path, [agent_port, gpu_host_port, readme_port], RULES)
     must_fill = gpu_host_panels()
-    assert len(must_fill) == 10, must_fill  # the health row's 8 panels, a causes table on 2 dashboards
+    assert len(must_fill) == 15, must_fill  # the health row's 8, a causes table on 2 dashboards, 5 of alert inputs
     cli_env["OMP_NUM_THREADS"] = "1"
-    log = tmp_path / "serve.log"
+    readme_env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / "readme.db"),
+                  "SIXDIM_STATE_DIR": str(tmp_path / "readme-state")}
+    readme_text, readme_workloads = readme_configuration(tmp_path / "readme.db")
+    (tmp_path / "readme.toml").write_text(readme_text)
+    log, readme_log = tmp_path / "serve.log", tmp_path / "readme.log"
     daemon = Daemon(write_config(tmp_path / "dash.toml", tmp_path / "h.db", SUITE), agent_port, cli_env, log)
+    readme = Daemon(tmp_path / "readme.toml", readme_port, readme_env, readme_log)
     try:
         daemon.wait_ready()
+        readme.wait_ready()
         started = time.time()
         deadline = time.monotonic() + 600
-        while ok_workloads(daemon) != WORKLOADS and time.monotonic() < deadline:
+        while ((ok_workloads(daemon) != WORKLOADS or ok_workloads(readme) != readme_workloads)
+               and time.monotonic() < deadline):
             time.sleep(2)
         assert ok_workloads(daemon) == WORKLOADS, log.read_text()[-3000:]
-        time.sleep(5)  # a few more scrapes and rule evaluations after the suite's last result
+        assert ok_workloads(readme) == readme_workloads, readme_log.read_text()[-3000:]
+        time.sleep(5)  # a few more scrapes and rule evaluations after the suites' last results
         now = time.time()
 
-        failures, counts = [], {"panels": set(), "queries": 0, "with data": 0, "gpu-only": 0, "may be empty": 0}
-        empty_reasons: collections.Counter[str] = collections.Counter()
-        for path in DASHBOARDS:
-            dashboard = json.loads(path.read_text())
-            for query in all_queries(dashboard):
-                expr = substitute(query.expr, rate_interval="30s", interval="2s", range_="5m")
-                if query.kind == PANEL:
-                    counts["panels"].add((query.dashboard, query.panel_id))
-                if query.kind == PANEL and not query.instant or query.kind == ANNOTATION:
-                    body = api(prom_port, "query_range", query=expr, start=str(started), end=str(now), step="2")
-                else:  # a variable's selector, a table's or bar gauge's instant query
-                    body = api(prom_port, "query", query=expr, time=str(now))
-                where = f"{query.dashboard} / {query.kind} {query.panel_title!r} {query.ref_id or ''}: {expr}"
-                if body.get("status") != "success":
-                    failures.append(f"{where}: {body.get('error')}")
-                    continue
-                counts["queries"] += 1
-                result = body["data"]["result"]
-                if query.kind == VARIABLE:  # Grafana lists the label's non-empty values
-                    result = [r for r in result if r["metric"].get(query.label, "") != ""]
-                if query.kind == PANEL and (query.dashboard, query.panel_title) in must_fill and not result:
-                    failures.append(f"{where}: no data from the GPU host")
-                    continue
-                if result:
-                    counts["with data"] += 1
-                elif query.gpu_only:
-                    counts["gpu-only"] += 1
-                elif query.may_be_empty:
-                    counts["may be empty"] += 1
-                    empty_reasons[query.may_be_empty] += 1
-                else:
-                    failures.append(f"{where}: no data")
+        failures: list[str] = []
+        counts, empty_reasons = run_queries(prom_port, started, now, f"{TESTHOST}|{GPU_HOST}", DEFAULT, must_fill,
+                                            failures)
+        readme_counts, readme_reasons = run_queries(prom_port, started, now, README_HOST, README, set(), failures)
         with capsys.disabled():  # in CI's output too, not only with -s
-            print(f"\ndashboards: {len(DASHBOARDS)}, panels with queries: {len(counts['panels'])}, queries run: "
-                  f"{counts['queries']}, with data: {counts['with data']}, "
-                  f"empty and marked GPU-only: {counts['gpu-only']}, empty and marked may-be-empty: "
-                  f"{counts['may be empty']}")
-            for reason, n in sorted(empty_reasons.items()):
-                print(f"  may be empty, and was: {n} x {reason}")
+            for name, found, reasons in (("default configuration (testhost and the GPU host)", counts,
+                                          empty_reasons),
+                                         ("README's example (readme)", readme_counts, readme_reasons)):
+                print(f"\n{name}: dashboards: {len(DASHBOARDS)}, panels with queries: {len(found['panels'])}, "
+                      f"queries run: {found['queries']}, with data: {found['with data']}, empty and marked GPU-only: "
+                      f"{found['gpu-only']}, may-be-empty: {found['may be empty']}, per-shape: {found['per-shape']}, "
+                      f"summary-only: {found['summary-only']}")
+                for reason, n in sorted(reasons.items()):
+                    print(f"  empty, as marked: {n} x {reason}")
         assert not failures, "\n".join(failures)
         # what a GPU does not answer is absent in Prometheus too, never 0
         at = {"time": str(now)}
@@ -256,8 +347,24 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
             assert api(prom_port, "query", query=metric.name + volta, **at)["data"]["result"] == [], metric.name
         found = api(prom_port, "query", query=catalog.GPU_RETIRED_PAGES_PENDING.name + volta, **at)["data"]["result"]
         assert [r["value"][1] for r in found] == ["1"]
+        # every workload of the README's example is on the panels that used to leave its summary-only ones out
+        for uid, title, refs in (("sixdim-agent", "Time since each workload last ran", "A"),
+                                 ("sixdim-gpu", "Time per operation", "AB")):
+            board = json.loads((ROOT / "dashboards" / "json" / f"{uid}.json").read_text())
+            shown = set()
+            for query in all_queries(board):
+                if query.kind == PANEL and query.panel_title == title and query.ref_id in refs:
+                    expr = substitute(query.expr, {"hostname": README_HOST}, rate_interval="30s", range_="5m")
+                    shown |= {r["metric"].get(catalog.WORKLOAD) for r in api(prom_port, "query", query=expr,
+                                                                             **at)["data"]["result"]}
+            assert shown - {None} == readme_workloads, (title, shown)
+        # the README's own suite is summaries only: no per-shape series of its workloads but big-gemm's
+        shaped = api(prom_port, "query", query=f'count by ({catalog.WORKLOAD}) ({catalog.WORKLOAD_FLOPS.name}'
+                     f'{{{catalog.HOSTNAME}="{README_HOST}"}})', **at)["data"]["result"]
+        assert [r["metric"][catalog.WORKLOAD] for r in shaped] == ["gemm"], shaped
     finally:
         server.terminate()
         server.wait(timeout=20)
         daemon.stop()
+        readme.stop()
         gpu_host.shutdown()

@@ -2,6 +2,7 @@
 log (MLPerf Training v0.5 to v4.0, MLPerf Inference, AI-Rank, HuggingFace Trainer, torchvision),
 and each check is on the exact figure: the final value, its direction, its name."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -252,7 +253,8 @@ def test_warnings_are_bounded():
 
 def test_every_mlperf_benchmark_has_a_direction():
     lower = {name for name, metrics in MLPERF_BENCHMARKS.items() if all(not m.higher_is_better for m in metrics)}
-    assert lower == {"rnnt", "gpt3", "llama2_70b_lora", "llama31_405b", "llama31_8b", "flux1"}
+    assert lower == {"rnnt", "gpt3", "llama2_70b_lora", "llama31_405b", "llama31_8b", "flux1", "gpt_oss_20b",
+                     "deepseekv3_671b"}
     assert [(m.name, m.higher_is_better) for m in MLPERF_BENCHMARKS["stable_diffusion"]] == [
         ("FID", False), ("CLIP", True)]
     for name in ("resnet", "bert", "ssd", "retinanet", "maskrcnn", "unet3d", "dlrm", "dlrm_dcnv2", "gnn", "rgat",
@@ -265,3 +267,38 @@ def test_unknown_benchmark_uses_the_users_metric():
     log = parse_lines([line], [parse_mlperf], TrainingLog(user_metric=Metric("perplexity", False)))
     [quality] = log.qualities()
     assert (quality.metric.name, quality.metric.direction, quality.final) == ("perplexity", LOWER_IS_BETTER, 2.31)
+
+
+def _mllog(key, value=None, time_ms=0, **metadata):
+    return ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": time_ms, "metadata": metadata})
+
+
+def test_each_run_reports_its_own_speed_and_a_later_unfinished_run_is_not_reported():
+    lines = [_mllog("submission_benchmark", "resnet"), _mllog("run_start", time_ms=0),
+             _mllog("throughput", 100.0, 10, epoch_num=1), _mllog("eval_accuracy", 0.70, 20, epoch_num=1),
+             _mllog("run_stop", time_ms=30, status="aborted"),
+             _mllog("run_start", time_ms=100), _mllog("throughput", 200.0, 110, epoch_num=1),
+             _mllog("throughput", 210.0, 120, epoch_num=2), _mllog("eval_accuracy", 0.76, 130, epoch_num=2),
+             _mllog("run_stop", time_ms=1100, status="success"),
+             _mllog("init_start", time_ms=2000), _mllog("run_start", time_ms=2100),
+             _mllog("throughput", 300.0, 2110, epoch_num=1), _mllog("eval_accuracy", 0.50, 2120, epoch_num=1)]
+    log = parse_lines(lines, make_parsers(("mlperf",), "", ""))
+    assert log.throughputs == [200.0, 210.0] and log.status == "success" and log.time_to_train == pytest.approx(1.0)
+    assert [q.values for q in log.qualities()] == [[0.76]]
+    assert log.details["mlperf_runs"] == 3 and log.details["mlperf_reported_run"] == 2
+    assert log.details["mlperf_runs_not_reported"] == [
+        "run 1: run_stop status 'aborted', 0.0 s, final top1_accuracy 0.7",
+        "run 3: no run_stop (the last record: eval_accuracy (epoch_num 1) 0.0 s after run_start), "
+        "final top1_accuracy 0.5"]
+    assert log.run_failure() is None  # a run finished: the output is that run's
+
+
+def test_a_second_different_run_stop_is_noted_and_the_first_stands():
+    lines = [_mllog("submission_benchmark", "resnet"), _mllog("run_start", time_ms=0),
+             _mllog("eval_accuracy", 0.76, 500, epoch_num=1), _mllog("run_stop", time_ms=1000, status="success"),
+             _mllog("run_stop", time_ms=1000, status="success"), _mllog("run_stop", time_ms=9000, status="aborted")]
+    log = parse_lines(lines, make_parsers(("mlperf",), "", ""))
+    assert log.status == "success" and log.time_to_train == pytest.approx(1.0)
+    assert log.details["mlperf_run_stop_lines"] == 2  # the same line again is no second line
+    assert "its first ends it (status 'success'); the others are ignored (status 'aborted' at 9.0 s)" in \
+        "\n".join(log.warnings)

@@ -5,7 +5,11 @@ working directory and environment.  It runs inside the worker's process group, s
 per-case timeout stops it, and everything it started, like any other workload.  The daemon
 samples power and memory over the command's whole run.  Its output is read as AI-Rank log
 lines, MLPerf logs (training v0.5 to today, inference detail logs) and/or the user's regular
-expressions (:mod:`sixdim.workloads.logparse`), giving:
+expressions (:mod:`sixdim.workloads.logparse`), the Hugging Face Trainer's printed dicts and
+MindSpore's monitor lines (:mod:`sixdim.workloads.framework_lines`); then the files the run wrote
+(``log_files``: TensorBoard event files, trainer_state.json, Lightning's metrics.csv;
+:mod:`sixdim.workloads.log_files`) are read into the same log.  With no ``argv``, only the files are
+read: a run that already happened, replayed.  Together they give:
 
 - speed: the DeepSpark rule over the reported throughputs (after ``warmup_throughputs`` leading
   ones) when there are 5 or more, else their mean, else MLPerf Inference's or AI-Rank's run-level
@@ -14,7 +18,8 @@ expressions (:mod:`sixdim.workloads.logparse`), giving:
   directed, as ``quality:<metric>:<direction>`` figures (the ``sixdim_workload_quality`` metric);
   the one higher-is-better accuracy ratio, if the run has exactly one, also as ``accuracy``;
 - time to train: AI-Rank's ``target_quality_time``, MLPerf's run_stop − run_start, or the time
-  until the metric first met ``target_accuracy`` (in its direction);
+  until the metric first met ``target_accuracy`` (in its direction), measured by sixdim as lines
+  arrived or by a TensorBoard scalar's own wall time;
 - latency: MLPerf Inference's percentiles, in seconds.
 
 A run is ``ok`` only if it finished and something was read from it: an output nothing parsed, an
@@ -40,12 +45,15 @@ import time
 from typing import Any
 
 from sixdim.core.redact import redact_argv, redact_shell, scrub, secret_values
-from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads import log_files
+from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.framework_lines import LINE_FORMATS, step_seconds
 from sixdim.workloads.lines import bounded_lines, stream_chunks
 from sixdim.workloads.logparse import (
     INFERENCE_CHECKS,
     INFERENCE_RATES,
     Metric,
+    Parser,
     Quality,
     TrainingLog,
     describe_formats,
@@ -81,12 +89,44 @@ MAX_LINE_BYTES = 65536
 command printing without newlines must not grow the worker's memory."""
 
 
-def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
+def parsers_for(params: dict[str, Any]) -> list[Parser]:
+    """logparse's parsers for ``formats`` and the regexes, and the framework line formats named in
+    ``formats`` that are not among them already (logparse may include them itself)."""
     parsers = make_parsers(params["formats"], params["throughput_regex"], params["accuracy_regex"])
+    for name in params["formats"]:
+        if name in LINE_FORMATS and LINE_FORMATS[name][1] not in parsers:
+            parsers.append(LINE_FORMATS[name][1])
+    return parsers
+
+
+def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
+    parsers = parsers_for(params)
+    argv = params["argv"]
+    patterns = params["log_files"]
+    if (patterns and "tensorboard" in params["formats"] and log_files.may_hold_event_files(patterns)
+            and not log_files.tensorboard_available()):
+        raise Unsupported(log_files.TENSORBOARD_MISSING)  # said before a run of hours, not after it
+    log = TrainingLog(user_metric=Metric(params["quality_metric"].strip(), params["higher_is_better"],
+                                         params["accuracy_unit"]), target_accuracy=params["target_accuracy"] or None)
+    printed: list[int] = []  # the throughputs read from the Trainer's printed dicts
+    elapsed, lines, started = 0.0, 0, None
+    if argv:
+        started = time.time()
+        elapsed, lines = _run_command(params, ctx, parsers, log, printed)
+    if patterns:
+        ctx.progress("reading " + ", ".join(patterns))
+        options = log_files.Options(params["formats"], params["quality_tags"], params["throughput_tag"].strip(),
+                                    params["cwd"], started)
+        reports = log_files.read(patterns, options, log, printed)
+        return dimensions(log, elapsed, lines, params, [r.describe() for r in reports], replay=not argv)
+    return dimensions(log, elapsed, lines, params)
+
+
+def _run_command(params: dict[str, Any], ctx: RunContext, parsers: list[Parser], log: TrainingLog,
+                 printed: list[int]) -> tuple[float, int]:
+    """Run the command, reading each output line as it comes; (its wall seconds, its line count)."""
     argv = params["argv"]
     command: list[str] | str = argv[0] if params["shell"] else argv
-    log = TrainingLog(user_metric=Metric(params["quality_metric"].strip(), params["higher_is_better"],
-                                         params["accuracy_unit"]))
     tail: collections.deque[str] = collections.deque(maxlen=10)
     lines = 0
     secrets = secret_values(params)  # progress lines are shown and logged: no secret of the command in them
@@ -101,7 +141,10 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         lines += 1
         tail.append(line)
         log.elapsed = time.monotonic() - started
+        before = (log.recognised.get("hf_trainer", 0), len(log.throughputs))
         read_line(line, parsers, log)
+        if log.recognised.get("hf_trainer", 0) > before[0]:
+            printed.extend(range(before[1], len(log.throughputs)))
         ctx.progress(scrub(line, secrets)[-120:])
     code = process.wait()
     ctx.mark_window_end()
@@ -109,23 +152,33 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     if code != 0:
         last = scrub(next((line for line in reversed(tail) if line.strip()), ""), secrets)  # before it is cut
         raise CommandFailed(f"command exited with code {code}" + (f"; last output: {last[-300:]}" if last else ""))
-    return dimensions(log, elapsed, lines, params)
+    return elapsed, lines
 
 
-def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, Any]) -> WorkloadOutput:
-    """The figures, details and status of a finished command's output."""
+def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, Any],
+               files: list[dict[str, Any]] | None = None, replay: bool = False) -> WorkloadOutput:
+    """The figures, details and status of a finished command's output (and of the files it wrote,
+    described in ``files``; ``replay``: no command ran, only files were read)."""
     details: dict[str, Any] = {"wall_seconds": elapsed, "output_lines": lines,
                                "recognised_lines": dict(log.recognised), "events": log.events}
+    if files is not None:
+        details["log_files"] = files
     if log.benchmark:
         details["mlperf_benchmark"] = log.benchmark
     if log.after_stop:  # evaluations logged after run_stop: not the run's result, but say they were there
         details["evaluations_after_run_stop"] = log.after_stop
-    if not log.has_figures() and not log.started:
+    stepped = _step_throughputs(log, params, details)
+    if not log.has_figures() and not log.started and not stepped:
         _note_warnings(log, details)
-        return WorkloadOutput({}, details, status="failed", reason=_nothing_read(log, lines, params))
-    figures: dict[str, float] = {"seconds": log.total_time if log.total_time is not None else elapsed}
-    _speed(log, params["warmup_throughputs"], figures, details)
+        return WorkloadOutput({}, details, status="failed", reason=_nothing_read(log, lines, params, files, replay))
+    figures: dict[str, float] = {}
+    if log.total_time is not None or not replay:
+        figures["seconds"] = log.total_time if log.total_time is not None else elapsed
+    else:
+        details["seconds_note"] = "a replayed log with no duration of its own: no seconds figure"
+    _speed(log, params["warmup_throughputs"], figures, details, stepped)
     qualities = log.qualities()
+    details.update(log.details)  # MLPerf: the runs, the round, the quality target and whether it was met
     _quality(qualities, figures, details)
     _time_to_train(log, qualities, params, figures, details)
     _latency(log, figures, details)
@@ -134,6 +187,21 @@ def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, A
     _note_warnings(log, details)
     status, reason = _verdict(log)
     return WorkloadOutput(figures, details, status=status, reason=reason)
+
+
+def _step_throughputs(log: TrainingLog, params: dict[str, Any], details: dict[str, Any]) -> list[float]:
+    """MindSpore's seconds per step as samples/s, ``batch_size`` / seconds, where a batch size is given;
+    without one they stay a detail (``seconds_per_step``)."""
+    steps = step_seconds(log)
+    if not steps:
+        return []
+    details["seconds_per_step"] = steps
+    batch = params.get("batch_size", 0)
+    if not batch:
+        details["seconds_per_step_note"] = ("MindSpore's per step time is not a throughput without a batch size: set "
+                                            "batch_size (samples per step) to have it in samples/s")
+        return []
+    return [batch / seconds for seconds in steps]
 
 
 def _drop_non_finite(log: TrainingLog, figures: dict[str, float]) -> None:
@@ -152,26 +220,51 @@ def _note_warnings(log: TrainingLog, details: dict[str, Any]) -> None:
         details["ignored_lines"] = log.ignored_lines
 
 
-def _nothing_read(log: TrainingLog, lines: int, params: dict[str, Any]) -> str:
-    """Why an output gave nothing: which formats were tried, and whether any line even matched."""
+def tried_formats(params: dict[str, Any]) -> list[str]:
+    """Every format and expression ``formats`` and the regexes name, described."""
     tried = describe_formats(params["formats"], params["throughput_regex"], params["accuracy_regex"])
+    for name in params["formats"]:
+        for described in (LINE_FORMATS[name][0] if name in LINE_FORMATS else None,
+                          log_files.FILE_FORMATS.get(name) if params.get("log_files") else None):
+            if described and described not in tried:
+                tried.append(described)
+    return tried
+
+
+def _nothing_read(log: TrainingLog, lines: int, params: dict[str, Any], files: list[dict[str, Any]] | None = None,
+                  replay: bool = False) -> str:
+    """Why an output gave nothing: which formats were tried, and whether any line even matched."""
+    tried = tried_formats(params)
     if not tried:
         return "no log format to read: formats is empty and no throughput_regex or accuracy_regex is set"
+    hint = ""
+    if step_seconds(log) and not params.get("batch_size"):
+        hint = "; MindSpore's per step time was read: set batch_size to turn it into samples/s"
+    if files is not None:
+        said = "; ".join(f"{f['path']}: {f.get('note') or 'nothing selected'}" for f in files[:5])
+        if replay or not lines:
+            return (f"the log files gave no throughput, quality value, time or latency ({said or 'no file'})" + hint)
+        hint += f"; log files: {said or 'none found'}"
     if not lines:
-        return "the command printed nothing: no figure to read (tried " + "; ".join(tried) + ")"
+        return "the command printed nothing: no figure to read (tried " + "; ".join(tried) + ")" + hint
     if log.recognised:
         seen = ", ".join(f"{name}: {count}" for name, count in sorted(log.recognised.items()))
         return (f"{sum(log.recognised.values())} of {lines} output lines were recognised ({seen}) but none "
-                "carried a throughput, quality value, time or latency (tried " + "; ".join(tried) + ")")
-    return f"nothing in the command's {lines} output lines matched any format tried: " + "; ".join(tried)
+                "carried a throughput, quality value, time or latency (tried " + "; ".join(tried) + ")" + hint)
+    return f"nothing in the command's {lines} output lines matched any format tried: " + "; ".join(tried) + hint
 
 
-def _speed(log: TrainingLog, warmup: int, figures: dict[str, float], details: dict[str, Any]) -> None:
-    """DeepSpark's rule over the steady readings, after the warm-up ones; a run-level rate otherwise."""
-    readings = log.throughputs[warmup:]
-    details["throughputs"] = log.throughputs
-    if warmup and log.throughputs:
-        details["warmup_skipped"] = min(warmup, len(log.throughputs))
+def _speed(log: TrainingLog, warmup: int, figures: dict[str, float], details: dict[str, Any],
+           stepped: list[float] | None = None) -> None:
+    """DeepSpark's rule over the steady readings, after the warm-up ones; a run-level rate otherwise.
+    ``stepped``: MindSpore's per-step readings, in samples/s, after the log's own."""
+    throughputs = log.throughputs + (stepped or [])
+    if stepped:
+        details["speed_source"] = "MindSpore per step time: batch_size / seconds per step"
+    readings = throughputs[warmup:]
+    details["throughputs"] = throughputs
+    if warmup and throughputs:
+        details["warmup_skipped"] = min(warmup, len(throughputs))
     rates = log.inference.get("rates", {})
     rate_key = next((key for key in INFERENCE_RATES if key in rates), None)
     if len(readings) >= DEEPSPARK_MINIMUM:
@@ -187,8 +280,8 @@ def _speed(log: TrainingLog, warmup: int, figures: dict[str, float], details: di
     elif log.average_throughput is not None:
         figures["samples_per_second"] = log.average_throughput
         details["speed_rule"] = "AI-Rank avg_ips"
-    if log.throughputs and not readings:
-        details["speed_note"] = f"all {len(log.throughputs)} throughput readings were warm-up (warmup_throughputs)"
+    if throughputs and not readings:
+        details["speed_note"] = f"all {len(throughputs)} throughput readings were warm-up (warmup_throughputs)"
 
 
 def _quality(qualities: list[Quality], figures: dict[str, float], details: dict[str, Any]) -> None:
@@ -229,20 +322,30 @@ def _time_to_train(log: TrainingLog, qualities: list[Quality], params: dict[str,
                                   "ratio: give the target as a ratio (e.g. 0.759, not 75.9)")
     reached = quality.first_reaching(target)
     if reached is None:
+        met = next((i for i, value in enumerate(quality.values) if quality.meets(value, target)), None)
+        if met is not None:  # read from a file with no clock (trainer_state.json, metrics.csv)
+            details.setdefault("target_note", f"target {target:g} met by {quality.metric.name!r} at its evaluation "
+                                              f"{met + 1} of {len(quality.values)}, but the log has no time for it: "
+                                              "no time to train")
+            return
         details.setdefault("target_note", f"target {target:g} not reached by {quality.metric.name!r} "
                                           f"({quality.metric.direction}; final {quality.final:g})")
         return
     figures["time_to_train_seconds"] = reached
-    details["time_to_train_rule"] = (f"sixdim: command start until {quality.metric.name!r} first met {target:g} "
-                                     f"({quality.metric.direction})")
+    details["time_to_train_rule"] = (f"sixdim: command start (for a replayed log, its first event) until "
+                                     f"{quality.metric.name!r} first met {target:g} ({quality.metric.direction})")
 
 
 def _target_metric(log: TrainingLog, qualities: list[Quality]) -> Quality | None:
-    """The metric a target applies to: the user's own, else the run's only one."""
+    """The metric a target applies to: the user's own, else the run's only one, else its one accuracy
+    (its only higher-is-better ratio: a framework's ``eval_accuracy`` beside its ``eval_loss``)."""
     mine = [q for q in qualities if q.metric.name == log.user_metric.name]
     if mine:
         return mine[0]
-    return qualities[0] if len(qualities) == 1 else None
+    if len(qualities) == 1:
+        return qualities[0]
+    accuracies = [q for q in qualities if q.metric.higher_is_better and q.metric.unit == "ratio"]
+    return accuracies[0] if len(accuracies) == 1 else None
 
 
 def _latency(log: TrainingLog, figures: dict[str, float], details: dict[str, Any]) -> None:
@@ -263,10 +366,9 @@ def _inference_details(log: TrainingLog, details: dict[str, Any]) -> None:
 
 def _verdict(log: TrainingLog) -> tuple[str, str]:
     """``ok``, or ``failed`` with the reason: a run that did not finish, or finished invalid."""
-    if log.started and not log.stopped:
-        return "failed", "the MLPerf log never reached run_stop: the run did not finish"
-    if log.stopped and log.status not in (None, "success"):
-        return "failed", f"the run logged run_stop with status {log.status!r}"
+    failure = log.run_failure()  # a log cut before run_stop, or a run_stop that says the run failed
+    if failure:
+        return "failed", failure
     if log.inference:
         return _inference_verdict(log.inference, log.errors)
     return "ok", ""

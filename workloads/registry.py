@@ -282,10 +282,11 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
     import re
 
     argv = params["argv"]
-    if not argv:
+    if not argv and not params["log_files"]:
         raise ParamError("workload 'command': parameter 'argv' is required: the command as a list, "
-                         "e.g. argv = [\"python\", \"train.py\"]")
-    if params["shell"] and len(argv) != 1:
+                         "e.g. argv = [\"python\", \"train.py\"] (or, to read a finished run's files instead, "
+                         "log_files = [\"runs/\"])")
+    if argv and params["shell"] and len(argv) != 1:
         raise ParamError("workload 'command': with shell = true, argv must be one string (the shell command line)")
     for key in ("throughput_regex", "accuracy_regex"):
         try:
@@ -298,9 +299,34 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
     if not params["formats"] and not (params["throughput_regex"] or params["accuracy_regex"]):
         raise ParamError("workload 'command': nothing to read in its output: formats is empty and neither "
                          "throughput_regex nor accuracy_regex is set")
+    _check_file_params(params)
     _check_quality_params(params)
-    label = params["label"] or (_shell_program(argv[0]) if params["shell"] else os.path.basename(argv[0]))
+    if argv:
+        label = params["label"] or (_shell_program(argv[0]) if params["shell"] else os.path.basename(argv[0]))
+    else:
+        label = params["label"] or os.path.basename(params["log_files"][0].rstrip("/")) or "log_files"
     return [Case(dict(params), "", label, "training", "command")]
+
+
+COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore")
+COMMAND_FILE_FORMATS = ("tensorboard", "hf_trainer", "lightning_csv")
+COMMAND_FORMATS = tuple(dict.fromkeys(COMMAND_LINE_FORMATS + COMMAND_FILE_FORMATS))
+"""What the command workload reads: its output's line formats (logparse and framework_lines) and the
+formats of the files it writes (log_files); ``hf_trainer`` is both (printed dicts and trainer_state.json)."""
+
+
+def _check_file_params(params: dict[str, Any]) -> None:
+    """Tags name what log files hold: without log_files, or without a format that reads files, they
+    would select nothing."""
+    if any(not entry.strip() for entry in params["log_files"]):
+        raise ParamError("workload 'command' parameter 'log_files': an entry is empty")
+    if params["log_files"] and not set(params["formats"]) & set(COMMAND_FILE_FORMATS):
+        raise ParamError("workload 'command' parameter 'log_files': formats names none of the file formats "
+                         f"({', '.join(COMMAND_FILE_FORMATS)}): the files could not be read")
+    tags = [key for key in ("quality_tags", "throughput_tag") if params[key]]
+    if tags and not params["log_files"]:
+        raise ParamError(f"workload 'command' parameter {tags[0]!r}: it names a tag of the run's log files, "
+                         "but log_files is empty")
 
 
 def _shell_program(line: str) -> str:
@@ -323,16 +349,30 @@ def _shell_program(line: str) -> str:
 COMMAND = WorkloadSpec(
     name="command",
     description="Any framework: run a training command, sample power and memory while it runs, and read its "
-                "AI-Rank, MLPerf (training or inference) or regex-matched output into speed, quality (each metric's "
-                "final value, named, with its direction), time to train and latency.",
+                "AI-Rank, MLPerf (training or inference), Hugging Face, MindSpore or regex-matched output, and the "
+                "TensorBoard, trainer_state.json or Lightning metrics.csv files it writes, into speed, quality (each "
+                "metric's final value, named, with its direction), time to train and latency.",
     entry="sixdim.workloads.command:run",
     params=(
-        Param("argv", str, "the command, as a list of arguments (required)", [], [], many=True, allow_empty=True),
+        Param("argv", str, "the command, as a list of arguments (required, unless log_files is set: then without "
+              "argv only the files are read, a finished run replayed)", [], [], many=True, allow_empty=True),
         Param("shell", bool, "run argv[0] as a shell command line instead", False, False),
         Param("cwd", str, "working directory (default: the agent's)", "", ""),
         Param("env", str, "extra environment, KEY=VALUE items", [], [], many=True, allow_empty=True),
-        Param("formats", str, "log formats to read (empty: only the regexes)", ["ai_rank", "mlperf"],
-              ["ai_rank", "mlperf"], choices=("ai_rank", "mlperf"), many=True, allow_empty=True),
+        Param("formats", str, "log formats to read: of the output's lines (ai_rank, mlperf, hf_trainer, mindspore) "
+              "and of log_files (tensorboard, hf_trainer's trainer_state.json, lightning_csv); empty: only the "
+              "regexes", list(COMMAND_FORMATS), list(COMMAND_FORMATS), choices=COMMAND_FORMATS, many=True,
+              allow_empty=True),
+        Param("log_files", str, "files the run writes, read after it ends: paths or globs, relative to cwd (a folder "
+              "is searched for TensorBoard event files, trainer_state.json and metrics.csv)", [], [], many=True,
+              allow_empty=True),
+        Param("quality_tags", str, "which TensorBoard tags, metrics.csv columns or trainer_state.json keys are "
+              "quality metrics (default: the evaluations' metrics, e.g. val_acc, eval/loss, eval_accuracy)", [], [],
+              many=True, allow_empty=True),
+        Param("throughput_tag", str, "which tag, column or key is the throughput in samples/s (default: the one "
+              "named like samples per second, e.g. train_samples_per_second)", "", ""),
+        Param("batch_size", int, "samples per step, to turn MindSpore's per step time into samples/s (0: the time "
+              "per step is kept as a detail only)", 0, 0, minimum=0),
         Param("throughput_regex", str, "regex whose first group is a throughput in samples/s", "", ""),
         Param("accuracy_regex", str, "regex whose first group is an evaluation of the quality metric (an accuracy, or "
               "e.g. a loss with higher_is_better = false)", "", ""),

@@ -283,11 +283,9 @@ def test_without_plotly_it_says_which_extra_to_install(history, tmp_path, capsys
     assert not out.exists()
 
 
-def test_report_needs_html_or_a_kind_and_not_both(capsys, history, tmp_path):
-    assert main(["report"]) == 2
-    captured = capsys.readouterr()
-    assert "html" in captured.out and "regressions" in captured.out
-    assert "give a report: 'html FILE' or 'regressions'" in captured.err
+def test_report_takes_one_kind_and_no_kind_is_latest(capsys, history, tmp_path):
+    assert main(["report", "--history", history]) == 0  # no report named: the latest result of each workload
+    assert capsys.readouterr().out.startswith("host  ")
     with pytest.raises(SystemExit) as exit:  # the older spelling and a report kind: two reports
         main(["report", "--html", str(tmp_path / "r.html"), "regressions", "--history", history])
     assert exit.value.code == 2
@@ -297,7 +295,7 @@ def test_report_needs_html_or_a_kind_and_not_both(capsys, history, tmp_path):
     with pytest.raises(SystemExit) as exit:
         main(["report", "--history", history, "regressions"])
     assert exit.value.code == 2
-    assert "choose from 'html', 'regressions'" in capsys.readouterr().err
+    assert "choose from 'latest', 'html', 'regressions'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [

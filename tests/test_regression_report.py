@@ -223,8 +223,12 @@ def test_the_history_comes_from_the_environment_like_other_commands(capsys, hist
     assert code == 0 and len(json.loads(out)) == 4
 
 
-def test_report_without_a_kind_prints_help_and_exits_2(capsys):
-    assert main(["report"]) == 2
+def test_report_without_a_kind_is_the_latest_report_not_this_one(capsys, history):
+    assert main(["report", "--history", history["path"], "--json"]) == 0
+    assert {row["workload"] for row in json.loads(capsys.readouterr().out)} == {"gemm"}  # rows, not shifts
+    with pytest.raises(SystemExit) as exit:
+        main(["report", "--help"])
+    assert exit.value.code == 0
     assert "regressions" in capsys.readouterr().out
 
 

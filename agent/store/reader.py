@@ -1,11 +1,12 @@
 """The history, read-only: what the offline reports read, without ever writing the agent's database.
 
-The reports (``sixdim report regressions`` and ``sixdim report html``) read a history another
-process may be writing.  Here, and only here besides :mod:`sixdim.store.history`, is the SQL on
-it: a read-only connection (``mode=ro``), and the runs in chunks of :data:`CHUNK` rows, each its
-own short read (keyset paging by id), so a report never holds a lock for long and never reads
-``details``.  The ``conditions`` each run ran under are read afterwards, by id, only for the runs a
-report diagnoses (:func:`conditions`): never a column of the whole scan.
+The reports (``sixdim report``, ``sixdim report regressions`` and ``sixdim report html``) read a
+history another process may be writing.  Here, and only here besides :mod:`sixdim.store.history`, is
+the SQL on it: a read-only connection (``mode=ro``), and the runs in chunks of :data:`CHUNK` rows, each
+its own short read (keyset paging by id), or the last runs of every series (:func:`recent_per_series`,
+by id, a batch a read), so a report never holds a lock for long and never reads ``details``.  The
+``conditions`` each run ran under are read afterwards, by id, only for the runs a report diagnoses
+(:func:`conditions`): never a column of the whole scan.
 """
 
 from __future__ import annotations
@@ -135,6 +136,27 @@ def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
             return
         last = rows[-1][0]
         yield rows
+
+
+def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...],
+                      batch: int = 2_000) -> Iterator[list[Any]]:
+    """The last ``runs`` runs of every series (``(id, *columns)``, oldest first), a batch at a time: what
+    the daemon restores its verdicts from (``History.recent_per_series``), read-only and with only the
+    columns asked for.  One window-function query picks the ids, then the rows are read by id,
+    ``batch`` a read, each its own short read.  Rows an older sixdim wrote per interrupted case are
+    left out (no runs: the daemon folds them into one interruption when it opens the history)."""
+    unknown = sorted(set(columns) - RUN_COLUMNS)
+    if unknown:
+        raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+    series = ", ".join(SERIES_COLUMNS)
+    ids = [row[0] for row in db.execute(
+        f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {series} ORDER BY id DESC) AS n FROM runs "
+        f"WHERE NOT (status = 'skipped' AND reason LIKE '{INTERRUPTED}%')) WHERE n <= ? ORDER BY id", (runs,))]
+    for start in range(0, len(ids), batch):
+        rows = db.execute(f"SELECT id, {', '.join(columns)} FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                          "ORDER BY id", (json.dumps(ids[start:start + batch]),)).fetchall()
+        if rows:
+            yield rows
 
 
 IDS_PER_READ = 5_000

@@ -10,7 +10,7 @@ from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.workloads import registry
+from sixdim.workloads import linearity, registry
 from sixdim.workloads.stats import deepspark_mean
 
 
@@ -72,3 +72,28 @@ def test_node_linearity_two_nodes_meet_through_the_c10d_rendezvous(tmp_path, cli
     assert holder["details"]["nodes"] == 2 and holder["params"]["linearity_count"] == 2
     assert holder["figures"]["linearity_ratio"] == pytest.approx(
         (holder["figures"]["samples_per_second"] / 2) / alone["figures"]["samples_per_second"])
+
+
+def _ranks_that(write: bool, signal: str | None):
+    """Stands for torch.multiprocessing's start_processes: the ranks write the result (or not), then one
+    of them dies the way gloo's teardown race kills it (a race no test can make happen on demand)."""
+    def start_processes(fn, args, nprocs, join, start_method):
+        out_path = args[-1]
+        if write:
+            with open(out_path, "w") as handle:
+                handle.write("{}")
+        raise linearity.mp.ProcessExitedException("process 1 terminated", error_index=1, error_pid=4242,
+                                                   exit_code=-6, signal_name=signal)
+    return start_processes
+
+
+def test_a_rank_that_dies_leaving_the_group_after_the_result_costs_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(linearity.mp, "start_processes", _ranks_that(write=True, signal="SIGABRT"))
+    note = linearity._local_run(2, "gloo", {}, str(tmp_path / "result.json"), str(tmp_path))
+    assert "rank 1 ended with SIGABRT while leaving the process group" in note and "result is kept" in note
+
+
+def test_a_rank_that_dies_before_the_result_fails_the_case(tmp_path, monkeypatch):
+    monkeypatch.setattr(linearity.mp, "start_processes", _ranks_that(write=False, signal="SIGABRT"))
+    with pytest.raises(linearity.mp.ProcessExitedException):
+        linearity._local_run(2, "gloo", {}, str(tmp_path / "result.json"), str(tmp_path))

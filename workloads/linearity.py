@@ -89,9 +89,10 @@ def _train(rank: int, local_rank: int, world: int, local_world: int, backend: st
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
             windows.append(elapsed.item())
             marks.append((start_mono, time.monotonic()))
-        if rank == 0:
-            with open(out_path, "w") as handle:
+        if rank == 0:  # written whole or not at all: its presence means the measurement is complete
+            with open(out_path + ".part", "w") as handle:
                 json.dump({"windows": windows, "batch": batch, "window": [marks[0][0], marks[-1][1]]}, handle)
+            os.replace(out_path + ".part", out_path)
         # every rank leaves together: a rank that tears its gloo pairs down while a peer's transport
         # thread still reads them can make that peer abort (SIGABRT, seen once on a loaded 2-core CI)
         dist.barrier()
@@ -99,9 +100,21 @@ def _train(rank: int, local_rank: int, world: int, local_world: int, backend: st
         dist.destroy_process_group()
 
 
-def _local_run(count: int, backend: str, params: dict[str, Any], out_path: str, tmp: str) -> None:
-    mp.start_processes(_rank_main, args=(count, backend, os.path.join(tmp, "rendezvous"), params, out_path),
-                       nprocs=count, join=True, start_method="spawn")
+def _local_run(count: int, backend: str, params: dict[str, Any], out_path: str, tmp: str) -> str:
+    """Run the ranks; returns a note where a rank died leaving the process group after the result was
+    complete.  gloo can abort a rank (SIGABRT) whose transport thread still reads a pair its peer has torn
+    down, even after a barrier (seen on a loaded 2-core machine, 2026-11-26): the measurement it ends is
+    already in the result file, written whole by rank 0 after every window's all-reduce."""
+    try:
+        mp.start_processes(_rank_main, args=(count, backend, os.path.join(tmp, "rendezvous"), params, out_path),
+                           nprocs=count, join=True, start_method="spawn")
+    except mp.ProcessExitedException as exc:
+        if not os.path.exists(out_path):
+            raise
+        how = exc.signal_name or f"exit code {exc.exit_code}"
+        return (f"rank {exc.error_index} ended with {how} while leaving the process group, after the measurement "
+                f"was complete: the result is kept")
+    return ""
 
 
 def _multi_node_run(backend: str, params: dict[str, Any], out_path: str) -> None:
@@ -125,6 +138,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         backend = "nccl"
     else:
         backend = "gloo"
+    teardown = ""
     with tempfile.TemporaryDirectory(prefix="sixdim-linearity-") as tmp:
         out_path = os.path.join(tmp, "result.json")
         if nodes > 1:
@@ -135,7 +149,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                                       reason="this node did not hold global rank 0; that node records the result")
         else:
             ctx.progress(f"{params['model']} on {count} {'GPU' if backend == 'nccl' else 'process'}(es) over {backend}")
-            _local_run(count, backend, params, out_path, tmp)
+            teardown = _local_run(count, backend, params, out_path, tmp)
         with open(out_path) as handle:
             measured = json.load(handle)
     ctx.window_start, ctx.window_end = measured["window"]
@@ -154,4 +168,6 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
                "window_samples_per_second": throughputs, "reference_samples_per_second": single}
     if single is not None:
         figures["linearity_ratio"] = linearity_ratio(throughput, units, single)
+    if teardown:
+        details["teardown_note"] = teardown
     return WorkloadOutput(figures, details)

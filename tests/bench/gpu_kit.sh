@@ -2,7 +2,7 @@
 # The kit for a session lent a GPU machine (the `device` tool): that machine has torch, triton,
 # prometheus-client, psutil, nvidia-ml-py, hypothesis and onnxruntime under its own `python3` (a plain
 # `python` may be another one), but not APScheduler, grafanalib, bcrypt, plotly or Prometheus, and it
-# cannot download anything. Device time is short (30 minutes a session, 10 a command), so everything it
+# cannot download anything. Device time is short (15 minutes a session on 2026-11-26, 10 a command), so everything it
 # needs is fetched here beforehand, and every step there ends on its own time budget (--budget-seconds,
 # a default for each) well inside a command's 10 minutes, keeping what it did by then.
 #

@@ -25,11 +25,10 @@ same naming rules for the files these frameworks write.
 from __future__ import annotations
 
 import ast
-import math
 import re
 from typing import Any
 
-from sixdim.workloads.logparse import MAX_READING, Evaluation, Metric, Parser, TrainingLog
+from sixdim.workloads.logparse import Evaluation, Metric, Parser, TrainingLog, reading
 
 # --- Names: which way is better, which names are evaluations or speeds -----------------------------
 
@@ -104,33 +103,15 @@ dtype=Float32, value= 2.30252)`` (the number after ``value=``, never the 32 of `
 
 def number(log: TrainingLog, raw: Any, what: str) -> float | None:
     """A printed or stored value as a figure: a number or a numeric string (transformers 5 prints
-    ``'0.4882'``); a boolean, a non-finite, negative or absurd value is ignored with a warning."""
-    if isinstance(raw, bool):
-        log.warn(f"{what}: {raw!r} is a boolean, not a number: ignored")
-        return None
+    ``'0.4882'``), judged by :func:`sixdim.workloads.logparse.reading` (a boolean, a non-finite,
+    negative or absurd value is ignored with a warning)."""
     if isinstance(raw, str):
         try:
             raw = float(raw.strip())
         except ValueError:
             log.warn(f"{what}: {raw.strip()[:40]!r} is not a number: ignored")
             return None
-    if not isinstance(raw, (int, float)):
-        log.warn(f"{what}: {str(raw)[:40]!r} is not a number: ignored")
-        return None
-    try:
-        value = float(raw)
-    except OverflowError:
-        value = math.inf
-    if not math.isfinite(value):
-        log.warn(f"{what}: {value} is not finite: ignored")
-        return None
-    if value < 0:
-        log.warn(f"{what}: {value:g} is negative: ignored")
-        return None
-    if value > MAX_READING:
-        log.warn(f"{what}: {value:g} is too large (above {MAX_READING:g}): ignored")
-        return None
-    return value
+    return reading(log, raw, what)
 
 
 def literal_dict(text: str) -> dict[str, Any] | None:

@@ -431,7 +431,7 @@ Parser = Callable[[str, TrainingLog], bool]
 
 # --- Numbers --------------------------------------------------------------------------------
 
-def _reading(log: TrainingLog, value: Any, what: str) -> float | None:
+def reading(log: TrainingLog, value: Any, what: str) -> float | None:
     """A JSON value as a figure, or None: booleans, non-finite and negative numbers are ignored with
     a warning (``isinstance(True, int)`` holds in Python, so booleans are checked first)."""
     if isinstance(value, bool):
@@ -463,13 +463,13 @@ def _text_reading(log: TrainingLog, text: str | None, what: str) -> tuple[float 
         log.warn(f"{what}: the expression matched but its first group matched nothing: ignored")
         return None, False
     if text.strip().lower() in ("true", "false"):
-        return _reading(log, text.strip().lower() == "true", what), False
+        return reading(log, text.strip().lower() == "true", what), False
     match = NUMBER.search(text)
     if not match:
         log.warn(f"{what}: no number in {text.strip()[:40]!r}: ignored")
         return None, False
     percent = text[match.end():].lstrip().startswith("%")
-    return _reading(log, float(match.group()), what), percent
+    return reading(log, float(match.group()), what), percent
 
 
 def _seconds(log: TrainingLog, text: str, what: str) -> float | None:
@@ -858,7 +858,7 @@ def _throughput(log: TrainingLog, value: Any, seconds: float | None, metadata: d
                 what: str) -> MlperfRun | None:
     """A throughput reading of the open run (or, after ``run_stop``, of the run that stopped); the
     same value at the same step or time (a ``throughput`` record and its ``tracked_stats`` twin) once."""
-    number = _reading(log, value, what)
+    number = reading(log, value, what)
     if number is None:
         return None
     run = _open_run(log, new_after_stop=False) or log.runs[-1]
@@ -910,7 +910,7 @@ def _evaluation(log: TrainingLog, value: Any, seconds: float | None, metadata: d
     named = metadata.get("metric")
     named = str(named) if isinstance(named, (str, int, float)) and not isinstance(named, bool) else None
     for name, position, width, raw in _eval_items(value, named):
-        number = _reading(log, _numeric(raw), "MLPerf eval_accuracy" + (f" {name}" if name else ""))
+        number = reading(log, _numeric(raw), "MLPerf eval_accuracy" + (f" {name}" if name else ""))
         if number is None:
             continue
         key = (name, position, number, json.dumps(step, default=str) if step is not None else seconds)
@@ -1171,7 +1171,7 @@ def _inference(log: TrainingLog, key: str, value: Any) -> None:
     elif key in ("requested_scenario", "requested_test_mode") and isinstance(value, str):
         info.setdefault(key.removeprefix("requested_"), value)
     elif key in INFERENCE_RATES:
-        number = _reading(log, value, f"MLPerf Inference {key}")
+        number = reading(log, value, f"MLPerf Inference {key}")
         if number is not None:
             info.setdefault("rates", {})[key] = number
     else:
@@ -1183,7 +1183,7 @@ def _latency(log: TrainingLog, key: str, value: Any) -> None:
     name = f"p{float(match.group(1)):g}" if match else "mean" if key == "result_mean_latency_ns" else None
     if name is None:
         return
-    number = _reading(log, value, f"MLPerf Inference {key}")
+    number = reading(log, value, f"MLPerf Inference {key}")
     if number is not None:
         log.latencies[name] = number / 1e9
 

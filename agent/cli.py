@@ -24,11 +24,13 @@ from typing import Any
 
 from sixdim import __version__
 from sixdim.config import (
+    DEFAULT_TIMEOUT_SECONDS,
     MAX_SECONDS,
     ConfigError,
     Suite,
     add_insecure_permissions_flag,
     add_option_flags,
+    case_timeout,
     is_device_selector,
     load,
     parse_bool,
@@ -160,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "'sixdim list' shows each workload's parameters)")
     run.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                      help="stop a case (one shape, precision and pass) that takes longer; a positive number "
-                          "(default: the suite's timeout_seconds, else 600)")
+                          "(default: the suite's timeout_seconds, else 600; on the CPU that default of 600 "
+                          "grows with the host's load: x (1 + 3 x load / threads), at most x10, threads being the "
+                          "CPUs the run may use; a --timeout or timeout_seconds given is used as it is)")
     run.add_argument("--json", action="store_true", help="print the run records as JSON instead of a table")
     run.add_argument("--no-wait", action="store_true",
                      help="refuse (exit code 3, naming the holder) instead of waiting when another sixdim, such as "
@@ -493,7 +497,8 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
         params.update({key: value for key, value in overrides.items() if any(p.name == key for p in spec.params)}
                       if len(entries) > 1 else overrides)
         spec.cases(params, "cpu")
-    timeout = args.timeout or (suite.timeout_seconds if suite else 600.0)
+    timeout = args.timeout or (suite.timeout_seconds if suite else DEFAULT_TIMEOUT_SECONDS)
+    timeout_given = args.timeout is not None or (suite is not None and suite.timeout_given)
 
     no_wait = args.no_wait or _env_flag("SIXDIM_NO_WAIT", "--no-wait")
     from sixdim.collectors.nvml import NvmlCollector
@@ -515,7 +520,10 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
             def show(message: str, prefix: str = prefix) -> None:
                 progress.update(prefix + message)
 
-            records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=timeout,
+            seconds, why = case_timeout(timeout, device.type, timeout_given)
+            if seconds != timeout:
+                logging.getLogger("sixdim").info("%stimeout %g s per case (%s)", prefix, seconds, why)
+            records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=seconds,
                                                        on_progress=show))
             progress.clear()
         waiting = parts.history.retry_pending()

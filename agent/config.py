@@ -48,6 +48,10 @@ MAX_SECONDS = 365 * 86400
 """The longest interval, timeout or misfire grace a suite may have (365 days): longer ones are
 typos, and far beyond it the scheduler's date arithmetic overflows."""
 
+DEFAULT_TIMEOUT_SECONDS = 600.0
+"""A case's timeout where neither ``--timeout`` nor the suite's ``timeout_seconds`` sets one; on the CPU
+it is the floor of a timeout that grows with the host's load (:func:`case_timeout`)."""
+
 MIN_SECONDS = 1
 """The shortest interval, timeout or misfire grace (1 s): APScheduler takes the misfire grace in
 whole seconds (0.5 would become 0, which it refuses when the daemon starts) and turns a shorter
@@ -305,8 +309,11 @@ class Suite:
     interval_seconds: float | None = None
     cron: str | None = None
     devices: tuple[str, ...] = ("auto",)
-    timeout_seconds: float = 600.0
-    """Per case: a case that runs longer is stopped (the clock restarts with each case)."""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    """Per case: a case that runs longer is stopped (the clock restarts with each case).  Where the
+    suite does not set it, a CPU run stretches it for the host's load: see :func:`case_timeout`."""
+    timeout_given: bool = False
+    """The suite set ``timeout_seconds`` itself: then it is used as it is, never scaled."""
     misfire_grace_seconds: float = 300.0
     """A run the daemon missed (it was down, or the device busy) still starts if this late at most."""
     export: str = "summary"
@@ -634,12 +641,32 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
             interval_seconds=interval,
             cron=cron,
             devices=_devices(table.get("devices", ["auto"]), source, f"{where}.devices"),
-            timeout_seconds=_seconds(table, "timeout_seconds", source, where, 600.0),
+            timeout_seconds=_seconds(table, "timeout_seconds", source, where, DEFAULT_TIMEOUT_SECONDS),
+            timeout_given="timeout_seconds" in table,
             misfire_grace_seconds=_seconds(table, "misfire_grace_seconds", source, where, 300.0),
             run_at_start=_bool_key(table, "run_at_start", source, where, None),
             export=_export(table.get("export", "summary"), source, f"{where}.export"),
         ))
     return tuple(suites)
+
+
+def case_timeout(seconds: float, device_type: str, given: bool, root: str = "/") -> tuple[float, str]:
+    """The per-case timeout a run uses, and how it was reached.
+
+    A timeout that was given (``--timeout``, or the suite's ``timeout_seconds``) is used as it is, as is
+    the default on a GPU.  The default on the CPU is ``seconds`` times the host's load factor,
+    ``1 + load / threads`` (at most 10; :func:`sixdim.collectors.host.cpu_load_factor`), where ``threads``
+    is what the worker gives torch (:func:`sixdim.collectors.host.cpu_threads`): as long as on an idle
+    host, ten times as long at the most, so a CPU run on a busy host is not stopped for sharing it."""
+    if given:
+        return seconds, "given"
+    if device_type != "cpu":
+        return seconds, "the default"
+    from sixdim.collectors.host import cpu_load_factor, cpu_threads
+
+    threads, _ = cpu_threads(root)
+    factor, why = cpu_load_factor(threads, root)
+    return seconds * factor, f"the default {seconds:g} s x {factor:.2f} for the CPU's {why}"
 
 
 def _export(value: Any, source: str, where: str) -> str:

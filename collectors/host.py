@@ -13,6 +13,7 @@ quota and the CPUs this process may use.  Each one it cannot read is left out, w
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
@@ -292,6 +293,57 @@ def _cpu_quota_cpus(root: Path) -> tuple[float | None, str]:
     if problems:
         return None, "; ".join(problems)
     return None, f"no CPU limit ({where})"
+
+
+MAX_LOAD_FACTOR = 10.0
+"""The most a CPU run's default timeout is stretched for the host's load (see :func:`cpu_load_factor`)."""
+
+LOAD_MARGIN = 3.0
+"""How many times its fair share of the slowdown a loaded host is expected to cost a CPU run."""
+
+
+def cpu_threads(root: str = "/") -> tuple[int, str]:
+    """How many threads a CPU-bound worker should use, and why: the CPUs this process may run on
+    (``os.sched_getaffinity``), bounded by its cgroup's CPU quota rounded up (``cpu.max`` "QUOTA
+    PERIOD" -> ceil(QUOTA / PERIOD); cgroup v1's ``cpu.cfs_quota_us`` likewise), at least 1.  More
+    threads than that only queue behind each other (and torch's spinning threads wait on the
+    slowest), which is how a 20 s CPU run took more than 300 s on a busy host.  Never raises."""
+    cpus, cpus_reason = _usable_cpus()
+    if cpus is None:
+        cpus = os.cpu_count() or 1
+        reason = f"{cpus} CPU(s) (os.cpu_count(); {cpus_reason})"
+    else:
+        reason = f"affinity: {cpus} CPU(s)"
+    try:
+        quota, _ = _cpu_quota_cpus(Path(root))
+    except Exception:  # an odd tree: the affinity stands
+        quota = None
+    if quota is not None:
+        limit = max(1, math.ceil(quota - 1e-9))
+        if limit < cpus:
+            return limit, f"cgroup CPU quota: {quota:g} CPU(s) (affinity: {cpus})"
+        reason += f"; cgroup CPU quota {quota:g} CPU(s) is no tighter"
+    return max(1, cpus), reason
+
+
+def cpu_load_factor(threads: int, root: str = "/") -> tuple[float, str]:
+    """How much longer than on an idle host a CPU run of ``threads`` threads may take, and why:
+    ``1 + LOAD_MARGIN * load / threads``, at most :data:`MAX_LOAD_FACTOR`, where ``load`` is the larger
+    of the 1-minute load average and the tasks runnable right now (other than this one), both from
+    ``proc/loadavg``.  A fair share would be ``1 + load / threads``; the margin is there because torch's
+    threads wait for each other at every operation, so the slowest one sets the pace (measured: 1.6 to 2
+    times the fair slowdown with 2 threads beside 2 to 6 busy loops on 2 CPUs).  1.0 where the load
+    cannot be read.  Never raises."""
+    path = Path(root) / "proc/loadavg"
+    try:
+        fields = path.read_text().split()
+        average = float(fields[0])
+        running = max(0, int(fields[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError) as exc:
+        return 1.0, f"load unknown ({_why(path, exc)})"
+    load = max(average, float(running))
+    factor = min(MAX_LOAD_FACTOR, 1.0 + LOAD_MARGIN * load / max(1, threads))
+    return factor, f"load {load:g} (1-minute average {average:g}, {running} runnable now) on {threads} thread(s)"
 
 
 def host_conditions(root: str = "/") -> dict[str, Any]:

@@ -215,7 +215,8 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
             return [make_record("ok"), make_record("ok"), make_record("unsupported")]
 
     cpu = Device("cpu")
-    now = Suite(name="quick", workloads=(WorkloadEntry("gemm"),), interval_seconds=900, run_at_start=True)
+    now = Suite(name="quick", workloads=(WorkloadEntry("gemm"),), interval_seconds=900, run_at_start=True,
+                timeout_given=True)  # a given timeout: never stretched for the load
     later = Suite(name="nightly", workloads=(WorkloadEntry("gemm"),), cron="0 3 * * *")
     executor = Executor()
     scheduler = SuiteScheduler(executor, [(now, [cpu]), (later, [cpu])], source=EMBEDDED_SOURCE)

@@ -35,7 +35,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from sixdim.config import EMBEDDED_SOURCE, Suite
+from sixdim.config import EMBEDDED_SOURCE, Suite, case_timeout
 from sixdim.core.results import RunRecord, plural, status_counts_text
 from sixdim.run.devices import Device
 from sixdim.run.executor import Executor
@@ -138,13 +138,15 @@ class SuiteScheduler:
         with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
             if not held or stop.is_set():
                 return
-            log.info("suite %s on %s: started (%s, timeout %g s per case)", suite.name, device.name,
-                     plural(len(suite.workloads), "workload"), suite.timeout_seconds)
+            timeout, why = case_timeout(suite.timeout_seconds, device.type, suite.timeout_given)
+            log.info("suite %s on %s: started (%s, timeout %g s per case%s)", suite.name, device.name,
+                     plural(len(suite.workloads), "workload"), timeout, "" if timeout == suite.timeout_seconds
+                     else f": {why}")
             started = time.monotonic()
             records: list[RunRecord] = []
             try:
                 items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
-                records = self._executor.execute_many(items, device, suite=suite.name, timeout=suite.timeout_seconds)
+                records = self._executor.execute_many(items, device, suite=suite.name, timeout=timeout)
             except Exception:  # a bug in one run must not end the schedule
                 log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
             run = self._executor.progress.last(suite.name, device)

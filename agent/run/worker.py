@@ -73,12 +73,27 @@ def watch_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]:
-    """The versions a result was measured under, as seen from inside the worker."""
+def size_torch_threads() -> tuple[int, str]:
+    """Give torch as many intra-op threads as the CPUs this process may use (its affinity, bounded by
+    its cgroup's CPU quota: :func:`sixdim.collectors.host.cpu_threads`), not torch's default of every
+    core, which oversubscribes a container or a restricted affinity.  Returns the count and why."""
+    import torch
+
+    from sixdim.collectors.host import cpu_threads
+
+    threads, why = cpu_threads()
+    torch.set_num_threads(threads)
+    return threads, why
+
+
+def software_environment(device: str, uses_torch: bool = True, threads_reason: str | None = None) -> dict[str, Any]:
+    """The versions a result was measured under, as seen from inside the worker, and torch's thread
+    count with why (``threads_reason`` where :func:`size_torch_threads` already ran, else it runs now)."""
     if not uses_torch:  # a user's command, in whatever framework: do not load torch beside it
         return {"python": platform.python_version()}
     import torch
 
+    why = threads_reason if threads_reason is not None else size_torch_threads()[1]
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -86,6 +101,7 @@ def software_environment(device: str, uses_torch: bool = True) -> dict[str, Any]
         "cudnn": "",
         "nccl": "",
         "torch_threads": torch.get_num_threads(),
+        "torch_threads_reason": why,
     }
     if device.startswith("cuda"):
         env["cudnn"] = str(torch.backends.cudnn.version() or "")
@@ -181,12 +197,14 @@ def _run_request(request_path: str, results_path: str) -> int:
     meter = None
     with open(results_path, "a") as results:
         try:
+            threads_reason = None
             if uses_torch:
+                threads_reason = size_torch_threads()[1]  # before any case, whatever fails after it
                 from sixdim.workloads import energy, flags
 
                 flags.remember_defaults()  # also sets CUBLAS_WORKSPACE_CONFIG before cuBLAS starts
                 meter = energy.meter_for(request["device"], request.get("gpu_uuids"))
-            environment = software_environment(request["device"], uses_torch)
+            environment = software_environment(request["device"], uses_torch, threads_reason)
         except Exception as exc:
             environment = {"error": f"{type(exc).__name__}: {exc}"}
         _emit(results, {"kind": "environment", "environment": environment})

@@ -152,3 +152,18 @@ def builds(params: dict, ctx: RunContext) -> WorkloadOutput:
         time.sleep(params["build_seconds"])
     time.sleep(params.get("after", 0.0))
     return WorkloadOutput({"seconds": 1.0})
+
+
+def phased(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """A timed window of ``window`` seconds, then a power phase of ``phase`` seconds (its span in
+    details["power"] as workloads/timing.py's power_phase records it), ``settle`` seconds after the
+    progress line that lets a test cap the (fake) GPU for the phase only."""
+    ctx.mark_window_start()
+    time.sleep(params["window"])
+    ctx.mark_window_end()
+    ctx.progress(f"power phase: {params['phase']:g} s")
+    time.sleep(params["settle"])
+    start = time.monotonic()
+    time.sleep(params["phase"])
+    end = time.monotonic()
+    return WorkloadOutput({"seconds": params["window"]}, {"power": {"start_monotonic": start, "end_monotonic": end}})

@@ -153,3 +153,13 @@ def call_sixdim(*args: str, env: dict[str, str], stdin: str | None = None) -> su
                 handler.close()
         root.handlers, root.level = saved_handlers, saved_level
     return subprocess.CompletedProcess(["sixdim", *args], code, out.getvalue(), err.getvalue())
+
+
+HEALTHY_CONDITIONS = {
+    "power_limit_watts": 700.0, "power_limit_default_watts": 700.0, "max_sm_clock_hertz": 1.98e9, "ecc_enabled": 1,
+    "mig_enabled": 0, "persistence_mode": 1, "pcie_generation": 5, "pcie_width": 16, "pcie_max_generation": 5,
+    "pcie_max_width": 16, "remapped_rows": 0, "gpu_other_processes": 0, "sm_clock_hertz": 1.98e9,
+    "temperature_celsius": 61.0, "sw_power_cap_ratio": 0.02, "hw_slowdown_ratio": 0.0,
+    "hw_thermal_slowdown_ratio": 0.0, "sw_thermal_slowdown_ratio": 0.0, "cpu_governor": "performance",
+    "cpu_frequency_hertz": 3.1e9, "load_per_cpu": 0.1, "other_cpu_ratio": 0.02, "usable_cpus": 8}
+"""A healthy H100 host's run conditions, the baseline the cause tests change one condition of."""

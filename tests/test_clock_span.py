@@ -110,22 +110,8 @@ def test_the_exported_figures_are_the_chosen_spans():
     assert telemetry["clock_span"] == "power_phase" and telemetry["clock_span_samples"] == 31
 
 
-def phased(params: dict, ctx) -> object:
-    """A 30 ms timed window, then a power phase (its span in details["power"] as workloads/timing.py's
-    power_phase records it); the test caps and slows the GPU only for the latter."""
-    import time as clock
-
-    from sixdim.workloads.context import WorkloadOutput
-
-    ctx.mark_window_start()
-    clock.sleep(0.03)
-    ctx.mark_window_end()
-    ctx.progress("power phase: 1 s")
-    clock.sleep(0.5)  # the test caps the GPU once it reads the line above
-    start = clock.monotonic()
-    clock.sleep(1.0)
-    end = clock.monotonic()
-    return WorkloadOutput({"seconds": 0.03}, {"power": {"start_monotonic": start, "end_monotonic": end}})
+PHASED = {"window": 0.03, "settle": 0.5, "phase": 1.0}
+"""tests.fault_workloads.phased's timings here (seconds)."""
 
 
 @pytest.mark.slow
@@ -138,8 +124,8 @@ def test_a_cold_case_exports_its_power_phase_clocks(tmp_path):
     nvml = NvmlCollector("h", module=FakeNvml([gpu]))
     executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=nvml, rapl=None,
                         guard=GuardSettings(enabled=False))
-    spec = WorkloadSpec(name="phased", description="test", entry="tests.test_clock_span:phased",
-                        uses_torch=False, expander=lambda s, p, d: [Case({}, precision="fp32", shape="case=0")])
+    spec = WorkloadSpec(name="phased", description="test", entry="tests.fault_workloads:phased",
+                        uses_torch=False, expander=lambda s, p, d: [Case(PHASED, precision="fp32", shape="case=0")])
 
     def progress(line: str) -> None:
         if "power phase" in line:

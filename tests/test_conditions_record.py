@@ -104,22 +104,8 @@ def test_the_html_report_names_every_version_key_and_setting():
     assert set(COMPONENTS) == set(VERSION_KEYS)
 
 
-def phased(params: dict, ctx) -> object:
-    """A timed span, then a power phase (its span in details["power"] as workloads/timing.py's
-    power_phase records it), the GPU capped only during the latter."""
-    import time as clock
-
-    from sixdim.workloads.context import WorkloadOutput
-
-    ctx.mark_window_start()
-    clock.sleep(0.5)
-    ctx.mark_window_end()
-    ctx.progress("power phase: 0.8 s")
-    clock.sleep(0.3)  # the test caps the GPU once it reads the line above
-    start = clock.monotonic()
-    clock.sleep(0.8)
-    end = clock.monotonic()
-    return WorkloadOutput({"seconds": 0.5}, {"power": {"start_monotonic": start, "end_monotonic": end}})
+PHASED = {"window": 0.5, "settle": 0.3, "phase": 0.8}
+"""tests.fault_workloads.phased's timings here (seconds)."""
 
 
 @pytest.mark.slow
@@ -132,8 +118,8 @@ def test_throttling_is_summarised_over_the_timed_span_and_the_power_phase_apart(
     nvml = NvmlCollector("h", module=FakeNvml([gpu]))
     executor = Executor(hostname="h", history=History(tmp_path / "h.db"), nvml=nvml, rapl=None,
                         guard=GuardSettings(enabled=False))
-    spec = WorkloadSpec(name="phased", description="test", entry="tests.test_conditions_record:phased",
-                        uses_torch=False, expander=lambda s, p, d: [Case({}, precision="fp32", shape="case=0")])
+    spec = WorkloadSpec(name="phased", description="test", entry="tests.fault_workloads:phased",
+                        uses_torch=False, expander=lambda s, p, d: [Case(PHASED, precision="fp32", shape="case=0")])
 
     def progress(line: str) -> None:
         if "power phase" in line:

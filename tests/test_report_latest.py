@@ -16,18 +16,13 @@ from sixdim.cli import main
 from sixdim.core.conditions import setting_versions
 from sixdim.report import latest
 from sixdim.store.history import History
-from tests.helpers import make_record
+from tests.helpers import HEALTHY_CONDITIONS, make_record
 
 RUNS = 60
 HOUR = 3600.0
 ZONE = "XST-5:30"
 """A POSIX time zone (no tzdata needed): UTC+05:30, named XST."""
-BASE = {"power_limit_watts": 700.0, "power_limit_default_watts": 700.0, "max_sm_clock_hertz": 1.98e9,
-        "ecc_enabled": 1, "mig_enabled": 0, "persistence_mode": 1, "pcie_generation": 5, "pcie_width": 16,
-        "pcie_max_generation": 5, "pcie_max_width": 16, "remapped_rows": 0, "gpu_other_processes": 0,
-        "sm_clock_hertz": 1.98e9, "temperature_celsius": 61.0, "sw_power_cap_ratio": 0.02, "hw_slowdown_ratio": 0.0,
-        "hw_thermal_slowdown_ratio": 0.0, "sw_thermal_slowdown_ratio": 0.0, "cpu_governor": "performance",
-        "cpu_frequency_hertz": 3.1e9, "load_per_cpu": 0.1, "other_cpu_ratio": 0.02, "usable_cpus": 8}
+BASE = HEALTHY_CONDITIONS
 POWER_CAUSE = "power limit lowered (power limit 700 W \u2192 500 W)"
 
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,11 +203,7 @@ class _CaseFeed:
             return
         whole = data.rfind(b"\n") + 1
         self._offset += whole
-        for line in data[:whole].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
+        for record in _records(data[:whole].splitlines()):
             if record.get("kind") == "environment":
                 self._environment = record["environment"]
             elif record.get("kind") == "case":
@@ -395,6 +391,18 @@ def _why_incomplete(returncode: int, ended_by: str, timeout: float, tail: list[s
     return "failed", reason
 
 
+def _records(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
+    """The worker's result records in its results file's lines; a line cut short (the worker killed while
+    writing it) is skipped, for the live reader and the final read alike."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
 def read_results(path: str) -> WorkerOutcome:
     """Parse the streamed results; a torn last line (the worker died mid-write) is ignored."""
     outcome = WorkerOutcome()
@@ -403,11 +411,7 @@ def read_results(path: str) -> WorkerOutcome:
             lines = handle.read().splitlines()
     except OSError:
         return outcome
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for record in _records(lines):
         if record.get("kind") == "environment":
             outcome.environment = record["environment"]
         elif record.get("kind") == "case":

@@ -327,13 +327,15 @@ def test_the_command_line_loads_neither_plotly_nor_numpy(cli_env):
 
 # ---------------------------------------------------------------------------- headless Chromium
 
-def open_in_chromium(chromium: str, page: Path, *, screenshot: Path | None = None) -> tuple[str, str]:
+def open_in_chromium(chromium: str, page: Path, *, screenshot: Path | None = None,
+                     window: str = "1400,3000") -> tuple[str, str]:
     """The DOM after the page's scripts ran (``--dump-dom``) and Chromium's stderr, where
-    ``--enable-logging=stderr`` writes each console message (``INFO:CONSOLE``) and uncaught error."""
+    ``--enable-logging=stderr`` writes each console message (``INFO:CONSOLE``) and uncaught error.
+    ``window``: the window's width and height in CSS pixels."""
     with tempfile.TemporaryDirectory() as profile:
         common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
                   f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
-                  "--window-size=1400,3000"]
+                  f"--window-size={window}"]
         dom = subprocess.run(common + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True,
                              timeout=180)
         assert dom.returncode == 0, dom.stderr[-2000:]

@@ -15,9 +15,18 @@ from sixdim.workloads.registry import INTEGER_PRECISIONS
 MAX_CHARTS = 24
 """Trend charts at most; the rest are named in a note."""
 MAX_POINTS = 1500
-"""Points per trend chart and figure, summed over its lines: beyond it, medians per time bucket."""
+"""Points per trend chart and figure, summed over its lines: within it, a point per run (a point per suite
+run for a workload with several shapes); beyond it, medians per time bucket."""
+SUITE_RUN = "suite run"
+"""The grouping of a trend chart with several shapes and at most :data:`MAX_POINTS` suite runs: a point per
+suite run, the geometric mean over the shapes it measured (:meth:`sixdim.report.model.Report.trend`)."""
+SUITE_RUN_GAP = 600.0
+"""Seconds between two runs of one workload (their starts) beyond which they belong to different suite
+runs: a suite run measures a workload's shapes one after the other, each case well within the default
+per-case timeout (600 s), and a repeated shape starts a new suite run whatever the gap."""
 MIN_MULTI_SHAPE_BUCKET = 3600.0
-"""A workload with several shapes is drawn per bucket of at least an hour (its shapes' geometric mean)."""
+"""A workload with several shapes and more than :data:`MAX_POINTS` suite runs is drawn per bucket of at
+least an hour (its shapes' geometric mean): a bucket then holds whole suite runs, not a few of their shapes."""
 BUCKETS = (900.0, 1800.0, 3600.0, 2 * 3600.0, 3 * 3600.0, 6 * 3600.0, 12 * 3600.0, 86400.0, 2 * 86400.0,
            7 * 86400.0)
 MAX_MARKS = 8
@@ -33,10 +42,25 @@ MAX_VERDICT_ROWS = 300
 MAX_SUSPICIOUS_SHOWN = 30
 """Beyond this many suspicious verdicts, they are listed in a collapsed part of their own."""
 CHART_HEIGHT = 360
-DATE_TICKS = [{"dtickrange": [None, 86400000], "value": "%b %-d %H:%M"},
+DATE_TICKS = [{"dtickrange": [None, 1000], "value": "%b %-d %H:%M:%S.%L"},
+              {"dtickrange": [1000, 60000], "value": "%b %-d %H:%M:%S"},
+              {"dtickrange": [60000, 86400000], "value": "%b %-d %H:%M"},
               {"dtickrange": [86400000, "M1"], "value": "%b %-d"},
               {"dtickrange": ["M1", None], "value": "%b %Y"}]
-"""Date axis labels on one line (the year is in the page's time span)."""
+"""Date axis labels on one line (the year is in the page's time span), for a chart over more than one
+day: each label as precise as the ticks' spacing (plotly's ``dtick``), so no two ticks read the same."""
+DAY_TICKS = [{"dtickrange": [None, 1000], "value": "%H:%M:%S.%L"},
+             {"dtickrange": [1000, 60000], "value": "%H:%M:%S"},
+             {"dtickrange": [60000, 86400000], "value": "%H:%M"},
+             {"dtickrange": [86400000, "M1"], "value": "%b %-d"},
+             {"dtickrange": ["M1", None], "value": "%b %Y"}]
+"""The same for a chart within one UTC day: times only, the date once, in the axis title
+(:func:`time_axis`), rather than the same date on every tick."""
+MIN_TIME_SPAN = 600.0
+"""Seconds a trend chart's time axis spans at least: a single run, or runs seconds apart, get a few
+minutes around them (ticks a minute or more apart), never an axis of milliseconds."""
+MIN_HALF_SPAN = 0.05
+"""A trend chart's value axis spans at least ±5% of the middle of the data (:func:`value_range`)."""
 
 COMPONENTS = {"driver": "driver", "torch": "torch", "cuda_runtime": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
               "vbios": "VBIOS", "onnxruntime": "ONNX Runtime", "power_limit": "power limit", "clocks": "clocks",
@@ -179,3 +203,49 @@ def duration(seconds: float) -> str:
         hours = seconds / 3600
         return "hour" if hours == 1 else f"{hours:g} hours"
     return f"{seconds / 60:g} minutes"
+
+
+def time_axis(first: float, last: float) -> dict[str, Any]:
+    """A trend chart's time axis (plotly's ``xaxis`` settings) for runs from ``first`` to ``last`` (seconds):
+
+    - the range is the runs' span padded by 3% each side, and at least :data:`MIN_TIME_SPAN` wide
+      (centred on the runs), so every point lies inside it and the ticks are never milliseconds apart;
+    - within one UTC day (the whole range), the ticks are times only (:data:`DAY_TICKS`) and the date is
+      the axis title, once; over more days, each tick names its day (:data:`DATE_TICKS`);
+    - either way each label is as precise as the ticks' spacing (a minute apart: minutes; seconds
+      apart: seconds), so no two ticks read the same."""
+    pad = max(0.03 * (last - first), (MIN_TIME_SPAN - (last - first)) / 2)
+    low, high = first - pad, last + pad
+    day = datetime.fromtimestamp(low, timezone.utc).date()
+    axis: dict[str, Any] = {"type": "date", "range": [int(round(low * 1000)), int(round(high * 1000))]}
+    if day == datetime.fromtimestamp(high, timezone.utc).date():
+        axis["tickformatstops"] = DAY_TICKS
+        axis["title"] = {"text": f"{day:%b} {day.day}, {day.year} (UTC)", "font": {"size": 12}}
+    else:
+        axis["tickformatstops"] = DATE_TICKS
+    return axis
+
+
+def value_range(low: float, high: float) -> tuple[float, float]:
+    """A trend chart's value axis (before room for the version marks' labels) for data from ``low`` to
+    ``high``: the data's range padded by 6% of it each side, widened where that is less than
+    ±:data:`MIN_HALF_SPAN` (5%) of the data's middle, to that, centred on the middle.
+
+    Why 5%: the verdicts' smallest effect is 1.8% by default (3% for the 3-run rule), so a shift that
+    matters takes a fifth of the plot's height or more and stays visible, while a healthy device's
+    run-to-run noise (about 1%) stays a small wiggle instead of filling the chart, as a range fitted
+    to a few close values (or a single one: ±0.1%) would make it look.  A chart whose data vary more
+    than ±5% keeps the data's own range.
+
+    Zero: not forced in (that would flatten a 7% regression into a sliver of the chart); it is the
+    bottom only where the padded range would go below it, since every charted figure (a rate, a time,
+    power, memory) is positive: the axis never shows negative values."""
+    span = high - low
+    bottom, top = low - 0.06 * span, high + 0.06 * span
+    middle = (low + high) / 2
+    least = MIN_HALF_SPAN * abs(middle) or 1.0
+    if (top - bottom) / 2 < least:
+        bottom, top = middle - least, middle + least
+    if low >= 0 > bottom:
+        bottom = 0.0
+    return bottom, top

@@ -23,9 +23,12 @@ once, inline, so the page fetches nothing and works offline.  plotly and numpy a
 the command only: ``import sixdim.cli`` stays light.
 
 Size and speed. A chart draws at most :data:`sixdim.report.format.MAX_POINTS` points per figure: a
-longer series is shown as the median per time bucket (15 minutes to a week, the smallest that fits).
-A workload with several shapes is drawn as the geometric mean over its shapes per bucket (each run
-divided by its shape's median, so a bucket missing a shape does not jump). At most
+point per run, or per suite run for a workload with several shapes (the geometric mean over its shapes:
+each run divided by its shape's median, so a suite run missing a shape does not jump); a longer series
+is shown as the median per time bucket (15 minutes to a week, the smallest that fits; an hour at least
+for several shapes), each point at the median time of its runs. The axes: at least ten minutes of time,
+ticks labelled as precisely as they are spaced (times only within one day), and values over at least
+±5% of the data's middle (:func:`sixdim.report.format.value_range` says why). At most
 :data:`sixdim.report.format.MAX_CHARTS` trend charts, the most important first (a regression, a
 change point, then the most runs), with a note naming the rest. The history is read read-only,
 without ``details``, in chunks (as ``report regressions``).

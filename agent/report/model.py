@@ -21,6 +21,8 @@ from sixdim.report.format import (
     MIN_MULTI_SHAPE_BUCKET,
     MIN_SIDE_RUNS,
     PALETTE,
+    SUITE_RUN,
+    SUITE_RUN_GAP,
     change_label,
     gpu_order,
 )
@@ -173,10 +175,21 @@ class Report:
 
     # -- trend series
 
-    def trend(self, group: tuple[str, str, str, str], figure: str, width: float | None = None
-              ) -> tuple[list[dict[str, Any]], float | None, int]:
-        """Per device of a group: its points of one figure (x in ms, y), raw or bucketed; the bucket
-        width used (None: raw runs) and the number of shapes."""
+    def trend(self, group: tuple[str, str, str, str], figure: str, width: float | str | None = None
+              ) -> tuple[list[dict[str, Any]], float | str | None, int]:
+        """Per device of a group: its points of one figure (x in ms, y), the grouping used and the number
+        of shapes.  The grouping (``width``; chosen here when not given, as :meth:`_grouping` says):
+
+        - None: a point per run (one shape, at most :data:`MAX_POINTS` runs);
+        - :data:`SUITE_RUN`: a point per suite run (several shapes, at most :data:`MAX_POINTS` suite
+          runs, found by :meth:`_suite_runs`): the geometric mean over the shapes it measured of each
+          run divided by its shape's median, times the shapes' geometric mean (so a suite run that
+          missed a shape does not jump); ``counts`` are its runs (shapes);
+        - seconds: a point per time bucket of that width, the median of its runs (for several shapes,
+          of those ratios); ``counts`` are its runs.
+
+        A point's x is the median start of its runs, never a bucket's centre: every point lies within
+        its runs' times, so none is drawn before the first run or after the last."""
         np = self.np
         j = self.column[figure]
         keys = self.groups[group]
@@ -194,7 +207,6 @@ class Report:
             per_device.setdefault(key.device, []).append((a[ok, 0], v[ok], shape))
         if not per_device:
             return [], None, 0
-        t_all = np.concatenate([t for parts in per_device.values() for t, _, _ in parts])
         v_all = np.concatenate([v for parts in per_device.values() for _, v, _ in parts])
         s_all = np.concatenate([np.full(len(t), s) for parts in per_device.values() for t, _, s in parts])
         if len(shapes) > 1:  # each run relative to its shape's median: the buckets' geometric mean
@@ -202,38 +214,79 @@ class Report:
             scale = math.exp(float(np.mean(np.log(medians))))
         else:
             medians, scale = None, 1.0
-        if width is None:
-            width = self._bucket(per_device, t_all, len(shapes) > 1)
-        lines = []
-        for device in sorted(per_device, key=gpu_order):
-            parts = per_device[device]
+        runs = {}
+        for device, parts in per_device.items():
             t = np.concatenate([p[0] for p in parts])
             v = np.concatenate([p[1] for p in parts])
+            s = np.concatenate([np.full(len(p[0]), p[2]) for p in parts])
+            order = np.lexsort((s, t))
+            runs[device] = (t[order], v[order], s[order])
+        if width is None:
+            width = self._grouping(runs, len(shapes))
+        lines = []
+        for device in sorted(runs, key=gpu_order):
+            t, v, s = runs[device]
             if medians is not None:
-                s = np.concatenate([np.full(len(p[0]), p[2]) for p in parts])
                 v = np.log(v / medians[s])
-            order = np.argsort(t, kind="stable")
-            t, v = t[order], v[order]
             counts = None
-            if width:
-                bucket = np.floor(t / width)
-                starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+            if width is not None:
+                if width == SUITE_RUN:
+                    starts = self._suite_runs(t, s, len(shapes))
+                    middle = np.mean  # the geometric mean over the suite run's shapes
+                else:
+                    bucket = np.floor(t / float(width))
+                    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+                    middle = np.median
                 ends = np.r_[starts[1:], len(t)]
                 counts = (ends - starts).tolist()
-                t = np.array([(b + 0.5) * width for b in bucket[starts]])
-                v = np.array([np.median(v[a:b]) for a, b in zip(starts, ends)])
+                t = np.array([np.median(t[a:b]) for a, b in zip(starts, ends)])
+                v = np.array([middle(v[a:b]) for a, b in zip(starts, ends)])
             if medians is not None:
                 v = scale * np.exp(v)
             lines.append({"device": device, "x": [int(round(x * 1000)) for x in t], "y": [rounded(y) for y in v],
                           "counts": counts})
         return lines, width, len(shapes)
 
-    def _bucket(self, per_device: dict, t_all: Any, multi_shape: bool) -> float | None:
-        """The smallest bucket width that keeps the chart within :data:`MAX_POINTS` (None: raw runs)."""
+    def _grouping(self, runs: dict[Any, tuple[Any, Any, Any]], shapes: int) -> float | str | None:
+        """How a chart draws its runs (``runs``: per device, start times, values and shapes, in time order):
+        while they fit in :data:`MAX_POINTS` points, each run (one shape) or each suite run (several
+        shapes: :data:`SUITE_RUN`); beyond, the smallest time bucket that fits (:meth:`_bucket`)."""
+        total = sum(len(t) for t, _, _ in runs.values())
+        if shapes <= 1:
+            return None if total <= MAX_POINTS else self._bucket([t for t, _, _ in runs.values()], False)
+        # a suite run measures each shape at most once: at least total / shapes of them, more than MAX_POINTS
+        # whenever that is; otherwise count them
+        if total <= MAX_POINTS * shapes and \
+                sum(len(self._suite_runs(t, s, shapes)) for t, _, s in runs.values()) <= MAX_POINTS:
+            return SUITE_RUN
+        return self._bucket([t for t, _, _ in runs.values()], True)
+
+    def _suite_runs(self, t: Any, s: Any, shapes: int) -> Any:
+        """Where each suite run begins among one device's runs of a workload (``t`` start times in order,
+        ``s`` their shapes): a new one where more than :data:`SUITE_RUN_GAP` passed since the previous
+        run, or where a shape repeats (a suite run measures each shape once).  The history records no
+        suite-run id: a suite run's cases of one workload follow each other, minutes at most apart."""
         np = self.np
-        if not multi_shape and len(t_all) <= MAX_POINTS:
-            return None
-        times = [np.concatenate([p[0] for p in parts]) for parts in per_device.values()]
+        starts = np.flatnonzero(np.r_[True, np.diff(t) > SUITE_RUN_GAP])
+        ends = np.r_[starts[1:], len(t)]
+        cluster = np.repeat(np.arange(len(starts)), ends - starts)
+        if len(np.unique(cluster * shapes + s)) == len(t):  # no shape twice in a cluster: the usual case
+            return starts
+        out = []
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            seen: set[int] = set()
+            out.append(a)
+            for i in range(a, b):
+                if int(s[i]) in seen:
+                    out.append(i)
+                    seen = set()
+                seen.add(int(s[i]))
+        return np.array(out, dtype=int)
+
+    def _bucket(self, times: list[Any], multi_shape: bool) -> float:
+        """The smallest bucket width that keeps the chart within :data:`MAX_POINTS` (``times``: each
+        device's run starts), at least :data:`MIN_MULTI_SHAPE_BUCKET` for several shapes."""
+        np = self.np
         for width in BUCKETS:
             if multi_shape and width < MIN_MULTI_SHAPE_BUCKET:
                 continue

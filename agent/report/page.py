@@ -13,13 +13,13 @@ from sixdim.core.results import SeriesKey
 from sixdim.report.format import (
     CHART_HEIGHT,
     COMPONENTS,
-    DATE_TICKS,
     FONT,
     MAX_CHANGE_POINTS,
     MAX_CHARTS,
     MAX_SHAPE_ROWS,
     MAX_SUSPICIOUS_SHOWN,
     MAX_VERDICT_ROWS,
+    SUITE_RUN,
     TRANSITION_COLOURS,
     change_label,
     duration,
@@ -31,8 +31,10 @@ from sixdim.report.format import (
     p_value_text,
     percent,
     short_uuid,
+    time_axis,
     unit_of,
     utc,
+    value_range,
 )
 from sixdim.report.model import Report, rounded
 
@@ -90,6 +92,15 @@ small, .small { font-size: 12px; color: var(--muted); }
 details { margin: 8px 0 16px; } summary { cursor: pointer; color: var(--accent); }
 code { font-size: 12.5px; background: #f2f4f6; padding: 0 4px; border-radius: 4px; }
 footer { margin-top: 48px; font-size: 12px; color: var(--muted); border-top: 1px solid var(--line); padding-top: 8px; }
+table.dims th, table.dims td { white-space: normal; padding: 4px 8px; }
+table.dims td.num, table.dims td.absent { white-space: nowrap; }
+table.dims td { overflow-wrap: break-word; }
+table.dims td.device, table.dims td.shape { overflow-wrap: anywhere; } table.dims td.shape { min-width: 8em; }
+.nb { white-space: nowrap; }
+@media (max-width: 1100px) { table.dims td.num { white-space: normal; }
+                             table.dims th, table.dims td { padding: 4px 6px; } }
+@media (max-width: 900px) { main { padding: 20px 14px 48px; } table.dims { font-size: 12px; }
+                            table.dims th, table.dims td { padding: 3px 4px; } }
 @media print { .chart { break-inside: avoid; } }
 """.replace("FONT", FONT)
 
@@ -170,9 +181,14 @@ class Page:
         attrs = (f' class="{cls}"' if cls else "") + (f' title="{esc(title)}"' if title else "")
         return f"<td{attrs}>{text if raw else esc(text)}</td>"
 
+    def when_cell(self, seconds: float) -> str:
+        """A time (UTC) that may break between its date and its time, nowhere else."""
+        date, _, clock = utc(seconds).partition(" ")
+        return self.td(f'<span class="nb">{esc(date)}</span> <span class="nb">{esc(clock)}</span>', raw=True)
+
     def device_cell(self, device: tuple[str, str, str, str]) -> str:
         colour = self.r.colour[device]
-        return (f'<td><span style="display:inline-block;width:10px;height:10px;border-radius:2px;'
+        return (f'<td class="device"><span style="display:inline-block;width:10px;height:10px;border-radius:2px;'
                 f'background:{colour};margin-right:6px"></span>{esc(self.r.labels[device])}</td>')
 
     def series_cell(self, key: SeriesKey) -> str:
@@ -399,7 +415,7 @@ class Page:
                       self.td(fmt("memory_bytes", values.get("memory_bytes")), num=True),
                       self.td(fmt("stability_ratio", values.get("stability_ratio")), num=True),
                       self.td(fmt("peak_ratio", values.get("peak_ratio")), num=True),
-                      self.td(utc(row["ended"]))]
+                      self.when_cell(row["ended"])]
             out.append(('<tr class="first">' if first and out else "<tr>") + "".join(cells) + "</tr>")
         intro = ("<p>The latest <code>ok</code> value of each series. Where a workload has several shapes, a row "
                  "summarises the shapes last measured under the device's newest software versions: speed and fraction "
@@ -425,7 +441,8 @@ class Page:
                 if len(rows) >= MAX_SHAPE_ROWS:
                     continue
                 speed = r.speed[key]
-                cells = [self.td(r.group_labels[s.group]), self.device_cell(key.device), self.td(key.shape or "\u2014"),
+                cells = [self.td(r.group_labels[s.group]), self.device_cell(key.device),
+                         self.td(key.shape or "\u2014", cls="shape"),
                          self.td(suite),
                          self.td(fmt(speed, figures.get(speed), key.precision) if speed else "\u2014", num=True),
                          self.td(fmt("accuracy", figures.get("accuracy")), num=True),
@@ -434,14 +451,14 @@ class Page:
                          self.td(fmt("memory_bytes", figures.get("memory_bytes")), num=True),
                          self.td(fmt("stability_ratio", figures.get("stability_ratio")), num=True),
                          self.td(fmt("peak_ratio", figures.get("peak_ratio")), num=True),
-                         self.td(utc(ended))]
+                         self.when_cell(ended)]
                 rows.append("<tr>" + "".join(cells) + "</tr>")
         if not rows:
             return ""
         more = (f" The first {MAX_SHAPE_ROWS:,} of {total:,} are shown." if total > len(rows) else "")
         table = self.table([("Workload", False), ("Device", False), ("Shape", False), ("Suite", False), ("Speed", True),
                             ("Accuracy", True), ("Linearity", True), ("Power", True), ("Memory", True),
-                            ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)], rows)
+                            ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)], rows, "dims")
         return (f"<details><summary>Every series: the latest ok run of each shape ({total:,})</summary>"
                 f'<p class="note">{esc(more)}</p>{table}</details>')
 
@@ -457,10 +474,11 @@ class Page:
         parts = ["<p>The speed figure of every <code>ok</code> run, a line per device (the same colour in every "
                  "chart). "
                  "Dotted vertical lines mark software version changes, labelled with the versions either side. "
-                 "A long series is drawn as the median per time bucket; a workload with several shapes as the "
-                 "geometric mean over its shapes per bucket (each run divided by its shape's median, times the "
-                 "shapes' geometric mean). The buttons switch to power and memory where measured; drag to zoom, "
-                 "double-click to reset.</p>"]
+                 "A workload with several shapes is drawn as the geometric mean over its shapes per suite run (each "
+                 "run divided by its shape's median, times the shapes' geometric mean); a long series as the median "
+                 "per time bucket, each point at the middle of its runs' times. The value axis spans at least "
+                 "\u00b15% of the data's middle, so run-to-run noise is not magnified into a trend. The buttons "
+                 "switch to power and memory where measured; drag to zoom, double-click to reset.</p>"]
         if len(ranked) > MAX_CHARTS:
             rest = sorted(ranked[MAX_CHARTS:], key=lambda g: r.group_labels[g])
             parts.append(f'<p class="note">{len(ranked)} workload and precision groups; the {MAX_CHARTS} that most '
@@ -504,13 +522,11 @@ class Page:
                          "visible": number == 0}
                 if line["counts"] is not None:
                     trace["customdata"] = line["counts"]
-                    hover += "<br>median of %{customdata} run(s)"
+                    hover += ("<br>geometric mean of %{customdata} shape(s)" if width == SUITE_RUN
+                              else "<br>median of %{customdata} run(s)")
                 trace["hovertemplate"] = hover + "<extra></extra>"
                 traces.append(trace)
-            low, high = min(ys), max(ys)
-            span = (high - low) or abs(high) * 0.02 or 1.0
-            bottom = low - 0.06 * span
-            top = high + 0.06 * span
+            bottom, top = value_range(min(ys), max(ys))
             top += (top - bottom) * headroom / (1 - headroom)
             views.append({"figure": figure, "start": first, "end": len(traces), "tick": tick,
                           "title": self._axis_title(figure, shapes, group[1]),
@@ -527,10 +543,11 @@ class Page:
                                 "bordercolor": "#8c959f", "borderwidth": 1, "borderpad": 2})
         view = views[0]
         many = len(lines) > 8
+        times = [x / 1000 for _, found in figures for line in found for x in line["x"]] + [m["at"] for m in marks]
         layout = {
             "margin": {"l": 70, "r": 20, "t": 40 if len(views) > 1 else 12, "b": 30},
-            "xaxis": {"type": "date", "gridcolor": "#eceff2", "linecolor": "#c3ccd5", "automargin": True,
-                      "tickformatstops": DATE_TICKS},
+            "xaxis": {**time_axis(min(times), max(times)), "gridcolor": "#eceff2", "linecolor": "#c3ccd5",
+                      "automargin": True},
             "yaxis": {"title": {"text": view["title"]}, "tickformat": view["tick"], "range": view["range"],
                       "exponentformat": "SI",
                       "gridcolor": "#eceff2", "zeroline": False, "automargin": True},
@@ -552,7 +569,8 @@ class Page:
                                       "buttons": buttons, "bgcolor": "#f6f8fa", "bordercolor": "#c3ccd5",
                                       "font": {"size": 12}}]
         what = figure_name(speed, group[1])
-        how = "each run" if width is None else f"the median per {duration(width)}"
+        how = ("each run" if width is None else "each suite run" if width == SUITE_RUN
+               else f"the median per {duration(float(width))}")
         several = f", the geometric mean over {shapes} shapes" if shapes > 1 else ""
         unit = unit_of(speed, group[1])[0]
         title = f"{esc(r.group_labels[group])} \u2014 {esc('speed' if what == unit else what)} ({esc(unit)})"

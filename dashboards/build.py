@@ -203,7 +203,7 @@ class _Dashboards:
                          q.legend(*more, text=text)]).strip()
 
     def shape_legend(self, *more: str) -> str:
-        return self.dev_legend(catalog.WORKLOAD, catalog.PRECISION, catalog.SHAPE, catalog.PASS, *more)
+        return self.dev_legend(catalog.WORKLOAD, catalog.PRECISION, catalog.SHAPE, catalog.PASS, catalog.SUITE, *more)
 
     def gpu_legend(self, *more: str) -> str:
         """Live GPU telemetry has no device type: ``host GPU 3``."""

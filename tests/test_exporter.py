@@ -58,8 +58,8 @@ def test_result_series_carry_dcgm_join_labels_and_versions():
     assert dict(labels) == {
         "hostname": "node1", "gpu": "0", "UUID": "GPU-a", "model_name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:17:00.0", "device_type": "cuda", "workload": "gemm", "precision": "bf16",
-        "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "driver_version": "550.54.15",
-        "cuda_version": "12.4", "torch_version": "2.13.0"}
+        "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "suite": "quick",
+        "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
     assert find(text, "sixdim_workload_seconds") == [0.002]
     assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
     assert find(text, "sixdim_workload_power_watts") == [350.0]
@@ -214,14 +214,15 @@ def test_the_history_health_is_exported(tmp_path):
     assert not any(name.startswith("sixdim_workload_") for name, _ in samples(text))  # the live part only
 
 
-def test_a_shape_another_suite_ran_later_stays_exported_and_in_both_summaries():
+def test_a_shape_another_suite_ran_later_keeps_its_own_per_shape_series_and_is_in_both_summaries():
     board = Board()
     board.add(make_record(seconds=1.0))                  # suite "quick", exported per shape
     nightly = make_record(seconds=2.0, ended_at=3000.0)  # the same kernel, later, by a summary-only suite
     nightly.suite = "nightly"
     board.add(nightly)
     text = scrape(board, shape_suites={"quick"})
-    assert find(text, "sixdim_workload_seconds") == [2.0]          # still there, with the newest result
+    assert find(text, "sixdim_workload_seconds", suite="quick") == [1.0]  # quick's own result, not nightly's
+    assert find(text, "sixdim_workload_seconds", suite="nightly") == []   # nightly exports summaries only
     assert find(text, "sixdim_suite_shapes", suite="quick") == [1.0]
     assert find(text, "sixdim_suite_seconds", suite="quick") == [pytest.approx(1.0)]  # quick's own result
     assert find(text, "sixdim_suite_seconds", suite="nightly") == [pytest.approx(2.0)]

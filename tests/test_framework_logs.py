@@ -94,7 +94,8 @@ def test_summarywriter_event_files_replayed_with_their_own_clock(tmp_path):
     assert record.figures["samples_per_second"] == 225.0  # DeepSpark: 210..240 without 100 and 250
     assert record.figures["time_to_train_seconds"] == 30.0  # 0.72 at 1030, the file opened at 1000
     assert record.figures["seconds"] == 52.0  # the last scalar (1052) after the first event
-    assert record.shape == "runs"  # no command: the label is the log's name
+    # no command: the label is the log's name, and the target its time to train is to
+    assert record.shape == "runs,target_accuracy=0.7"
     [report] = record.details["log_files"]
     assert report["format"] == "tensorboard" and report["read"]["quality"] == {"val/acc": 4, "val/loss": 4}
 

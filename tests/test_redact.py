@@ -8,6 +8,7 @@ exporter, read back from the SQLite file itself.
 
 import logging
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
@@ -28,6 +29,7 @@ from sixdim.core.redact import (
     scrub,
     secret_values,
 )
+from sixdim.core.results import SHAPE_SET
 from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
@@ -162,7 +164,8 @@ def test_scrub_walks_strings_lists_tuples_and_dicts_keys_too():
 ])
 def test_the_default_label_of_a_command_is_its_program_never_an_assignment(argv, shell, label):
     [case] = registry.get("command").cases({"argv": argv, "shell": shell}, "cpu")
-    assert case.shape == label
+    program, digest = case.shape.split("@")
+    assert program == label and re.fullmatch("[0-9a-f]{8}", digest)  # a digest of the redacted command
 
 
 def test_the_module_imports_nothing_of_sixdim():
@@ -269,11 +272,11 @@ def test_a_commands_secrets_reach_neither_the_history_nor_metrics_nor_logs_nor_p
     assert failed.reason == f"CommandFailed: command exited with code 3; last output: auth failed for token {R}"
     assert failed.params["argv"] == [sys.executable, str(leaky), f"--api-key={R}", "--epochs", "3"]
     assert failed.params["env"] == [f"HF_TOKEN={R}", "RUN_NAME=visible-run", "EXIT_CODE=3"]
-    assert ok.shape == python and ok.figures["samples_per_second"] == 100.0  # labelled by its program
+    assert ok.shape.startswith(python + "@") and ok.figures["samples_per_second"] == 100.0  # labelled by its program
 
     seen = assert_nowhere((TOKEN, API_KEY), database, board, caplog, progress)
     for visible in ("visible-run", "visible-shell", str(leaky), "--epochs", "--keep-days", f"HF_TOKEN={R}",
-                    "auth failed for token", f'shape="{python}"', 'workload="command"', "exited with code 3"):
+                    "auth failed for token", f'shape="{ok.shape}"', 'workload="command"', "exited with code 3"):
         assert visible in seen, visible
     shown = "\n".join(progress)
     assert "visible-run" in shown and "speed 100 img/s" in shown  # the rest of the output is still relayed
@@ -334,7 +337,7 @@ def test_the_executor_scrubs_any_workloads_reason_details_output_and_shape(tmp_p
     assert crashed.reason == f"worker exited with code 3; last output: login refused for key {R}"
     assert crashed.details["output_tail"] == [f"login refused for key {R}"]
     assert [r.shape for r in (failed, crashed, ok)] == [f"fail-{R}", f"crash-{R}", f"ok-{R}"]
-    assert ok.params == {"api_key": R, "user": "visible-user", "end": "ok"}
+    assert {k: v for k, v in ok.params.items() if k != SHAPE_SET} == {"api_key": R, "user": "visible-user", "end": "ok"}
 
     seen = assert_nowhere((API_KEY,), database, board, caplog)
     for visible in ("visible-user", "login refused for key", f'shape="ok-{R}"', 'workload="quoting"'):

@@ -16,7 +16,7 @@ from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 pytestmark = pytest.mark.slow
 
 EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
-                   "shape", "mode", "pass", "driver_version", "cuda_version", "torch_version"}
+                   "shape", "mode", "pass", "suite", "driver_version", "cuda_version", "torch_version"}
 
 
 def crash(process) -> None:

@@ -231,6 +231,8 @@ LAUNCH_LATENCY = WorkloadSpec(
         Param("rounds", int, "timed rounds; the figure is their DeepSpark mean", 5, 5, minimum=3),
     ),
     expander=_latency_cases,
+    # launches per round change how far a round's one synchronisation is amortised: part of the figure
+    label_params=("launches_per_round",),
 )
 
 
@@ -256,6 +258,8 @@ ALLREDUCE = WorkloadSpec(
         SELF_TEST,
     ),
     expander=_allreduce_cases,
+    # all-reduces per round amortise the round's synchronisation, as launch_latency's launches do
+    label_params=("iterations",),
     shapes_help=f"quick: {shapes.ALLREDUCE_QUICK} floats; full: DeepBench's {shapes.ALLREDUCE_FLOATS}",
     scope="host",
     runs_in_ranks=True,
@@ -302,7 +306,8 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
     _check_file_params(params)
     _check_quality_params(params)
     if argv:
-        label = params["label"] or (_shell_program(argv[0]) if params["shell"] else os.path.basename(argv[0]))
+        label = params["label"] or (_shell_program(argv[0]) if params["shell"] else os.path.basename(argv[0])
+                                    ) + "@" + _command_digest(params)
     else:
         label = params["label"] or os.path.basename(params["log_files"][0].rstrip("/")) or "log_files"
     return [Case(dict(params), "", label, "training", "command")]
@@ -327,6 +332,18 @@ def _check_file_params(params: dict[str, Any]) -> None:
     if tags and not params["log_files"]:
         raise ParamError(f"workload 'command' parameter {tags[0]!r}: it names a tag of the run's log files, "
                          "but log_files is empty")
+
+
+def _command_digest(params: dict[str, Any]) -> str:
+    """8 hex digits of what runs (argv, shell, cwd, env, secrets redacted): two commands of one program
+    get series of their own without their arguments in a label, and a rotated token keeps its series."""
+    import hashlib
+    import json
+
+    from sixdim.core.redact import redact_params
+
+    shown = redact_params({key: params[key] for key in ("argv", "shell", "cwd", "env")})
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _shell_program(line: str) -> str:
@@ -389,9 +406,15 @@ COMMAND = WorkloadSpec(
               "false; 0: none", 0.0, 0.0, minimum=0.0),
         Param("warmup_throughputs", int, "leading throughput readings to skip as warm-up before DeepSpark's speed "
               "rule", 0, 0, minimum=0),
-        Param("label", str, "the series' shape label (default: the program's name)", "", ""),
+        Param("label", str, "the series' shape label (default: the program's name and 8 hex digits of the "
+              "command: program@digits)", "", ""),
     ),
     expander=_command_cases,
+    label_params=("target_accuracy",),  # time to train is the time to reach it
+    # how the run's output and files are read, not what runs (argv, shell, cwd and env are in the label)
+    method_params=frozenset({"formats", "log_files", "quality_tags", "throughput_tag", "batch_size",
+                             "throughput_regex", "accuracy_regex", "quality_metric", "higher_is_better",
+                             "accuracy_unit", "warmup_throughputs"}),
     uses_torch=False,
 )
 
@@ -399,8 +422,17 @@ MODELS = ("resnet50", "bert_large", "dlrm", "gpt", "lstm")
 
 
 def _model_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
+    def batch(mode: str) -> str:
+        """The batch where a suite sets one: ``batch`` for both modes, ``inference_batch`` for inference."""
+        if params["batch"]:
+            return f",batch={params['batch']}"
+        if mode == "inference" and params["inference_batch"] != spec.param("inference_batch").default(device_type):
+            return f",batch={params['inference_batch']}"
+        return ""
+
     return [Case({**params, "model": model, "precision": precision, "mode": mode}, precision,
-                 f"model={model},size={params['size']}", mode, "train_step" if mode == "training" else "forward")
+                 f"model={model},size={params['size']}{batch(mode)}", mode,
+                 "train_step" if mode == "training" else "forward")
             for model in params["models"] for mode in params["modes"] for precision in params["precisions"]]
 
 
@@ -473,6 +505,9 @@ LINEARITY = WorkloadSpec(
         Param("rdzv_timeout", int, "node linearity: seconds to wait for all nodes", 300, 300, minimum=1),
     ),
     expander=_linearity_cases,
+    label_params=("batch",),
+    # nproc_per_node is in the node-linearity label where it is used; inference_batch is unused
+    method_params=frozenset({"nproc_per_node", "inference_batch", "rdzv_endpoint", "rdzv_id", "rdzv_timeout"}),
     scope="host",
     runs_in_ranks=True,
 )
@@ -500,6 +535,7 @@ CONVERGENCE = WorkloadSpec(
         Param("learning_rate", float, "Adam learning rate", 1e-2, 1e-2, minimum=0.0),
     ),
     expander=_convergence_cases,
+    label_params=("epochs", "deterministic", "batch_size", "learning_rate"),
 )
 
 ONNX_MODELS = ("resnet50", "bert_large", "gpt")
@@ -621,6 +657,9 @@ ONNX = WorkloadSpec(
         SELF_TEST,
     ),
     expander=_onnx_cases,
+    label_params=("opset",),
+    # the token ids drawn, where compiled engines are cached, how long a build may take, the check's bound
+    method_params=frozenset({"vocab_size", "cache_dir", "build_seconds", "tolerance"}),
     shapes_help="one case per batch size: latency_batches, then throughput_batches; the label names the model "
                 "(and size, or the file), batch, sequence length and dims when set, and the providers",
 )

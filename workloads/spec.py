@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from sixdim.core.results import SHAPE_SET
 
 DeviceType = Literal["cpu", "cuda"]
 
@@ -147,6 +149,33 @@ class Case:
     """``forward``, ``backward_data``, ``backward_weight``, ``backward``, or a workload's own name."""
 
 
+METHOD_PARAMS: frozenset[str] = frozenset({
+    "rounds", "min_round_seconds", "warmup_seconds", "power_seconds", "latency_samples", "warmup_steps",
+    "steps_per_window", "windows", "seed", "corrupt", "slowdown_seconds"})
+"""Parameters of any workload that change how a figure is measured (how many repetitions, how long a
+warm-up or power phase, which random data, an injected fault for the self-test), not what it means:
+they never split a series.  Everything else a suite can set does (:meth:`WorkloadSpec.cases`)."""
+
+
+def _label_value(value: Any) -> str:
+    """A parameter's value in a shape label: a list joined by ``+``, a float as ``%g``."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(_label_value(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def shape_set_id(shapes: list[str]) -> str:
+    """A short id of a set of shapes: what a suite's summary of one precision, mode and pass is a
+    geometric mean over.  Two runs with the same id measured the same shapes; a configuration change
+    that adds, drops or changes a shape gives a new id, and the summary starts over rather than mix
+    the old shapes' last results with the new ones' (agent/verdicts/summary.py)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(set(shapes))).encode()).hexdigest()[:12]
+
+
 def single_case(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
     """The default expansion: the resolved parameters are the one case."""
     return [Case(params=params, precision=spec.precision(params), shape=spec.params_label(params))]
@@ -163,7 +192,14 @@ class WorkloadSpec:
     precision_param: str | None = None
     """Which parameter names the numeric precision (exported as the ``precision`` label)."""
     label_params: tuple[str, ...] = ()
-    """Parameters that identify the measurement (shape); the rest (repetitions) do not."""
+    """Parameters that change what is measured but that the expander's shape label does not name:
+    each is appended to every case's shape as ``name=value`` where it differs from the device type's
+    default (:meth:`cases`).  A suite that sets one gets series of its own; one that keeps the default
+    keeps its series."""
+    method_params: frozenset[str] = frozenset()
+    """This workload's parameters that change how it is measured, not what (beyond
+    :data:`METHOD_PARAMS`): they never split a series.  Every other parameter changes the cases'
+    shapes (tests/test_series_identity.py holds every workload to this)."""
     expander: Callable[[WorkloadSpec, dict[str, Any], DeviceType], list[Case]] = single_case
     shapes_help: str = ""
     """What ``sixdim list`` says about the shape sets."""
@@ -199,8 +235,20 @@ class WorkloadSpec:
         return resolved
 
     def cases(self, overrides: dict[str, Any], device_type: DeviceType) -> list[Case]:
-        """The cases one run of this workload measures on a device of this type."""
-        return self.expander(self, self.resolve(overrides, device_type), device_type)
+        """The cases one run of this workload measures on a device of this type, each shape naming
+        every parameter that changes what it measures (:attr:`label_params`), and each case's params
+        carrying the id of its shape set (:data:`sixdim.core.results.SHAPE_SET`)."""
+        params = self.resolve(overrides, device_type)
+        cases = self.expander(self, params, device_type)
+        extra = ",".join(f"{name}={_label_value(params[name])}" for name in self.label_params
+                         if params[name] != self.param(name).default(device_type))
+        if extra:
+            cases = [replace(c, shape=f"{c.shape},{extra}" if c.shape else extra) for c in cases]
+        groups: dict[tuple[str, str, str], list[str]] = {}
+        for c in cases:
+            groups.setdefault((c.precision, c.mode, c.kernel_pass), []).append(c.shape)
+        ids = {group: shape_set_id(shapes) for group, shapes in groups.items()}
+        return [replace(c, params={**c.params, SHAPE_SET: ids[(c.precision, c.mode, c.kernel_pass)]}) for c in cases]
 
     def precision(self, params: dict[str, Any]) -> str:
         return str(params.get(self.precision_param, "")) if self.precision_param else ""

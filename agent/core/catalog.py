@@ -53,6 +53,12 @@ VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
 """The software a result was measured under, so a driver upgrade shows as a new series."""
 
 RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
+"""A result series as judged: the measurement (whichever suite ran it: its shape names every parameter that
+changes what is measured) and the versions of its newest run.  The verdicts' and peers' labels."""
+
+SHAPE_RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + (SUITE,) + VERSION_LABELS
+"""A per-shape result as exported: the measurement, the suite whose newest result it is, and its versions.
+Two suites that run the same shape are two series, so neither's value stands in for the other's."""
 
 SUMMARY_LABELS: tuple[str, ...] = DEVICE_LABELS + (SUITE, WORKLOAD, PRECISION, MODE, PASS) + VERSION_LABELS
 """A summary series: the device, the suite, and the workload's precision, mode and pass, over all the
@@ -226,122 +232,122 @@ WORKLOAD_SECONDS = MetricDef(
     "Time of one operation of the workload, seconds: for kernels and models the DeepSpark rule (the mean of "
     "the rounds less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
     "run's time; for a command its run (MLPerf run_start to run_stop, or the process's wall time).",
-    RESULT_LABELS, figure="seconds")
+    SHAPE_RESULT_LABELS, figure="seconds")
 WORKLOAD_FLOPS = MetricDef(
     "sixdim_workload_flops", "gauge",
     "Achieved floating-point operations per second of the workload, FLOP/s.",
-    RESULT_LABELS, figure="flops")
+    SHAPE_RESULT_LABELS, figure="flops")
 WORKLOAD_POWER = MetricDef(
     "sixdim_workload_power_watts", "gauge",
     "Average device power over the workload's power phase (at least 1 s, 3 s by default, of back-to-back work, "
     "from the energy counter), or for a workload without one (copies, all-reduce, linearity, convergence, a "
     "command) over its measured window when that lasts at least 1 s, summed over a host-wide run's GPUs; "
     "watts; absent where the device has no counter.",
-    RESULT_LABELS, figure="power_watts")
+    SHAPE_RESULT_LABELS, figure="power_watts")
 WORKLOAD_ENERGY = MetricDef(
     "sixdim_workload_energy_joules", "gauge",
     "Device energy consumed over the same span as the power figure (the power phase, or the measured window), "
     "joules.",
-    RESULT_LABELS, figure="energy_joules")
+    SHAPE_RESULT_LABELS, figure="energy_joules")
 WORKLOAD_FLOP_PER_JOULE = MetricDef(
     "sixdim_workload_flop_per_joule", "gauge",
     "Work per energy of a kernel: floating-point operations done in the power phase per joule, FLOP/J.",
-    RESULT_LABELS, figure="flop_per_joule")
+    SHAPE_RESULT_LABELS, figure="flop_per_joule")
 WORKLOAD_SAMPLES_PER_JOULE = MetricDef(
     "sixdim_workload_samples_per_joule", "gauge",
     "Work per energy of a model: samples processed in the power phase per joule.",
-    RESULT_LABELS, figure="samples_per_joule")
+    SHAPE_RESULT_LABELS, figure="samples_per_joule")
 WORKLOAD_MEMORY = MetricDef(
     "sixdim_workload_memory_bytes", "gauge",
     "The workload's own peak memory, bytes: torch's allocator peak on a GPU (no CUDA context, no cuBLAS workspace, "
     "nothing of earlier cases; for onnx, NVML's memory of the worker at the case's end less before its session; absent "
     "for all-reduce and linearity, whose ranks hold it), the worker's peak resident memory on a CPU.",
-    RESULT_LABELS, figure="memory_bytes")
+    SHAPE_RESULT_LABELS, figure="memory_bytes")
 WORKLOAD_MEMORY_RESERVED = MetricDef(
     "sixdim_workload_memory_reserved_bytes", "gauge",
     "Peak device memory torch's caching allocator reserved for the workload, bytes (GPU).",
-    RESULT_LABELS, figure="memory_reserved_bytes")
+    SHAPE_RESULT_LABELS, figure="memory_reserved_bytes")
 WORKLOAD_DEVICE_MEMORY = MetricDef(
     "sixdim_workload_device_memory_bytes", "gauge",
     "Peak device-wide memory in use during the measured window as NVML sees it, bytes: includes the CUDA "
     "context and any other process (GPU); summed over a host-wide run's GPUs.",
-    RESULT_LABELS, figure="device_memory_bytes")
+    SHAPE_RESULT_LABELS, figure="device_memory_bytes")
 WORKLOAD_SM_CLOCK = MetricDef(
     "sixdim_workload_sm_clock_hertz", "gauge",
     "Average SM clock over the measured window, or over the power phase where the window holds fewer than 3 "
     "telemetry samples (clock_span in the run's details), hertz (CPU core clock on CPU).",
-    RESULT_LABELS, figure="sm_clock_hertz")
+    SHAPE_RESULT_LABELS, figure="sm_clock_hertz")
 WORKLOAD_POWER_CAPPED = MetricDef(
     "sixdim_workload_power_capped", "gauge",
     "1 if the clocks were held at the software power cap during the measured window (or the power phase, as "
     "for the SM clock; normal for a large kernel on an SXM GPU), else 0.",
-    RESULT_LABELS, figure="power_capped")
+    SHAPE_RESULT_LABELS, figure="power_capped")
 WORKLOAD_THERMAL_SLOWDOWN = MetricDef(
     "sixdim_workload_thermal_slowdown", "gauge",
     "1 if a software or hardware thermal slowdown held the clocks down during the measured window (or the "
     "power phase, as for the SM clock), else 0.",
-    RESULT_LABELS, figure="thermal_slowdown")
+    SHAPE_RESULT_LABELS, figure="thermal_slowdown")
 WORKLOAD_HARDWARE_SLOWDOWN = MetricDef(
     "sixdim_workload_hardware_slowdown", "gauge",
     "1 if a hardware slowdown or power-brake slowdown held the clocks down during the measured window (or the "
     "power phase, as for the SM clock), else 0.",
-    RESULT_LABELS, figure="hardware_slowdown")
+    SHAPE_RESULT_LABELS, figure="hardware_slowdown")
 WORKLOAD_SPREAD = MetricDef(
     "sixdim_workload_seconds_iqr_ratio", "gauge",
     "Spread of the timed rounds: interquartile range divided by the median, ratio.",
-    RESULT_LABELS, figure="seconds_iqr_ratio")
+    SHAPE_RESULT_LABELS, figure="seconds_iqr_ratio")
 WORKLOAD_BANDWIDTH = MetricDef(
     "sixdim_workload_bytes_per_second", "gauge",
     "Bytes moved per second: copy bandwidth, or all-reduce algorithm bandwidth (bytes / time).",
-    RESULT_LABELS, figure="bytes_per_second")
+    SHAPE_RESULT_LABELS, figure="bytes_per_second")
 WORKLOAD_BUS_BANDWIDTH = MetricDef(
     "sixdim_workload_bus_bytes_per_second", "gauge",
     "All-reduce bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n, bytes per second.",
-    RESULT_LABELS, figure="bus_bytes_per_second")
+    SHAPE_RESULT_LABELS, figure="bus_bytes_per_second")
 WORKLOAD_SPEEDUP = MetricDef(
     "sixdim_workload_speedup_ratio", "gauge",
     "Sparse GEMM: time of the same GEMM dense divided by the sparse time, ratio.",
-    RESULT_LABELS, figure="speedup")
+    SHAPE_RESULT_LABELS, figure="speedup")
 WORKLOAD_ERROR = MetricDef(
     "sixdim_workload_max_relative_error", "gauge",
     "Largest error of the output against its reference, relative to the reference's magnitude: a sample of a "
     "kernel's output against float64, every byte of a copy against its source, an all-reduce's sums against "
     "the exact ones.",
-    RESULT_LABELS, figure="max_relative_error")
+    SHAPE_RESULT_LABELS, figure="max_relative_error")
 WORKLOAD_LATENCY_P50 = MetricDef(
     "sixdim_workload_latency_p50_seconds", "gauge",
     "Median latency of a single synchronized call (inference suite), seconds.",
-    RESULT_LABELS, figure="latency_p50_seconds")
+    SHAPE_RESULT_LABELS, figure="latency_p50_seconds")
 WORKLOAD_LATENCY_P90 = MetricDef(
     "sixdim_workload_latency_p90_seconds", "gauge",
     "90th-percentile latency of a single request (the onnx workload; MLPerf single-stream's figure), seconds.",
-    RESULT_LABELS, figure="latency_p90_seconds")
+    SHAPE_RESULT_LABELS, figure="latency_p90_seconds")
 WORKLOAD_LATENCY_P99 = MetricDef(
     "sixdim_workload_latency_p99_seconds", "gauge",
     "99th-percentile latency of a single synchronized call (inference suite), seconds.",
-    RESULT_LABELS, figure="latency_p99_seconds")
+    SHAPE_RESULT_LABELS, figure="latency_p99_seconds")
 WORKLOAD_PEAK_RATIO = MetricDef(
     "sixdim_workload_peak_ratio", "gauge",
     "Achieved FLOP/s (or bytes/s) divided by the GPU's published dense peak for the precision; "
     "absent for a GPU not in the peak table.",
-    RESULT_LABELS, figure="peak_ratio")
+    SHAPE_RESULT_LABELS, figure="peak_ratio")
 WORKLOAD_SAMPLES = MetricDef(
     "sixdim_workload_samples_per_second", "gauge",
     "Training or inference throughput, samples/s: for models the DeepSpark speed (the mean of the steady "
     "windows less the fastest and the slowest: the middle 3 of the default 5); for convergence the median "
     "run's; for a command what its log reports.",
-    RESULT_LABELS, figure="samples_per_second")
+    SHAPE_RESULT_LABELS, figure="samples_per_second")
 WORKLOAD_TOKENS = MetricDef(
     "sixdim_workload_tokens_per_second", "gauge",
     "Tokens a sequence model processes per second (BERT-large layers and the GPT decoder): samples/s times "
     "the sequence length, the throughput LLM benchmarks (MLPerf) quote.",
-    RESULT_LABELS, figure="tokens_per_second")
+    SHAPE_RESULT_LABELS, figure="tokens_per_second")
 WORKLOAD_ACCURACY = MetricDef(
     "sixdim_workload_accuracy", "gauge",
     "Accuracy a training run reached, ratio in [0, 1]: the convergence runs' median; a command's final "
     "evaluation (its last before the run ended), only when its one higher-is-better quality metric is a ratio "
     "(a loss, WER or FID is in sixdim_workload_quality).",
-    RESULT_LABELS, figure="accuracy")
+    SHAPE_RESULT_LABELS, figure="accuracy")
 QUALITY_METRIC = "metric"
 QUALITY_DIRECTION = "direction"
 WORKLOAD_QUALITY = MetricDef(
@@ -349,24 +355,24 @@ WORKLOAD_QUALITY = MetricDef(
     "Final value of each quality metric of a training run (its last evaluation before the run ended): the metric "
     "label names it (top1_accuracy, WER, eval_loss, FID, CLIP, BBOX, ...), the direction label says whether "
     "higher or lower is better; ratios in [0, 1], other metrics on their own scale.",
-    RESULT_LABELS + (QUALITY_METRIC, QUALITY_DIRECTION), figure="quality",
+    SHAPE_RESULT_LABELS + (QUALITY_METRIC, QUALITY_DIRECTION), figure="quality",
     figure_labels=(QUALITY_METRIC, QUALITY_DIRECTION))
 WORKLOAD_TIME_TO_TRAIN = MetricDef(
     "sixdim_workload_time_to_train_seconds", "gauge",
     "AI-Rank Time2train: time from the start of training until the target accuracy was reached, seconds.",
-    RESULT_LABELS, figure="time_to_train_seconds")
+    SHAPE_RESULT_LABELS, figure="time_to_train_seconds")
 WORKLOAD_LINEARITY = MetricDef(
     "sixdim_workload_linearity_ratio", "gauge",
     "DeepSpark linearity: (throughput on count cards or nodes / count) / throughput on one, ratio.",
-    RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=(("count", "linearity_count"),))
+    SHAPE_RESULT_LABELS + ("count",), figure="linearity_ratio", extra_labels=(("count", "linearity_count"),))
 WORKLOAD_STABILITY = MetricDef(
     "sixdim_workload_stability_ratio", "gauge",
     "DeepSpark stability over complete runs: 1 minus 0.2 per run outside 1% of the median, ratio.",
-    RESULT_LABELS, figure="stability_ratio")
+    SHAPE_RESULT_LABELS, figure="stability_ratio")
 WORKLOAD_LAST_RUN = MetricDef(
     "sixdim_workload_last_run_timestamp_seconds", "gauge",
     "Unix time at which the exported result's run ended, seconds.",
-    RESULT_LABELS, figure="ended_at")
+    SHAPE_RESULT_LABELS, figure="ended_at")
 WORKLOAD_RUNS = MetricDef(
     "sixdim_workload_runs_total", "counter",
     "Cases of the workload run on the device, by outcome: ok; failed, incorrect, timeout (failures); unsupported, "

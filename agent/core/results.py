@@ -14,6 +14,11 @@ case had run (agent/run/runner.py, agent/run/orphans.py).  Such a run is recorde
 :class:`Interruption`, never as a record per case left; rows of older versions (``skipped`` with this reason)
 are folded into one when the history is opened, and neither counted as runs or skips nor given series."""
 
+SHAPE_SET = "shape_set"
+"""The key of a case's (and so a run's) ``params`` that names its shape set: the shapes its run measured
+of the same precision, mode and pass (sixdim.workloads.spec.shape_set_id).  A suite's summary is a
+geometric mean over one shape set, never over the last results of shapes a changed configuration dropped."""
+
 
 class SeriesKey(NamedTuple):
     """What one series stands for: a device and one measurement on it.  Versions are labels, not part

@@ -174,11 +174,15 @@ class SixdimCollector(PromCollector):
         return []  # families vary with the hardware; no describe-time scrape
 
     def _shape_keys(self, by_suite: list[RunRecord]) -> set[tuple[str, ...]] | None:
-        """The series exported per shape: those a shape-exporting suite has a result for (None: all).
-        Each is exported with its newest result, whichever suite measured it."""
+        """The series exported per shape: those a shape-exporting suite has a result for (None: all)."""
         if self._shape_suites is None:
             return None
         return {record.key() for record in by_suite if record.suite in self._shape_suites}
+
+    def _per_shape(self, by_suite: list[RunRecord]) -> list[RunRecord]:
+        """The per-shape results exported: each shape-exporting suite's newest ok result of each series,
+        labelled with its suite (two suites that run a shape are two series)."""
+        return [r for r in by_suite if self._shape_suites is None or r.suite in self._shape_suites]
 
     def _samples(self) -> Iterator[Sample]:
         if self._part in ("all", "live"):
@@ -190,8 +194,8 @@ class SixdimCollector(PromCollector):
         by_suite = self._board.latest_by_suite()
         shape_keys = self._shape_keys(by_suite)
         shown = [r for r in self._board.latest() if shape_keys is None or r.key() in shape_keys]
-        for record in shown:
-            labels = record.result_labels()
+        for record in self._per_shape(by_suite):
+            labels = {**record.result_labels(), catalog.SUITE: record.suite}
             for metric in catalog.RESULT_METRICS:
                 if metric.figure_labels:
                     yield from _labelled_figures(metric, record.figures, labels)

@@ -26,7 +26,10 @@ class SeriesData:
     model_name: str = ""
     statuses: Counter = field(default_factory=Counter)
     latest: dict[str, tuple[float, int, dict[str, Any]]] = field(default_factory=dict)
-    """Per suite: the newest ok run's (ended_at, version-set id, figures)."""
+    """Per suite: the newest ok run's (ended_at, version-set id, figures), where its shape set is the
+    suite's newest for the series' group (:func:`_newest_shape_sets`)."""
+    latest_set: dict[str, str] = field(default_factory=dict)
+    """Per suite: the shape set of the run in :attr:`latest`."""
     version_runs: list[tuple[float, int]] = field(default_factory=list)
     """(started_at, version-set id) where the version set changed, in recording order."""
     recent: deque = field(default_factory=deque)
@@ -60,7 +63,8 @@ class Data:
     """The interrupted suite runs (one record each, not runs), and the cases they left."""
 
 
-_SELECT = (*reader.SERIES_COLUMNS, "model_name", "suite", "status", "started_at", "ended_at", "figures", "environment")
+_SELECT = (*reader.SERIES_COLUMNS, "model_name", "suite", "status", "started_at", "ended_at", "figures", "environment",
+           "shape_set")
 
 
 def read(path: str, keep_recent: int) -> Data:
@@ -104,9 +108,26 @@ def read(path: str, keep_recent: int) -> Data:
                 newest = s.latest.get(row[11])
                 if newest is None or row[14] >= newest[0]:
                     s.latest[row[11]] = (row[14], vid, parsed)
+                    s.latest_set[row[11]] = row[17]
         interrupted = reader.interrupted(db)
+    _newest_shape_sets(series.values())
     return Data(path, series, versions.sets, versions.unknown, figures, runs, statuses,
                 first if runs else None, last if runs else None, interrupted)
+
+
+def _newest_shape_sets(series: Any) -> None:
+    """Keep in each series' :attr:`SeriesData.latest` only the suites' newest shape sets: a suite whose
+    shapes changed (64 MiB copies became 4 MiB ones) is summarised over its newest run's shapes, never
+    over those and the dropped shapes' last results (as agent/verdicts/summary.py)."""
+    newest: dict[tuple[Any, ...], tuple[float, str]] = {}
+    for s in series:
+        for suite, (ended, _, _) in s.latest.items():
+            at = (s.device, s.group, suite)
+            if at not in newest or ended > newest[at][0]:
+                newest[at] = (ended, s.latest_set[suite])
+    for s in series:
+        for suite in [suite for suite in s.latest if s.latest_set[suite] != newest[(s.device, s.group, suite)][1]]:
+            del s.latest[suite], s.latest_set[suite]
 
 
 def record_of(row: Sequence[Any], conditions: dict[str, Any] | None = None) -> Any:

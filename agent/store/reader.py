@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sixdim.core.results import INTERRUPTED, SERIES_FIELDS
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET
 from sixdim.store.history import HistoryError
 
 CHUNK = 20_000
@@ -31,9 +31,17 @@ BUSY_TIMEOUT_SECONDS = 5.0
 
 SERIES_COLUMNS: tuple[str, ...] = SERIES_FIELDS
 """The columns of the series key (:class:`sixdim.core.results.SeriesKey`), in its order."""
+DERIVED_COLUMNS: dict[str, str] = {
+    "shape_set": f"iif(json_valid(params), coalesce(json_extract(params, '$.{SHAPE_SET}'), ''), '')"}
+"""Values a report reads out of a run's JSON columns by SQLite, as if they were columns: the shape set of
+its run (sixdim.core.results.SHAPE_SET; '' for runs of older sixdims), without parsing ``params``."""
 RUN_COLUMNS = frozenset({*SERIES_FIELDS, "id", "suite", "model_name", "status", "started_at", "ended_at",
-                         "figures", "environment"})
+                         "figures", "environment", *DERIVED_COLUMNS})
 """The columns a report may read (never ``details``, the one large column)."""
+
+
+def _column_sql(name: str) -> str:
+    return DERIVED_COLUMNS.get(name, name)
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -112,7 +120,7 @@ class RunsQuery:
             where.append("status = 'ok'")
         if self.workloads:
             where.append(f"workload IN ({', '.join('?' * len(self.workloads))})")
-        columns = list(self.columns)
+        columns = [_column_sql(name) for name in self.columns]
         if self.figure_values:
             columns.append("iif(json_valid(figures), NULL, figures)")
             columns += [f"iif(json_valid(figures) AND json_type(figures, '$.{name}') IN ('integer', 'real'), "
@@ -153,8 +161,9 @@ def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...
         f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {series} ORDER BY id DESC) AS n FROM runs "
         f"WHERE NOT (status = 'skipped' AND reason LIKE '{INTERRUPTED}%')) WHERE n <= ? ORDER BY id", (runs,))]
     for start in range(0, len(ids), batch):
-        rows = db.execute(f"SELECT id, {', '.join(columns)} FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
-                          "ORDER BY id", (json.dumps(ids[start:start + batch]),)).fetchall()
+        rows = db.execute(f"SELECT id, {', '.join(map(_column_sql, columns))} FROM runs "
+                          "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+                          (json.dumps(ids[start:start + batch]),)).fetchall()
         if rows:
             yield rows
 

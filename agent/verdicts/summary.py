@@ -15,6 +15,11 @@ version groups of one (device, suite, workload, precision, mode, pass), only the
 result is summarised: the shapes whose newest ``ok`` result is under older versions (not re-run yet,
 or failing since the upgrade) would otherwise keep a summary of the old versions alive beside the
 new one, for ever in the failing case.
+
+The same holds for the **shape set** (``params["shape_set"]``, sixdim.workloads.spec.shape_set_id): a suite
+whose configuration changed (64 MiB copies became 4 MiB ones, a shape added) is summarised over the shapes
+of its newest run only.  The old shapes' last results would otherwise stay in the mean for ever, a mix that
+is no configuration's speed; the new set's summary grows as its first run goes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sixdim.core.catalog import SUMMARY_FIGURES  # each where every result of the group that has it has it positive
-from sixdim.core.results import RunRecord
+from sixdim.core.results import SHAPE_SET, RunRecord
 
 SUMMARY_FLAGS: tuple[str, ...] = ("thermal_slowdown", "hardware_slowdown")
 """0/1 flags summarised as their maximum: 1 if any shape's measured window had it (a geometric mean of
@@ -44,10 +49,11 @@ class Summary:
 
 
 def group_key(record: RunRecord) -> tuple[str, ...]:
-    """What one summary series stands for: the series key without the shape, plus suite and versions."""
+    """What one summary series stands for: the series key without the shape, plus suite and versions,
+    and the shape set its run measured (results of older sixdims, without one, are one set)."""
     labels = record.result_labels()
     return (record.hostname, record.device_type, record.gpu, record.uuid, record.workload, record.precision,
-            record.mode, record.kernel_pass, record.suite,
+            record.mode, record.kernel_pass, record.suite, str(record.params.get(SHAPE_SET, "")),
             labels["driver_version"], labels["cuda_version"], labels["torch_version"])
 
 
@@ -69,12 +75,12 @@ def summarize(records: Iterable[RunRecord]) -> list[Summary]:
 
     newest = {key: max(members, key=when) for key, members in groups.items()}
     newest_of_base: dict[tuple[str, ...], tuple[float, int]] = {}
-    for key, record in newest.items():  # key[:9]: the group without its versions
+    for key, record in newest.items():  # key[:9]: the group without its shape set and versions
         newest_of_base[key[:9]] = max(newest_of_base.get(key[:9], when(record)), when(record))
     summaries = []
     for key, members in groups.items():
         if when(newest[key]) < newest_of_base[key[:9]]:
-            continue  # older versions than the group's newest result: see the module's docstring
+            continue  # older versions or shape set than the group's newest result: see the module's docstring
         figures: dict[str, float] = {}
         for name in SUMMARY_FIGURES:
             values = [float(r.figures[name]) for r in members if isinstance(r.figures.get(name), (int, float))]

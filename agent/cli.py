@@ -38,6 +38,7 @@ from sixdim.config import (
 )
 from sixdim.core import catalog, exits, text
 from sixdim.core.results import Interruption, RunRecord, plural, status_counts_text
+from sixdim.report.format import binary
 from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
 from sixdim.store.history import HistoryError
@@ -300,6 +301,7 @@ def command_list(args: argparse.Namespace) -> int:
         print(f"{spec.name}: {spec.description}")
         if spec.shapes_help:
             print(f"  shapes: {spec.shapes_help}")
+            _print_counts(spec)
         rows = [("parameter", "cpu default", "cuda default", "meaning")]
         for p in spec.params:
             meaning = p.help + (f" ({', '.join(map(str, p.choices))})" if p.choices else "")
@@ -316,24 +318,63 @@ def command_list(args: argparse.Namespace) -> int:
     return exits.OK
 
 
-def _print_shapes(spec: Any) -> None:
+def _sets(spec: Any) -> list[tuple[str, dict[str, list[str]]]] | str:
+    """Each shape set of the workload as a GPU runs it with the default parameters (``full``, both sets, left
+    out): its shapes, each label once with the precisions that run it; or, for a workload whose cases come
+    from the user (a command), why there is none."""
     names = [p for p in spec.params if p.name == "set"]
+    sets = []
     for set_name in (names[0].choices if names else ("",)):
         if set_name == "full":
             continue
-        overrides = {"set": set_name} if set_name else {}
         try:
-            cases = spec.cases(overrides, "cuda")
-        except ParamError as exc:  # a workload whose cases come from the user (a command)
-            print(f"  cases: made from the parameters you give it ({exc})\n")
-            return
-        every_precision = list(dict.fromkeys(c.precision for c in cases))
+            cases = spec.cases({"set": set_name} if set_name else {}, "cuda")
+        except ParamError as exc:
+            return str(exc)
         by_label: dict[str, list[str]] = {}
-        for case in cases:
-            by_label.setdefault(f"{case.shape} [{case.mode or '-'}]", []).append(case.precision)
-        print(f"  {set_name or 'cases'} ({len(by_label)}):")
+        for case in cases:  # a shape's passes run the same precisions: each precision once
+            precisions = by_label.setdefault(f"{case.shape} [{case.mode or '-'}]", [])
+            if case.precision not in precisions:
+                precisions.append(case.precision)
+        sets.append((set_name, by_label))
+    return sets
+
+
+def _counted(by_label: dict[str, list[str]]) -> str:
+    """``233 shapes, 160 per precision``: what ``list`` and ``list --shapes`` both print for a set.  A shape
+    is a label of ``list --shapes`` (its transposes and layout included), counted once however many
+    precisions and passes run it; where a precision runs fewer of them (int8 and fp8 GEMMs run every shape
+    as NT, their one layout), how many each precision runs."""
+    per_precision = Counter(p for precisions in by_label.values() for p in precisions)
+    counts = sorted(set(per_precision.values()))
+    shapes = plural(len(by_label), "shape")
+    if not counts or counts == [len(by_label)]:
+        return shapes
+    each = str(counts[0]) if len(counts) == 1 else f"{counts[0]}\u2013{counts[-1]}"
+    return f"{shapes}, {each} per precision"
+
+
+def _print_counts(spec: Any) -> None:
+    """Under the workload's own description of its sets (which counts shapes as DeepBench lists them), the
+    counts of :func:`_counted`: the same text ``list --shapes`` heads each set with."""
+    sets = _sets(spec)
+    if isinstance(sets, str):
+        return
+    counts = "; ".join(f"{name}: {_counted(by_label)}" if name else _counted(by_label) for name, by_label in sets)
+    print(f"  run on a GPU by default: {counts} (a shape: a line of 'sixdim list --shapes', its transposes and layout "
+          f"included, once for all its precisions and passes)")
+
+
+def _print_shapes(spec: Any) -> None:
+    sets = _sets(spec)
+    if isinstance(sets, str):  # a workload whose cases come from the user (a command)
+        print(f"  cases: made from the parameters you give it ({sets})\n")
+        return
+    for set_name, by_label in sets:
+        every_precision = set(p for precisions in by_label.values() for p in precisions)
+        print(f"  {set_name or 'cases'} ({_counted(by_label)}):")
         for label, precisions in by_label.items():  # a shape only some precisions run says which
-            only = "" if len(precisions) == len(every_precision) else f" ({', '.join(precisions)} only)"
+            only = "" if set(precisions) == every_precision else f" ({', '.join(precisions)} only)"
             print(f"    {label}{only}")
     print()
 
@@ -575,6 +616,11 @@ def _si(value: float | None, unit: str) -> str:
     return "-" if value is None else text.si(value, unit, digits=3)
 
 
+def _bytes(value: float | None) -> str:
+    """Memory as the HTML report and ``sixdim report`` show it, with binary prefixes (``321 MiB``): one formatter."""
+    return "-" if value is None else binary(value)
+
+
 def _rate(r: RunRecord) -> str:
     """The record's main rate: FLOP/s for kernels (OP/s for integer ones), bytes/s for copies,
     samples/s for models."""
@@ -620,8 +666,8 @@ def _results_table(records: list[RunRecord]) -> str:
     for r in records:
         rows.append((r.workload, r.device, r.precision, r.shape, r.mode or "-", r.kernel_pass, r.status,
                      _duration(r.value("seconds")), _rate(r), *(show(r.value(figure)) for figure, _, show in extra),
-                     _si(r.value("power_watts"), "W"), _si(r.value("memory_bytes"), "B"),
-                     _si(r.value("device_memory_bytes"), "B")))
+                     _si(r.value("power_watts"), "W"), _bytes(r.value("memory_bytes")),
+                     _bytes(r.value("device_memory_bytes"))))
         if r.reason:
             notes.append(f"{r.workload} on {r.device}, {r.status}: {r.reason}")
     counted: dict[str, int] = {}

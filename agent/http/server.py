@@ -4,43 +4,57 @@ A scrape is served from the exposition cache (:mod:`sixdim.http.exposition`): th
 background, gzip-compressed when the scraper asks for it (Prometheus always does), so a scrape
 costs a memory copy, whatever the history holds.
 
-Connections are handled by a **bounded pool** of threads, not one thread per connection: at most
-:data:`WORKERS` requests are served at once and :data:`QUEUED` more wait; a connection beyond
-that is closed at once (and counted in the log), so a flood of connections cannot make the daemon
-grow threads or memory.  A connection reaches the pool only once it has sent something: until
-then it waits in a **waiting room** (:class:`_WaitingRoom`: one thread and a selector, at most
-:data:`WAITING` connections), and one that sends nothing within the **read timeout**
-(:data:`READ_TIMEOUT_SECONDS`) is closed there.  So idle or half-open connections hold no pool
-thread at all, and ``/healthz`` and scrapes go on answering through a flood of them; a client
-that sends its request slowly holds a pool thread for at most the read timeout per read.
+**Reading a request holds no thread.**  An accepted connection goes to the **waiting room**
+(:class:`_WaitingRoom`: one thread and a selector, at most :data:`WAITING` connections), which does
+everything a client can make slow without a thread of its own: with TLS, it tells TLS from plain
+HTTP and does the handshake, non-blocking; then it reads the request head until its blank line.
+A connection has :data:`READ_TIMEOUT_SECONDS` **in all** for that (handshake and head together,
+however it spreads its bytes: a client that drips a header line a second is closed at the deadline
+all the same), and at most :data:`MAX_HEAD_BYTES` of head (beyond: ``431``).  When the room is
+full, a new connection makes room by closing the oldest waiting connection of the **client address
+that holds the most**: one host's flood displaces its own connections, not a scraper's.
+
+Only a complete request head reaches the **bounded pool** (:data:`WORKERS` threads, :data:`QUEUED`
+more waiting; beyond that a connection is closed at once and counted in the log), so a pool thread
+parses a head it already has, runs the app and writes the answer, and the whole answer must be
+written within the read timeout too.  So slow, silent, half-open or dripping connections, in the
+clear or mid-handshake, hold no pool thread at all, and ``/healthz`` and scrapes go on answering
+through hundreds of them (``tests/test_http_resilience.py``).
 
 With a web configuration file (:mod:`sixdim.http.webconfig`), the endpoint serves **TLS** and/or asks
-for **basic auth**.  The TLS handshake happens on the pool thread, under the same read timeout, so
-a slow or silent handshake holds one worker that long and never the accepting thread.  A client
-that speaks plain HTTP to the TLS port gets ``400 Client sent an HTTP request to an HTTPS server``
-(as Go's servers answer) and the connection is closed; one whose certificate is missing, not signed
-by the client CA or without an allowed SAN is dropped at the handshake.  Basic auth guards every
-path except ``/healthz`` and ``/health``: liveness probes (the kubelet's, systemd's) carry no
-credentials, and the answer tells nothing but "the scheduler runs".  The configured security
-headers go on every response, 401s and 404s included.
+for **basic auth**.  A client that speaks plain HTTP to the TLS port gets ``400 Client sent an HTTP
+request to an HTTPS server`` (as Go's servers answer) and the connection is closed; one whose
+certificate is missing, not signed by the client CA or without an allowed SAN is dropped at the
+handshake.  Basic auth guards every path except ``/healthz`` and ``/health``: liveness probes (the
+kubelet's, systemd's) carry no credentials, and the answer tells nothing but "the scheduler runs".
+A credential the pool cannot check now (bcrypt busy, see :class:`sixdim.http.webconfig.BasicAuth`)
+is answered ``429`` at once.  The configured security headers go on every response, 401s and 404s
+included.
+
+What clients do wrong (hang up, time out, fail a handshake, overflow the room) is logged as **one
+line**, at most one per kind every :data:`CONNECTION_LOG_INTERVAL` seconds, counting the events it
+stands for: never a traceback, whatever a client does.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from sixdim.http.webconfig import REALM
+from sixdim.http.webconfig import BUSY, OK, REALM
 
 if TYPE_CHECKING:
     from sixdim.http.webconfig import WebConfig
@@ -48,19 +62,31 @@ if TYPE_CHECKING:
 log = logging.getLogger("sixdim")
 
 WORKERS = 8
-"""Requests served at once."""
+"""Requests served at once (each with its head already read)."""
 QUEUED = 64
-"""Accepted connections waiting for a worker; beyond this a new connection is closed at once."""
+"""Complete requests waiting for a worker; beyond this a connection is closed at once."""
 WAITING = 512
-"""Accepted connections that have not sent anything yet, held without a thread; beyond this a new
-connection is closed at once (the process's file descriptors are the limit this protects)."""
+"""Connections still sending their request head (or TLS handshake), held without a thread; beyond
+this a new connection displaces the oldest one of the address holding the most (the process's file
+descriptors are the limit this protects)."""
 READ_TIMEOUT_SECONDS = 5.0
-"""How long a connection may take to send its request (and to read the answer); with TLS, the
-handshake gets as long again."""
+"""How long a connection has, in all, for its TLS handshake and request head; and, from the moment
+its answer starts, for taking the whole answer."""
+MAX_HEAD_BYTES = 32 * 1024
+"""The largest request head read (request line and headers); a bigger one is answered 431.  A
+Prometheus scrape's is about 300 bytes."""
+BACKLOG = 1024
+"""The listen backlog: connections the kernel completes before the accepting thread takes them.  Deep
+enough for a burst of reconnections (hundreds of slow clients closed at their deadline come back at
+once), so a scraper's connection is not dropped there and retried a second later."""
+CONNECTION_LOG_INTERVAL = 10.0
+"""At most one log line per kind of connection trouble in this many seconds."""
 OPEN_PATHS = ("/healthz", "/health")
 """Paths served without basic auth: liveness probes carry no credentials."""
 PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
                      b"Client sent an HTTP request to an HTTPS server.\n")
+HEAD_TOO_LARGE_ANSWER = (b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+                         b"Connection: close\r\n\r\nRequest head too large.\n")
 _TLS_HANDSHAKE = 0x16
 """The first byte of every TLS connection (a handshake record); anything else is not TLS."""
 
@@ -72,25 +98,200 @@ class MetricsSource(Protocol):
     def gzipped(self) -> bytes: ...
 
 
+# --------------------------------------------------------------------------- one line, now and then
+
+class _LogLimiter:
+    """Logs at most one line per kind every :data:`CONNECTION_LOG_INTERVAL` seconds; the next line of a
+    kind counts the events held back since the last one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def note(self, kind: str, level: int, message: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < CONNECTION_LOG_INTERVAL:
+                self._held[kind] = self._held.get(kind, 0) + 1
+                return
+            self._last[kind] = now
+            held = self._held.pop(kind, 0)
+        if held:
+            message += " (and %d more such since the last such line; at most one every %g s)"
+            args = (*args, held, CONNECTION_LOG_INTERVAL)
+        log.log(level, message, *args)
+
+
+_events = _LogLimiter()
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as a short phrase for a log line: its type and reason, one line."""
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc) or "no detail"
+    return f"{type(exc).__name__}: {reason}".replace("\n", " ")[:200]
+
+
+def _peer(address: object) -> str:
+    return str(address[0]) if isinstance(address, tuple) and address else str(address)
+
+
+# --------------------------------------------------------------------------- the request handler
+
+class _HeadThenSocket(io.RawIOBase):
+    """A request's bytes: the head the waiting room read, then whatever the socket has."""
+
+    def __init__(self, head: bytes, sock: socket.socket):
+        self._head = memoryview(head)
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineWriter(io.BufferedIOBase):
+    """Writes to the socket until a deadline for the whole answer, not for each send: a client that
+    reads a byte now and then cannot hold a pool thread longer than the read timeout."""
+
+    def __init__(self, sock: socket.socket, seconds: float):
+        self._sock = sock
+        self._seconds = seconds
+        self._deadline: float | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._seconds
+        view = memoryview(data).cast("B")
+        sent = 0
+        while sent < len(view):
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the client took more than {self._seconds:g} s to read the answer")
+            self._sock.settimeout(left)
+            sent += self._sock.send(view[sent:])
+        return sent
+
+
+class _ServerHandler(ServerHandler):
+    """wsgiref's handler, quiet: a client that hung up (a reset, a broken pipe, a TLS EOF, a timeout)
+    is one line now and then, not a traceback on stderr; an error of the app is one line too."""
+
+    def handle_error(self) -> None:
+        exc = sys.exc_info()[1]
+        address = self.request_handler.client_address  # type: ignore[attr-defined]
+        if isinstance(exc, OSError):  # the connection failed under the answer: nothing to answer
+            _events.note("hangup", logging.INFO, "http: %s hung up or stalled mid-request: %s", _peer(address),
+                         _why(exc))
+            self.close()
+            return
+        _events.note("app", logging.ERROR, "http: error serving %s %s to %s: %s", self.environ.get("REQUEST_METHOD"),
+                     self.environ.get("PATH_INFO"), _peer(address), _why(exc) if exc else "?")
+        log.debug("http: the error's traceback", exc_info=True)  # a bug of ours: the detail, when asked for
+        if not self.headers_sent:
+            self.result = self.error_output(self.environ, self.start_response)
+            self.finish_response()
+
+    def log_exception(self, exc_info) -> None:  # type: ignore[no-untyped-def]
+        pass  # handle_error says it in one line
+
+
 class _QuietHandler(WSGIRequestHandler):
-    timeout = READ_TIMEOUT_SECONDS  # StreamRequestHandler applies it to the connection's socket
+    """Serves one request whose head the waiting room has read (``head``)."""
+
+    timeout = READ_TIMEOUT_SECONDS
+
+    def __init__(self, request: socket.socket, client_address: object, server: object, head: bytes = b""):
+        self._head = head
+        super().__init__(request, client_address, server)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.connection.settimeout(self.timeout)
+        self.rfile = io.BufferedReader(_HeadThenSocket(self._head, self.connection))
+        self.wfile = _DeadlineWriter(self.connection, self.timeout)
+
+    def handle(self) -> None:  # wsgiref's, with the quiet handler
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():  # an error code has been sent
+            return
+        handler = _ServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self  # type: ignore[attr-defined]
+        handler.run(self.server.get_app())  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: object) -> None:  # scrapes every 15 s would flood the log
         pass
 
 
-class _WaitingRoom(threading.Thread):
-    """Holds accepted connections until they send their first bytes, then hands them to the pool;
-    closes those that send nothing within the read timeout.  One thread, one selector."""
+# --------------------------------------------------------------------------- the waiting room
 
-    def __init__(self, dispatch: Callable[[socket.socket, object], None], timeout: float):
+_SNIFF, _HANDSHAKE, _HEAD = range(3)
+
+
+class _Waiting:
+    """A connection in the waiting room: where it is, what it has sent, its deadline."""
+
+    __slots__ = ("sock", "address", "peer", "deadline", "tls", "web", "head", "stage", "events", "scanned")
+
+    def __init__(self, sock: socket.socket, address: object, deadline: float, tls: ssl.SSLContext | None,
+                 web: WebConfig | None):
+        self.sock = sock
+        self.address = address
+        self.peer = _peer(address)
+        self.deadline = deadline
+        self.tls = tls
+        self.web = web
+        self.head = bytearray()
+        self.stage = _SNIFF if tls is not None else _HEAD
+        self.events = selectors.EVENT_READ
+        self.scanned = 0
+
+
+def _head_end(waiting: _Waiting) -> int:
+    """Where the head ends (just past its blank line) in what ``waiting`` has sent; 0 while it goes on."""
+    start = max(0, waiting.scanned - 2)
+    waiting.scanned = len(waiting.head)
+    ends = [i for i in (waiting.head.find(b"\n\r\n", start), waiting.head.find(b"\n\n", start)) if i >= 0]
+    if not ends:
+        return 0
+    end = min(ends)
+    return end + (3 if waiting.head[end + 1:end + 2] == b"\r" else 2)
+
+
+class _WaitingRoom(threading.Thread):
+    """Holds accepted connections while they send their request head (and do their TLS handshake),
+    non-blocking, on one thread with a selector; hands each complete head to the pool; closes those
+    that take longer than the read timeout in all, or send too much.  See the module docstring."""
+
+    def __init__(self, dispatch: Callable[[socket.socket, object, bytes, WebConfig | None], None],
+                 timeout: float, refused: Callable[[str], None]):
         super().__init__(daemon=True, name="http-waiting")
         self._dispatch = dispatch
+        self._refused = refused
         self._timeout = timeout
         self._selector = selectors.DefaultSelector()
-        self._deadlines: dict[socket.socket, tuple[float, object]] = {}
+        self._arrivals: deque[tuple[socket.socket, object, ssl.SSLContext | None, WebConfig | None, float]] = deque()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        # In arrival order, so in deadline order (every connection gets the same time): the first is
+        # the next to expire and the oldest to displace.
+        self._waiting: dict[_Waiting, None] = {}
+        self._by_peer: dict[str, dict[_Waiting, None]] = {}
         # The selector sleeps until a connection speaks, the nearest deadline passes, or this pair is
         # poked (a new connection, a stop): no polling while the agent is idle.
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -98,14 +299,17 @@ class _WaitingRoom(threading.Thread):
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, selectors.EVENT_READ)
 
-    def add(self, request: socket.socket, client_address: object) -> bool:
-        """Wait for ``request`` to send something; False (not taken) when the room is full."""
+    # ---- the accepting thread's side
+
+    def add(self, request: socket.socket, client_address: object, tls: ssl.SSLContext | None,
+            web: WebConfig | None) -> bool:
+        """Take ``request`` in (its TLS and web configuration as they are now); False when the
+        room is stopped or the connections arriving faster than the room takes them are too many."""
         with self._lock:
-            if len(self._deadlines) >= WAITING or self._stopped.is_set():
+            if self._stopped.is_set() or len(self._arrivals) >= WAITING:
                 return False
-            self._deadlines[request] = (time.monotonic() + self._timeout, client_address)
-            self._selector.register(request, selectors.EVENT_READ)
-        self._poke()  # its deadline may be nearer than the one the selector sleeps towards
+            self._arrivals.append((request, client_address, tls, web, time.monotonic() + self._timeout))
+        self._poke()
         return True
 
     def _poke(self) -> None:
@@ -114,60 +318,216 @@ class _WaitingRoom(threading.Thread):
         except OSError:  # the pair's buffer is full (the selector wakes anyway) or already closed
             pass
 
-    def _take(self, request: socket.socket) -> object | None:
-        with self._lock:
-            entry = self._deadlines.pop(request, None)
-            if entry is not None:
-                self._selector.unregister(request)
-        return None if entry is None else entry[1]
-
-    def _sleep(self) -> float | None:
-        """Seconds until the nearest deadline; None (until poked or spoken to) when nobody waits."""
-        with self._lock:
-            nearest = min((deadline for deadline, _ in self._deadlines.values()), default=None)
-        return None if nearest is None else max(0.0, nearest - time.monotonic())
+    # ---- the room's thread
 
     def run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                events = self._selector.select(timeout=self._sleep())
-            except (OSError, ValueError):  # a socket closed under us by stop(); the loop ends
-                continue
-            for key, _ in events:
-                if key.fileobj is self._wake_reader:
-                    try:
-                        while self._wake_reader.recv(4096):
-                            pass
-                    except OSError:  # drained (BlockingIOError)
-                        pass
+        try:
+            while not self._stopped.is_set():
+                self._admit()
+                first = next(iter(self._waiting), None)
+                timeout = None if first is None else max(0.0, first.deadline - time.monotonic())
+                try:
+                    events = self._selector.select(timeout=timeout)
+                except (OSError, ValueError):  # a socket closed under us by stop(); the loop ends
                     continue
-                address = self._take(key.fileobj)  # type: ignore[arg-type]
-                if address is not None:
-                    self._dispatch(key.fileobj, address)  # type: ignore[arg-type]
-            now = time.monotonic()
+                for key, _ in events:
+                    if key.data is None:
+                        self._drain_wake()
+                    elif key.data in self._waiting:
+                        self._advance(key.data)
+                self._expire()
+        finally:
+            self._close_all()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_reader.recv(4096):
+                pass
+        except OSError:  # drained (BlockingIOError)
+            pass
+
+    def _admit(self) -> None:
+        while True:
             with self._lock:
-                expired = [r for r, (deadline, _) in self._deadlines.items() if deadline <= now]
-            for request in expired:
-                if self._take(request) is not None:
-                    _close(request)
+                if not self._arrivals:
+                    return
+                request, address, tls, web, deadline = self._arrivals.popleft()
+            waiting = _Waiting(request, address, deadline, tls, web)
+            if len(self._waiting) >= WAITING:
+                self._displace()
+            try:
+                request.setblocking(False)
+                self._selector.register(request, selectors.EVENT_READ, waiting)
+            except (OSError, ValueError):
+                _close(request)
+                continue
+            self._waiting[waiting] = None
+            self._by_peer.setdefault(waiting.peer, {})[waiting] = None
+
+    def _displace(self) -> None:
+        """Room for one more: close the oldest connection of the address that holds the most."""
+        peer, held = max(self._by_peer.items(), key=lambda item: len(item[1]))
+        victim = next(iter(held))
+        self._drop(victim)
+        self._refused(f"connections still sending their request ({WAITING}); the oldest of the address "
+                      f"holding the most ({peer}, {len(held) + 1}) is closed for each new one")
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._waiting:
+            first = next(iter(self._waiting))
+            if first.deadline > now:
+                return
+            stage = {_SNIFF: "sent nothing", _HANDSHAKE: "did not finish its TLS handshake",
+                     _HEAD: "did not finish its request head"}[first.stage]
+            _events.note("slow", logging.INFO, "http: closed a connection from %s that %s within %g s", first.peer,
+                         stage, self._timeout)
+            self._drop(first)
+
+    def _drop(self, waiting: _Waiting) -> None:
+        self._forget(waiting)
+        _close(waiting.sock)
+
+    def _forget(self, waiting: _Waiting) -> None:
+        self._waiting.pop(waiting, None)
+        same = self._by_peer.get(waiting.peer)
+        if same is not None:
+            same.pop(waiting, None)
+            if not same:
+                del self._by_peer[waiting.peer]
+        try:
+            self._selector.unregister(waiting.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _want(self, waiting: _Waiting, events: int) -> None:
+        if waiting.events != events:
+            waiting.events = events
+            self._selector.modify(waiting.sock, events, waiting)
+
+    def _advance(self, waiting: _Waiting) -> None:
+        """Take the connection as far as it goes without waiting: sniff, handshake, head."""
+        if waiting.stage == _SNIFF and not self._sniff(waiting):
+            return
+        if waiting.stage == _HANDSHAKE and not self._handshake(waiting):
+            return
+        self._read_head(waiting)
+
+    def _sniff(self, waiting: _Waiting) -> bool:
+        """TLS or not, from the first byte (peeked): True once wrapped for the handshake."""
+        try:
+            first = waiting.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            first = b""
+        if not first:  # closed before a byte: a port check, a load balancer's probe
+            self._drop(waiting)
+            return False
+        if first[0] != _TLS_HANDSHAKE:  # plain HTTP (or anything else) on the TLS port: say so, as Go's servers do
+            log.debug("http: %s sent plain HTTP to the TLS port", waiting.peer)
+            self._answer(waiting, PLAIN_HTTP_ANSWER)
+            return False
+        assert waiting.tls is not None
+        self._selector.unregister(waiting.sock)  # wrapping detaches the socket: its file number moves
+        try:
+            waiting.sock = waiting.tls.wrap_socket(waiting.sock, server_side=True, do_handshake_on_connect=False)
+            self._selector.register(waiting.sock, selectors.EVENT_READ, waiting)
+        except (OSError, ValueError) as exc:
+            _events.note("tls", logging.INFO, "http: TLS with %s failed: %s", waiting.peer, _why(exc))
+            self._forget(waiting)
+            _close(waiting.sock)
+            return False
+        waiting.events = selectors.EVENT_READ
+        waiting.stage = _HANDSHAKE
+        return True
+
+    def _handshake(self, waiting: _Waiting) -> bool:
+        sock = waiting.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+            if waiting.web is not None and not waiting.web.allowed_peer(sock.getpeercert()):
+                raise ssl.SSLError("client certificate has no SAN in client_allowed_sans")
+        except ssl.SSLWantReadError:
+            self._want(waiting, selectors.EVENT_READ)
+            return False
+        except ssl.SSLWantWriteError:
+            self._want(waiting, selectors.EVENT_WRITE)
+            return False
+        except (OSError, ValueError) as exc:  # SSLError, resets
+            _events.note("tls", logging.INFO, "http: TLS handshake with %s failed: %s", waiting.peer, _why(exc))
+            self._drop(waiting)
+            return False
+        waiting.stage = _HEAD
+        self._want(waiting, selectors.EVENT_READ)
+        return True
+
+    def _read_head(self, waiting: _Waiting) -> None:
+        sock = waiting.sock
+        while True:
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                self._want(waiting, selectors.EVENT_READ)
+                return
+            except ssl.SSLWantWriteError:
+                self._want(waiting, selectors.EVENT_WRITE)
+                return
+            except (OSError, ValueError) as exc:
+                _events.note("hangup", logging.INFO, "http: %s hung up or stalled mid-request: %s", waiting.peer,
+                             _why(exc))
+                self._drop(waiting)
+                return
+            if not data:  # closed before finishing its request: nothing to answer
+                self._drop(waiting)
+                return
+            waiting.head += data
+            if _head_end(waiting):
+                self._forget(waiting)
+                try:
+                    sock.setblocking(True)
+                except OSError:
+                    _close(sock)
+                    return
+                self._dispatch(sock, waiting.address, bytes(waiting.head), waiting.web)
+                return
+            if len(waiting.head) > MAX_HEAD_BYTES:
+                _events.note("large", logging.INFO, "http: %s sent a request head over %d bytes: answered 431",
+                             waiting.peer, MAX_HEAD_BYTES)
+                self._answer(waiting, HEAD_TOO_LARGE_ANSWER)
+                return
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                return  # the selector says when more comes (TLS: bytes it already decrypted would not wake it)
+
+    def _answer(self, waiting: _Waiting, answer: bytes) -> None:
+        """A short refusal, written if the socket takes it now, and the connection closed."""
+        self._forget(waiting)
+        try:
+            waiting.sock.send(answer)
+            waiting.sock.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError):
+            pass
+        _close(waiting.sock)
+
+    def _close_all(self) -> None:
+        for waiting in list(self._waiting):
+            self._drop(waiting)
+        with self._lock:
+            arrivals, self._arrivals = list(self._arrivals), deque()
+        for request, *_ in arrivals:
+            _close(request)
         self._selector.close()
         self._wake_reader.close()
         self._wake_writer.close()
 
     def stop(self) -> None:
         self._stopped.set()
-        with self._lock:
-            waiting, self._deadlines = list(self._deadlines), {}
-            for request in waiting:
-                self._selector.unregister(request)
-        for request in waiting:
-            _close(request)
         if self.ident is None:  # never started (the bind failed): nothing else will close these
-            self._selector.close()
-            self._wake_reader.close()
-            self._wake_writer.close()
-        else:
-            self._poke()
+            self._close_all()
+            return
+        self._poke()
+        self.join(5)
 
 
 def _close(request: socket.socket) -> None:
@@ -178,9 +538,10 @@ def _close(request: socket.socket) -> None:
 
 
 class _PooledServer(WSGIServer):
-    """A WSGI server whose requests run on a bounded thread pool (see the module docstring)."""
+    """A WSGI server whose connections wait in a waiting room until their request head is in, and
+    whose requests then run on a bounded thread pool (see the module docstring)."""
 
-    request_queue_size = QUEUED  # the listen backlog
+    request_queue_size = BACKLOG
 
     tls: ssl.SSLContext | None = None
     web: WebConfig | None = None
@@ -190,73 +551,44 @@ class _PooledServer(WSGIServer):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
         self.rejected = 0
-        self._room = _WaitingRoom(self._to_pool, self.read_timeout)  # before binding: a failed bind closes it
+        # before binding: a failed bind closes it
+        self._room = _WaitingRoom(self._to_pool, self.read_timeout, self._count_refusal)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
         self._room.start()
 
     def process_request(self, request: socket.socket, client_address: object) -> None:
-        if not self._room.add(request, client_address):
-            self._refuse(request, "waiting to send their request")
+        # one configuration per connection, whatever a reload does meanwhile
+        if not self._room.add(request, client_address, self.tls, self.web):
+            self._count_refusal(f"connections arriving faster than they are taken in ({WAITING})")
+            self.shutdown_request(request)
 
-    def _refuse(self, request: socket.socket, where: str) -> None:
+    def _count_refusal(self, why: str) -> None:
         self.rejected += 1
-        if self.rejected == 1 or self.rejected % 1000 == 0:
-            log.warning("http: %d connection(s) refused: too many %s", self.rejected, where)
-        self.shutdown_request(request)
+        _events.note("full", logging.WARNING, "http: %d connection(s) refused in all: too many %s", self.rejected,
+                     why)
 
-    def _to_pool(self, request: socket.socket, client_address: object) -> None:
-        """A connection that has sent something: to a pool thread, or closed if the pool is full."""
+    def _to_pool(self, request: socket.socket, client_address: object, head: bytes, web: WebConfig | None) -> None:
+        """A connection whose request head is in: to a pool thread, or closed if the pool is full."""
         if not self._slots.acquire(blocking=False):
-            self._refuse(request, f"requests in progress or queued ({WORKERS + QUEUED})")
+            self._count_refusal(f"requests in progress or queued ({WORKERS + QUEUED})")
+            self.shutdown_request(request)
             return
-        self._pool.submit(self._handle, request, client_address)
+        self._pool.submit(self._handle, request, client_address, head)
 
-    def _handle(self, request: socket.socket, client_address: object) -> None:
-        tls, web = self.tls, self.web  # one configuration per connection, whatever a reload does meanwhile
+    def _handle(self, request: socket.socket, client_address: object, head: bytes) -> None:
         try:
-            if tls is not None:
-                request = self._handshake(request, client_address, tls, web)
-            if request is not None:
-                self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
+            self.RequestHandlerClass(request, client_address, self, head)  # type: ignore[call-arg, arg-type]
+        except Exception as exc:
+            self.handle_error(request, client_address, exc)
         finally:
-            if request is not None:
-                self.shutdown_request(request)
+            self.shutdown_request(request)
             self._slots.release()
 
-    def _handshake(self, request: socket.socket, client_address: object, tls: ssl.SSLContext,
-                   web: WebConfig | None) -> ssl.SSLSocket | None:
-        """TLS on an accepted connection, on this pool thread: the socket wrapped, or None when the
-        connection was refused (and closed): not TLS, a failed handshake, a SAN not allowed."""
-        request.settimeout(self.read_timeout)
-        try:
-            first = request.recv(1, socket.MSG_PEEK)
-        except OSError:
-            first = b""
-        if not first or first[0] != _TLS_HANDSHAKE:
-            if first:  # plain HTTP (or anything else) on the TLS port: say so, as Go's servers do
-                log.debug("http: %s sent plain HTTP to the TLS port", client_address)
-                try:
-                    request.sendall(PLAIN_HTTP_ANSWER)
-                except OSError:
-                    pass
-            self.shutdown_request(request)
-            return None
-        connection = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
-        try:
-            connection.do_handshake()  # the read timeout bounds it
-            if web is not None and not web.allowed_peer(connection.getpeercert()):
-                log.debug("http: %s: client certificate has no SAN in client_allowed_sans", client_address)
-                raise ssl.SSLError("client certificate SAN not allowed")
-        except (OSError, ValueError) as exc:  # SSLError, timeouts, resets
-            log.debug("http: TLS handshake with %s failed: %s", client_address, exc)
-            self.shutdown_request(connection)
-            return None
-        return connection
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        log.debug("http: error serving %s", client_address, exc_info=True)  # timeouts, resets: not news
+    def handle_error(self, request: object, client_address: object,  # type: ignore[override]
+                     exc: BaseException | None = None) -> None:
+        exc = exc or sys.exc_info()[1]
+        _events.note("hangup", logging.INFO, "http: %s hung up or stalled mid-request: %s", _peer(client_address),
+                     _why(exc) if exc else "?")
 
     def server_close(self) -> None:
         self._room.stop()
@@ -303,6 +635,7 @@ def protect(app: Callable, current: Callable[[], WebConfig | None]) -> Callable:
     response headers on every answer, as the web configuration ``current()`` says at each request
     (a reload replaces it; None: neither)."""
     challenge = [("WWW-Authenticate", f'Basic realm="{REALM}"'), ("Content-Type", "text/plain")]
+    busy = [("Retry-After", "1"), ("Content-Type", "text/plain")]
 
     def protected(environ: dict, start_response: Callable) -> Iterable[bytes]:
         web = current()
@@ -313,10 +646,14 @@ def protect(app: Callable, current: Callable[[], WebConfig | None]) -> Callable:
         def respond(status: str, headers: list, exc_info: object = None) -> Callable:
             return start_response(status, list(headers) + extra, exc_info)
 
-        if (web.auth is not None and environ.get("PATH_INFO", "/") not in OPEN_PATHS
-                and not web.auth.check_header(environ.get("HTTP_AUTHORIZATION"))):
-            respond("401 Unauthorized", challenge)
-            return [b"401 Unauthorized: basic auth required\n"]
+        if web.auth is not None and environ.get("PATH_INFO", "/") not in OPEN_PATHS:
+            verdict = web.auth.verify(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR", ""))
+            if verdict == BUSY:  # not judged: a wrong-password flood is keeping bcrypt busy
+                respond("429 Too Many Requests", busy)
+                return [b"429 Too Many Requests: too many password checks at once, retry in a second\n"]
+            if verdict != OK:
+                respond("401 Unauthorized", challenge)
+                return [b"401 Unauthorized: basic auth required\n"]
         return app(environ, respond)
 
     return protected
@@ -349,7 +686,8 @@ class HttpServer:
 
     @property
     def rejected(self) -> int:
-        """Connections closed at once because the pool and its queue were full."""
+        """Connections closed unserved for want of room: displaced from a full waiting room, or refused
+        because the pool and its queue were full."""
         return self._server.rejected  # type: ignore[attr-defined]
 
     def shutdown(self) -> None:

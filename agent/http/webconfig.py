@@ -32,9 +32,9 @@ escaped); nothing else escapes :func:`load`, whatever the bytes (tests/test_fuzz
 
 YAML that a web configuration never needs and that makes a small file costly is refused: merge keys
 (``<<``, whose copies grow exponentially when merged mappings merge others) and keys that are lists
-or mappings.  bcrypt hashes must have a cost of at most 17 (htpasswd's limit): each step doubles a
-check, and at cost 31 one check, and the start (which makes a dummy hash of the highest cost), would
-take days.
+or mappings.  bcrypt hashes must have a cost of at most 12 (:data:`BCRYPT_COSTS`): each step doubles a
+check, which at 12 takes about 250 ms, at 17 seconds, and at 31 (and the start, which makes a dummy hash
+of the highest cost) days.
 
 **File permissions** (see :func:`sixdim.config.check_permissions`): this file and the client CA file
 decide who may scrape sixdim, so when a user other than their owner can change them (mode & 0o022,
@@ -57,6 +57,8 @@ import shlex
 import ssl
 import tempfile
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,9 +117,20 @@ _HTTP_KEYS = {"http2", "headers"}
 _TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
 
 BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
-BCRYPT_COSTS = (4, 17)
-"""The bcrypt costs accepted, as htpasswd's ``-C``: one more doubles every check (cost 10 takes about
-70 ms, 17 about 10 s, 31 days)."""
+BCRYPT_COSTS = (4, 12)
+"""The bcrypt costs accepted: one more doubles every check.  Measured on the development machine (2
+cores): cost 10 takes 66 ms, 11 117 ms, 12 254 ms (the highest accepted: ``bcrypt.gensalt()``'s default),
+13 533 ms, 14 966 ms, 17 7.8 s.  Above 12, a single wrong guess would hold a core for half a second
+or more; htpasswd accepts up to 17, exporter-toolkit any."""
+BCRYPT_CONCURRENT = 1
+"""bcrypt checks run at once (one core at most; exporter-toolkit serializes them too); a request that
+needs one more is answered 429 at once."""
+FAILED_CHECKS_BURST, FAILED_CHECK_INTERVAL = 5, 1.0
+"""Failed bcrypt checks a client address may cause: 5 at once, then one a second (429 meanwhile)."""
+FAILED_CACHE_SIZE = 4096
+"""Failed credentials (and client addresses with a failure) remembered, by SHA-256; the oldest go first."""
+OK, DENIED, BUSY = "ok", "denied", "busy"
+"""What :meth:`BasicAuth.verify` answers: the credentials are right; wrong or absent; not checked now."""
 
 WEB_CONFIG_ROLE = "it decides who may scrape sixdim"
 CLIENT_CA_ROLE = "it decides which client certificates may scrape sixdim"
@@ -169,14 +182,24 @@ def _error(path: str, key: str, expected: str, got: Any = None, *, detail: str =
 # --------------------------------------------------------------------------- basic auth
 
 class BasicAuth:
-    """``basic_auth_users``: user -> bcrypt hash, with successful checks cached.
+    """``basic_auth_users``: user -> bcrypt hash, with the CPU that checks can take bounded.
 
-    bcrypt costs about 70-100 ms per check at cost 10, by design; Prometheus scrapes every 15 s
-    with the same credentials.  As exporter-toolkit does, a check that succeeded is remembered as
-    the SHA-256 of (user, hash, password): the next request with the same credentials costs a
-    hash, not a bcrypt.  Failures are not cached (each wrong guess costs the guesser a bcrypt).
-    An unknown user is checked against a dummy hash, so its answer takes as long as a wrong
-    password's and does not tell which user names exist.
+    bcrypt costs about 250 ms per check at cost 12 (the highest accepted, :data:`BCRYPT_COSTS`), by
+    design; Prometheus scrapes every 15 s with the same credentials, and a flood of wrong passwords
+    must not take the CPU that scrapes and ``/healthz`` need.  So (the first two as exporter-toolkit does):
+
+    * every result is remembered by the SHA-256 of (user, hash, password): successes (the scraper's
+      credentials: the next scrape costs a hash, not a bcrypt) and, apart, the last
+      :data:`FAILED_CACHE_SIZE` failures (a wrong password tried again costs a hash too);
+    * at most :data:`BCRYPT_CONCURRENT` bcrypt checks run at once; :meth:`verify` answers
+      :data:`BUSY` at once (the server: ``429``) for a new credential beyond that, instead of queueing
+      a request thread behind the CPU;
+    * a client address may cause :data:`FAILED_CHECKS_BURST` failed checks at once, then one every
+      :data:`FAILED_CHECK_INTERVAL` (:data:`BUSY` meanwhile), so one host's guesses cannot keep bcrypt
+      busy for everyone.
+
+    An unknown user is checked against a dummy hash of the highest configured cost, so its answer
+    takes as long as a wrong password's and does not tell which user names exist.
     """
 
     CACHE_SIZE = 256
@@ -189,47 +212,92 @@ class BasicAuth:
         costs = [int(m.group(1)) for m in map(BCRYPT_HASH.match, users.values()) if m]
         self._dummy = bcrypt.hashpw(b"sixdim-no-such-user", bcrypt.gensalt(max(costs, default=10)))
         self._ok: set[bytes] = set()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
+        # client address -> (failed checks it may still cause, when that was counted): a token bucket
+        self._allowance: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
+        self._checks = threading.BoundedSemaphore(BCRYPT_CONCURRENT)
 
     @property
     def users(self) -> tuple[str, ...]:
         return tuple(self._users)
 
     def check(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s, waiting for a bcrypt slot if need be."""
+        return self._verify(user, password, "", wait=True) == OK
+
+    def check_header(self, authorization: str | None) -> bool:
+        """An ``Authorization: Basic ...`` header value (None when absent), waiting for a bcrypt slot."""
+        return self.verify(authorization, wait=True) == OK
+
+    def verify(self, authorization: str | None, client: str = "", *, wait: bool = False) -> str:
+        """:data:`OK`, :data:`DENIED` or (without ``wait``) :data:`BUSY` for an ``Authorization``
+        header value (None when absent) from the address ``client``."""
+        credentials = _basic_credentials(authorization)
+        if credentials is None:
+            return DENIED
+        return self._verify(*credentials, client, wait=wait)
+
+    def _verify(self, user: str, password: str, client: str, *, wait: bool) -> str:
         hashed = self._users.get(user)
         secret = password.encode("utf-8", "surrogateescape")
         key = hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed or b"", secret))).digest()
         with self._lock:
-            if hashed is not None and key in self._ok:
-                return True
+            if key in self._ok:
+                return OK
+            if key in self._failed:
+                self._failed.move_to_end(key)
+                return DENIED
+            if not wait and client and self._allowed(client, time.monotonic()) < 1:
+                return BUSY
+        if not self._checks.acquire(blocking=wait):
+            return BUSY
         try:
             ok = self._bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy)
         except ValueError:  # a password over bcrypt's 72 bytes: no hash can match it
             ok = False
-        if not ok or hashed is None:
-            return False
+        finally:
+            self._checks.release()
+        ok = ok and hashed is not None
         with self._lock:
-            if len(self._ok) >= self.CACHE_SIZE:
-                self._ok.clear()
-            self._ok.add(key)
-        return True
+            if ok:
+                if len(self._ok) >= self.CACHE_SIZE:
+                    self._ok.clear()
+                self._ok.add(key)
+                return OK
+            self._failed[key] = None
+            if len(self._failed) > FAILED_CACHE_SIZE:
+                self._failed.popitem(last=False)
+            if client:
+                now = time.monotonic()
+                self._allowance[client] = (self._allowed(client, now) - 1, now)
+                self._allowance.move_to_end(client)
+                if len(self._allowance) > FAILED_CACHE_SIZE:
+                    self._allowance.popitem(last=False)
+        return DENIED
 
-    def check_header(self, authorization: str | None) -> bool:
-        """An ``Authorization: Basic ...`` header value (None when absent)."""
-        import base64
-        import binascii
+    def _allowed(self, client: str, now: float) -> float:
+        """The failed checks ``client`` may cause now (under the lock)."""
+        tokens, since = self._allowance.get(client, (FAILED_CHECKS_BURST, now))
+        return min(FAILED_CHECKS_BURST, tokens + (now - since) / FAILED_CHECK_INTERVAL)
 
-        if not authorization:
-            return False
-        scheme, _, encoded = authorization.strip().partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, ValueError):
-            return False
-        user, sep, password = decoded.partition(":")
-        return bool(sep) and self.check(user, password)
+
+def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:
+    """(user, password) of a ``Basic`` header value; None when there is none, or it is malformed."""
+    import base64
+    import binascii
+
+    if not authorization:
+        return None
+    scheme, _, encoded = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else None
 
 
 # --------------------------------------------------------------------------- the configuration
@@ -467,9 +535,10 @@ def _users(value: Any, path: str) -> dict[str, str]:
                          detail=f"got {len(hashed)} characters starting {_one_line(hashed[:4])!r}; make one "
                          "with htpasswd -nBC 10 \"\" | tr -d ':\\n'")
         if not low <= int(match.group(1)) <= high:
-            raise _error(path, key, f"a bcrypt hash of cost {low} to {high} (htpasswd's range)",
+            raise _error(path, key, f"a bcrypt hash of cost {low} to {high}",
                          detail=f"its cost is {match.group(1)}: each step doubles the time of a check, about "
-                         "70 ms at 10; make one with htpasswd -nBC 10 \"\" | tr -d ':\\n'")
+                         "70 ms at 10, 250 ms at 12; a costlier one would let wrong guesses take the CPU; make "
+                         "one with htpasswd -nBC 10 \"\" | tr -d ':\\n'")
         users[user] = hashed
     return users
 

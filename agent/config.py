@@ -430,6 +430,71 @@ def check_permissions(path: str, status: os.stat_result, role: str, *, insecure:
     log.warning("%s; loaded anyway, as %s (or %s) says", error, INSECURE_PERMISSIONS_FLAG, INSECURE_PERMISSIONS_ENV)
 
 
+FOLDER_ROLES = {
+    "agent.state_dir": "it holds the worker records whose processes sixdim kills and whose results it records",
+    "agent.history": "it holds the history sixdim writes and exports, and its lock",
+}
+"""Why the state folder and the history's folder must be safe from other users."""
+
+
+def folder_problem(folder: str | Path, euid: int) -> tuple[Path, str, str] | None:
+    """What makes ``folder`` unsafe to keep the state or the history of a process whose effective user is
+    ``euid`` in: the folder found wanting, the problem and the command that fixes it; None when nothing does.
+
+    The folder itself (or, where it does not exist yet, the folder it would be made in) must be one that
+    neither its group nor others can write, even with a sticky bit (others could add a forged worker
+    record, or a link where a lock or history file goes); each folder above it one that others cannot
+    write unless it has the sticky bit (``/tmp``: there others cannot rename or remove what is not
+    theirs); and every one of them owned by root or by ``euid`` (its owner can change it at will).  The
+    rule for the folder itself is :func:`permission_problem`'s for the configuration file.  Symbolic
+    links in the path are resolved, so the folders judged are those used.  A folder that cannot be
+    looked at, or a part of the path that is a file, is not judged here: using it says why."""
+    path = Path(os.path.realpath(folder))
+    first = True
+    for part in (path, *path.parents):
+        try:
+            status = os.stat(part)
+        except FileNotFoundError:
+            continue  # made later, 0700, in the first folder that exists: judged as the folder itself
+        except OSError:
+            return None
+        if not stat.S_ISDIR(status.st_mode):
+            return None
+        if status.st_uid not in (0, euid):
+            who = "root" if euid == 0 else f"root or {_user_name(euid)}"
+            return part, f"owned by {_user_name(status.st_uid)}, not {who}: that user can change it", \
+                f"chown {'root' if euid == 0 else euid}"
+        writable = status.st_mode & (0o022 if first else 0o002)
+        if writable and (first or not status.st_mode & stat.S_ISVTX):
+            found = permission_problem(status.st_mode, status.st_uid, euid)
+            if found is not None:
+                return part, found[0].replace("write it", "write in it"), "chmod go-w" if first else "chmod o-w"
+        first = False
+    return None
+
+
+def check_folders(values: dict[str, Any], sources: dict[str, str], euid: int | None = None) -> None:
+    """Refuse (:class:`ConfigError`, one line) a state folder or history folder that another user can change
+    (:func:`folder_problem`): there, a local user could forge a worker record and make a root daemon kill
+    any process at its next start and record a forged result, or plant a link where a lock file goes.
+    Checked at every load, before anything is made in them; no escape hatch: choose another folder."""
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid < 0:
+        return
+    folders = (("agent.state_dir", Path(values["state_dir"])), ("agent.history", Path(values["history"]).parent))
+    for key, folder in folders:
+        found = folder_problem(folder, euid)
+        if found is None:
+            continue
+        part, problem, fix = found
+        named = "" if part == Path(os.path.realpath(folder)) else f" (in {part})"
+        raise ConfigError(sources.get(key, DEFAULT_SOURCE), key,
+                          f"a folder no other user can change, as {FOLDER_ROLES[key]}",
+                          detail=f"{folder}{named}: {problem}; fix: {fix} {shlex.quote(str(part))}, or choose "
+                                 f"another folder")
+
+
 def insecure_permissions_allowed(env: dict[str, str], flags: argparse.Namespace | None = None) -> bool:
     """The escape hatch: ``--insecure-config-permissions`` (``--no-...`` to override a variable), else
     ``SIXDIM_INSECURE_CONFIG_PERMISSIONS`` (true or false, as every boolean variable); off by default."""
@@ -533,6 +598,7 @@ def load(config_path: str | None = None, *, env: dict[str, str] | None = None,
     else:
         defaults = tomllib.loads(resources.files("sixdim").joinpath("default.toml").read_text())
         suites = _parse_suites(defaults["suites"], EMBEDDED_SOURCE)
+    check_folders(values, sources)
     return Config(suites=suites, source=source, sources=sources, insecure_config_permissions=insecure,
                   **values)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.core import exits
-from sixdim.core.files import write_atomically
+from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
 from sixdim.dashboards import build
 from sixdim.dashboards.grafana import dumps
 from sixdim.monitoring import options as monitoring_options
@@ -81,7 +81,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                              "names are replaced, nothing else is touched)")
     parser.add_argument("--configmap", metavar="FILE",
                         help="also write the dashboards as Kubernetes ConfigMaps labelled grafana_dashboard: \"1\" "
-                             "for the Grafana Helm chart's sidecar, one YAML file (its folder is created if missing)")
+                             "for the Grafana Helm chart's sidecar, one YAML file (its folder is created if missing; "
+                             "- is standard output)")
     monitoring_options.add_arguments(parser)
     parser.set_defaults(handler=command_dashboards)
 
@@ -100,18 +101,34 @@ def command_dashboards(args: argparse.Namespace) -> int:
             print(f"{name}  {board['title']} ({count} panels)")
         print("write them with --out DIR, or as Kubernetes ConfigMaps with --configmap FILE")
         return exits.OK
+    if args.out == STANDARD_OUTPUT:
+        print("sixdim: error: --out -: --out takes a folder, for one file per dashboard; standard output takes "
+              "one file: --configmap -", file=sys.stderr)
+        return exits.USAGE
     if args.out:
         folder = Path(args.out)
         if folder.exists() and not folder.is_dir():
             print(f"sixdim: error: --out {args.out}: not a folder", file=sys.stderr)
             return exits.USAGE
+    # every target checked before any is written: a device node, FIFO or link among them is refused, not replaced
+    targets = [("--out", folder / name) for name in texts] if args.out else []
+    if args.configmap and args.configmap != STANDARD_OUTPUT:
+        targets.append(("--configmap", Path(args.configmap)))
+    for flag, path in targets:
+        kind = special_kind(path)
+        if kind is not None:
+            print(f"sixdim: error: cannot write {flag} {path}: {NotARegularFile(path, kind)}", file=sys.stderr)
+            return exits.USAGE
+    if args.out:
         try:
             for name, text in texts.items():
                 write_atomically(folder / name, text)
         except OSError as exc:
             print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
             return exits.USAGE
-    if args.configmap:
+    if args.configmap == STANDARD_OUTPUT:
+        sys.stdout.write(configmap(options, texts))
+    elif args.configmap:
         try:
             write_atomically(args.configmap, configmap(options, texts))
         except OSError as exc:

@@ -4,8 +4,54 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+STANDARD_OUTPUT = "-"
+"""The file name that means standard output, for the commands that write one file."""
+
+_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
+class NotARegularFile(OSError):
+    """The target of :func:`write_atomically` exists and is not a regular file (a device node, a FIFO,
+    a socket, a folder or a symbolic link), which a rename would replace: the text names the path and
+    what it is.  An ``OSError``, so every caller's ``except OSError`` says it as a refusal."""
+
+    def __init__(self, path: str | Path, kind: str):
+        super().__init__(errno.EEXIST, f"{path} is {kind}, not a regular file: sixdim replaces only regular files")
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``a FIFO``, ``a character device``,
+    ``a symbolic link (to /proc/self/fd/1)``, ...), the link itself not followed; None when it is a
+    regular file or missing (or cannot be looked at: writing it says why)."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(status.st_mode):
+        return None
+    kind = _KINDS.get(stat.S_IFMT(status.st_mode), "a special file")
+    if stat.S_ISLNK(status.st_mode):
+        try:
+            kind += f" (to {os.readlink(path)})"
+        except OSError:
+            pass
+    return kind
+
+
+def refuse_special(path: str | Path) -> None:
+    """Raise :class:`NotARegularFile` when ``path`` exists and is not a regular file."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise NotARegularFile(path, kind)
 
 
 def make_folders(folder: str | Path, mode: int = 0o777) -> None:
@@ -25,8 +71,16 @@ def write_atomically(path: str | Path, text: str, *, make_folder: bool = True) -
     """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, so a reader
     (Prometheus reloading rules, Grafana's file provider, a browser) never sees half a file.
     ``make_folder`` creates missing parent folders; without it a missing folder is an ``OSError``.
-    The file gets mode 0644 and ``\\n`` line ends whatever the umask and the platform."""
+    The file gets mode 0644 and ``\\n`` line ends whatever the umask and the platform.
+
+    A target that exists and is not a regular file is refused (:class:`NotARegularFile`), as the rename
+    would replace it with one: a device node (a root ``--out /dev/null`` would have replaced
+    ``/dev/null``), a FIFO, a socket, a folder, or a symbolic link (to ``/proc/self/fd/1``, or one
+    another user planted to a file of theirs or of the system).  Checked before writing and again
+    just before the rename; what appears between that check and the rename is not (no rename can
+    make it atomic)."""
     target = Path(path)
+    refuse_special(target)
     folder = target.parent if str(target.parent) else Path(".")
     if make_folder:
         make_folders(folder)
@@ -35,6 +89,7 @@ def write_atomically(path: str | Path, text: str, *, make_folder: bool = True) -
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         os.chmod(temporary, 0o644)
+        refuse_special(target)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

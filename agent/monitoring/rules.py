@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from sixdim.core import exits
-from sixdim.core.files import write_atomically
+from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring import recording, yamltext
 from sixdim.monitoring.alerts import Alerts
@@ -93,11 +93,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "are such as 90m, 2h, 1d12h or 1.5d (whole seconds).",
         epilog="Exit codes: 0 ok; 2 a bad option value, or a file --out or --prometheus-rule cannot write.")
     rules.add_argument("--out", metavar="FILE",
-                       help="write the rules to FILE (its folder is created if missing) instead of standard output")
+                       help="write the rules to FILE (its folder is created if missing; an existing FILE must be a "
+                            "regular file, which is replaced whole) instead of standard output; - is standard output")
     rules.add_argument("--prometheus-rule", metavar="FILE",
                        help="write the same rule groups as a prometheus-operator PrometheusRule "
                             "(monitoring.coreos.com/v1) to FILE, for Kubernetes (its folder is created if missing); "
-                            "with --out too, both files are written, and with either nothing is printed")
+                            "with --out too, both files are written, and with either nothing is printed; - is standard "
+                            "output")
     monitoring_options.add_arguments(rules)
     rules.set_defaults(handler=command_rules)
 
@@ -113,12 +115,27 @@ def command_rules(args: argparse.Namespace) -> int:
     if not args.out and not args.prometheus_rule:
         sys.stdout.write(text)
         return exits.OK
-    for flag, path, content in (("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text)):
+    if args.out == args.prometheus_rule == STANDARD_OUTPUT:
+        print("sixdim: error: --out - and --prometheus-rule -: only one of them can go to standard output",
+              file=sys.stderr)
+        return exits.USAGE
+    targets = (("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text))
+    for flag, path, _ in targets:  # both checked before either is written
+        kind = special_kind(path) if path and path != STANDARD_OUTPUT else None
+        if kind is not None:
+            print(f"sixdim: error: cannot write {flag} {path}: {NotARegularFile(path, kind)}", file=sys.stderr)
+            return exits.USAGE
+    for flag, path, content in targets:
         if not path:
             continue
         try:
-            write_atomically(path, content)
+            if path == STANDARD_OUTPUT:
+                sys.stdout.write(content)
+            else:
+                write_atomically(path, content)
         except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
             print(f"sixdim: error: cannot write {flag} {path}: {exc.strerror or exc}", file=sys.stderr)
             return exits.USAGE
     return exits.OK

@@ -52,7 +52,7 @@ from typing import Any
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core import exits
 from sixdim.core.durations import EXAMPLES, duration_argument
-from sixdim.core.files import write_atomically
+from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
 from sixdim.verdicts.detector import settings_from
 
 INSTALL_HINT = "pip install -e '.[report]' in a checkout, or pip install 'sixdim[report]' from a wheel"
@@ -89,21 +89,31 @@ def command(args: argparse.Namespace) -> int:
         print(f"sixdim: error: {exc}", file=sys.stderr)
         return exits.USAGE
     config = load(args.config, flags=args)
+    to_stdout = args.file == STANDARD_OUTPUT
     folder = Path(args.file).parent
-    if not folder.is_dir():  # said before the history is read, not after
+    if not to_stdout and not folder.is_dir():  # said before the history is read, not after
         why = "is a file, not a folder" if folder.exists() else "does not exist"
         print(f"sixdim: error: cannot write {args.file}: {folder} {why}", file=sys.stderr)
+        return exits.USAGE
+    kind = None if to_stdout else special_kind(args.file)
+    if kind is not None:  # a FIFO, a device, a link: never replaced by a regular file (said before the work)
+        print(f"sixdim: error: cannot write {args.file}: {NotARegularFile(args.file, kind)}", file=sys.stderr)
         return exits.USAGE
     started = time.perf_counter()
     page, facts = build(config.history, since=args.since, settings=settings_from(config))
     try:
-        write_atomically(args.file, page, make_folder=False)
+        if to_stdout:
+            sys.stdout.write(page)
+            sys.stdout.flush()
+        else:
+            write_atomically(args.file, page, make_folder=False)
     except OSError as exc:
         print(f"sixdim: error: cannot write {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return exits.USAGE
     seconds = time.perf_counter() - started
-    print(f"wrote {args.file} ({len(page.encode()) / 1e6:.1f} MB): {facts['charts']} chart(s), "
-          f"{facts['runs']:,} runs of {facts['series']} series from {config.history} in {seconds:.1f} s")
+    print(f"wrote {'the page to standard output' if to_stdout else args.file} ({len(page.encode()) / 1e6:.1f} MB): "
+          f"{facts['charts']} chart(s), {facts['runs']:,} runs of {facts['series']} series from {config.history} "
+          f"in {seconds:.1f} s", file=sys.stderr if to_stdout else sys.stdout)
     return exits.OK
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -70,8 +71,13 @@ class FileLock:
 
     def try_acquire(self, holder: dict[str, Any]) -> bool:
         """Take the lock if it is free (True) and write ``holder`` into the file; False if taken."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+        # never through a link, never blocking on a FIFO: a planted lock file must not make root truncate another
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                     LOCK_FILE_MODE)
         try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
+                raise OSError(f"{self.path}: not a regular file of this user: sixdim does not take it as its lock")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
@@ -79,8 +85,12 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        try:  # a full disk (ENOSPC) must not leave the flock held by a descriptor no one closes
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
         return True
 

@@ -15,6 +15,12 @@ index, and a result already in the history is not written twice; the agent's tel
 lost), and the suite run's one :class:`sixdim.core.results.Interruption` with :data:`DIED_REASON`,
 counting the case it was in and every case after it (the record holds the suite's case count and
 how many had ended before this worker), none of which is recorded as a run.
+
+**Trust.**  A record is acted on only if no other user could have written it: the state folder and
+the records' folder must be safe from other users (:func:`sixdim.config.folder_problem`), and each
+record folder and file this process's user's own, not a link, and not writable by group or others;
+anything else is logged and left alone.  Even then the worker PID is signalled only when the
+process is provably the worker (:func:`is_the_worker`: start time, owner and the run's tag).
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sixdim.config import folder_problem
 from sixdim.core.results import INTERRUPTED
 from sixdim.run import proctree
 from sixdim.run.devices import Device
-from sixdim.run.instance import STATE_DIR_MODE, ensure_state_dir
+from sixdim.run.instance import STATE_DIR_MODE, InstanceError, ensure_state_dir
 from sixdim.workloads.spec import Case, WorkloadSpec
 
 log = logging.getLogger(__name__)
@@ -106,6 +114,15 @@ class WorkerRecords:
 
     def __init__(self, state_dir: str | Path, command: str, history: str = ""):
         self.folder = ensure_state_dir(Path(state_dir) / WORKERS)
+        # the configuration's check (sixdim.config.check_folders), for callers without one: the state folder
+        # itself, then the records' folder in it
+        found = folder_problem(state_dir, os.geteuid()) or folder_problem(self.folder, os.geteuid())
+        if found is not None:
+            part, problem, fix = found
+            raise InstanceError(f"cannot trust the worker records in {self.folder}: {part}: {problem} (another user "
+                                f"could forge a record, and make sixdim kill a process of theirs choosing); fix: "
+                                f"{fix} {part}, or choose another folder with --state-dir, SIXDIM_STATE_DIR or "
+                                f"agent.state_dir")
         self.command = command
         self.history = history
 
@@ -134,10 +151,26 @@ class WorkerRecords:
         (a second sixdim starting at the same time skips them)."""
         found = []
         for folder in sorted(self.folder.iterdir()) if self.folder.is_dir() else []:
+            why = _untrusted_folder(folder)
+            if why:
+                log.warning("worker record %s is not trusted (%s): not a record this sixdim's user wrote; left "
+                            "alone, nothing it names is stopped or recorded", folder, why)
+                continue
             try:
-                fd = os.open(folder / RECORD, os.O_RDWR | os.O_CLOEXEC)
-            except OSError:  # no record: the agent died before writing it; nothing ran
+                fd = os.open(folder / RECORD, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except FileNotFoundError:  # no record: the agent died before writing it; nothing ran
                 shutil.rmtree(folder, ignore_errors=True)
+                continue
+            except OSError as exc:  # a link (ELOOP), or unreadable
+                log.warning("worker record %s is not trusted (%s %s): left alone, nothing it names is stopped or "
+                            "recorded", folder, RECORD, "is a symbolic link" if os.path.islink(folder / RECORD)
+                            else f"cannot be opened: {exc.strerror or exc}")
+                continue
+            why = _untrusted_file(os.fstat(fd))
+            if why:
+                os.close(fd)
+                log.warning("worker record %s is not trusted (%s %s): not a record this sixdim's user wrote; left "
+                            "alone, nothing it names is stopped or recorded", folder, RECORD, why)
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,22 +181,100 @@ class WorkerRecords:
         return found
 
 
-def read_record(folder: Path) -> WorkerRecord | None:
-    """A record folder's record; None (with a warning) when it cannot be read: a record is
-    written whole and fsynced before its worker starts, so an unreadable one ran nothing."""
+def _untrusted_folder(folder: Path) -> str:
+    """Why a record folder cannot be one this process's user made (empty when it can): a link, not a
+    folder, another user's, or one its group or others can write (records are made 0700)."""
     try:
-        data = json.loads((folder / RECORD).read_text())
+        status = os.lstat(folder)
+    except OSError as exc:
+        return f"cannot be looked at: {exc.strerror or exc}"
+    if stat.S_ISLNK(status.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(status.st_mode):
+        return "not a folder"
+    return _owner_and_mode(status)
+
+
+def _untrusted_file(status: os.stat_result) -> str:
+    """Why an opened record file cannot be one this process's user wrote (empty when it can)."""
+    if not stat.S_ISREG(status.st_mode):
+        return "is not a regular file"
+    return _owner_and_mode(status)
+
+
+def _owner_and_mode(status: os.stat_result) -> str:
+    if status.st_uid != os.geteuid():
+        return f"owned by uid {status.st_uid}, not {os.geteuid()}"
+    if status.st_mode & 0o022:
+        return f"mode {stat.S_IMODE(status.st_mode):04o}: its group or others can write it"
+    return ""
+
+
+def read_record(folder: Path) -> WorkerRecord | None:
+    """A record folder's record; None (with a warning) when it cannot be read, or is not a file this
+    process's user wrote (a link, another user's, one others can write): a record is written whole and
+    fsynced before its worker starts, so an unreadable one ran nothing."""
+    try:
+        why = _untrusted_folder(folder)
+        if why:
+            raise ValueError(f"the folder is not trusted: {why}")
+        fd = os.open(folder / RECORD, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as handle:
+            why = _untrusted_file(os.fstat(handle.fileno()))
+            if why:
+                raise ValueError(f"{RECORD} is not trusted: {why}")
+            data = json.loads(handle.read())
         return WorkerRecord(**data)
     except (OSError, ValueError, TypeError) as exc:
         log.warning("worker record %s cannot be read (%s); removing it", folder, exc)
         return None
 
 
+def is_the_worker(record: WorkerRecord) -> bool:
+    """Whether the record's worker PID is, now, the process the record describes, so that signalling it
+    can hit nothing else: alive, started at the recorded start time (``/proc/PID/stat``; a reused PID has
+    another), owned by this process's user (as every worker this agent starts), and carrying the run's tag
+    in its environment (:data:`sixdim.run.proctree.TAG_VARIABLE`, given to every worker at its start).  A
+    record that gives no start time proves nothing."""
+    pid, started = record.worker_pid, record.worker_start_time
+    if not pid or pid <= 0 or not started or not record.tag or pid == os.getpid():
+        return False
+    process = proctree.read_stat(pid)
+    if process is None or process.start_time != started or process.state in ("Z", "X"):
+        return False
+    try:
+        if os.stat(f"{proctree.PROC}/{pid}").st_uid != os.geteuid():
+            return False
+    except OSError:
+        return False
+    if f"{proctree.TAG_VARIABLE}={record.tag}".encode() not in _environment(pid).split(b"\0"):
+        return False
+    return proctree.start_time(pid) == started  # still the same process after the looks
+
+
+def _environment(pid: int, wait: float = 0.5) -> bytes:
+    """``/proc/PID/environ``; b"" when it cannot be read.  Read empty, it is read again for up to ``wait``
+    seconds: a process in the middle of ``execve`` shows none for a moment (the kernel sets the new one up
+    after the point where ``subprocess.Popen`` returns)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with open(f"{proctree.PROC}/{pid}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            return b""
+        if environ or time.monotonic() >= deadline:
+            return environ
+        time.sleep(0.01)
+
+
 def stop_left_behind(record: WorkerRecord) -> list[int]:
-    """Kill every process of a dead agent's run: the worker's tree, if the worker is still the same
-    process, and anything carrying the run's tag."""
-    root = record.worker_pid if record.worker_pid and proctree.alive(record.worker_pid,
-                                                                     record.worker_start_time) else None
+    """Kill every process of a dead agent's run: the worker's tree, if the worker is still the process
+    the record describes (:func:`is_the_worker`), and anything carrying the run's tag."""
+    root = record.worker_pid if is_the_worker(record) else None
+    if record.worker_pid and root is None:
+        log.info("worker record %s: PID %d is not the worker it recorded (gone, or another process now); not "
+                 "signalled", record.tag, record.worker_pid)
     killed = proctree.stop_run(root, record.tag)
     proctree.wait_gone(killed, 5.0)
     return killed

@@ -36,7 +36,9 @@ commands of ``command`` workloads and their output), so it is its owner's alone:
 created mode 0600 (created empty before SQLite opens it, as SQLite would make it 0644 under the
 usual umask; SQLite then gives its -wal and -shm files the database's mode), the spool file too, and
 a folder the agent creates for it 0700.  A database, -wal, -shm or spool file found with group or
-other permission bits loses them (0644 becomes 0600) when the agent's user owns it, with a warning.
+other permission bits loses them (0644 becomes 0600) when the agent's user owns it, with a warning,
+through a descriptor opened without following a link: a symbolic link where one of these files
+should be (which neither sixdim nor SQLite makes) is refused with a :class:`HistoryError`.
 """
 
 from __future__ import annotations
@@ -267,6 +269,8 @@ class History:
         self._up = True
         self._spool_warned = False
         self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+        """The device and inode of the file ``_conn`` has open, to notice it deleted or replaced."""
         try:
             self._conn = self._open()
         except HistoryError as exc:
@@ -281,12 +285,30 @@ class History:
 
     # ------------------------------------------------------------------ opening
     def _connect(self) -> sqlite3.Connection:
+        self._refuse_links()
         for suffix in ("", "-wal", "-shm"):  # files an earlier sixdim (or SQLite's 0644) left readable
             tighten(Path(str(self.path) + suffix))
         create_private(self.path)
         db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=OPEN_TIMEOUT_SECONDS)
         db.row_factory = sqlite3.Row
         return db
+
+    def _refuse_links(self) -> None:
+        """A :class:`HistoryError` where the database, its -wal or -shm file or the spool is a symbolic
+        link: neither sixdim nor SQLite makes one, and one planted in a folder others can write would
+        make this process (root, for a daemon) write, or change the mode of, the file it points at.
+        A link to the history's folder, or above it, is fine: only the files themselves are looked at."""
+        for path in (self.path, Path(str(self.path) + "-wal"), Path(str(self.path) + "-shm"), self.spool_path):
+            if not path.is_symlink():
+                continue
+            try:
+                target = f" (to {os.readlink(path)})"
+            except OSError:
+                target = ""
+            raise HistoryError(f"{path} is a symbolic link{target}, which neither sixdim nor SQLite makes: refusing "
+                               f"to write through it (a link planted beside the history would make sixdim change the "
+                               f"file it points at); remove it if you did not make it, and give the real file with "
+                               f"--history, SIXDIM_HISTORY or agent.history")
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -299,13 +321,13 @@ class History:
                 db = self._connect()
                 self._check(db)
                 self._prepare(db)
-                return db
             except _Broken as broken:
                 db.close()
                 self._move_aside(str(broken))
                 db = self._connect()
                 self._prepare(db)
-                return db
+            self._identity = self._file_identity()
+            return db
         except HistoryError:
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -352,10 +374,64 @@ class History:
         log.error("history database %s is unusable (%s); moved it to %s and started a new one",
                   self.path, why, target)
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        """The device and inode of the file at the history's path now; None where there is none."""
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return status.st_dev, status.st_ino
+
+    def _follow_path_locked(self) -> None:
+        """Before a write: when the file at the history's path is no longer the one open (``rm
+        history.db``, or another file renamed over it), SQLite would go on writing to the old one, and
+        a deleted one's results would be lost when the process ends.  Log one warning and open the path
+        again (a new database where the file is gone), the ids going on after the old file's, so a reader
+        asking for the rows after the last id it saw (the board) finds the new ones.  A ``stat`` per write:
+        cheap.  A path that cannot be looked at (a folder that lost its permissions) is left to the write."""
+        if self._conn is None or self._identity is None:
+            return
+        try:
+            now = self._file_identity()
+        except OSError:
+            return
+        if now == self._identity:
+            return
+        sequences: list[tuple[str, int]] = []
+        try:
+            sequences = [(str(name), int(seq)) for name, seq in
+                         self._conn.execute("SELECT name, seq FROM sqlite_sequence").fetchall()]
+        except sqlite3.Error:
+            pass
+        log.warning("history: %s was %s while this sixdim had it open; results from now on go to %s",
+                    self.path, "deleted" if now is None else "replaced by another file",
+                    "a new database there" if now is None else "that file")
+        try:
+            self._conn.close()  # the last connection's close checkpoints into the old file and removes its -wal
+        except sqlite3.Error:
+            pass
+        self._conn, self._identity = None, None
+        if now is None:  # a -wal or -shm still there is the deleted database's: a new one must not replay it
+            for suffix in ("-wal", "-shm"):
+                try:
+                    Path(str(self.path) + suffix).unlink(missing_ok=True)
+                except OSError:
+                    pass
+        try:
+            self._conn = self._open()
+        except HistoryError as exc:
+            raise sqlite3.OperationalError(f"cannot open the history again ({exc})") from None
+        with self._conn:  # the ids go on where the old file's ended
+            for name, seq in sequences:
+                self._conn.execute("INSERT INTO sqlite_sequence (name, seq) SELECT ?, 0 WHERE NOT EXISTS "
+                                   "(SELECT 1 FROM sqlite_sequence WHERE name = ?)", (name, name))
+                self._conn.execute("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = ?", (seq, name))
+
     def _present_but_unwritable(self) -> bool:
         """A history that exists and can be read, in a folder that cannot be written (a read-only
         mount): the agent runs on and queues results; anything else that cannot be opened is an error."""
-        return self.path.is_file() and os.access(self.path, os.R_OK) and not os.access(self.path.parent, os.W_OK)
+        return (not self.path.is_symlink() and self.path.is_file() and os.access(self.path, os.R_OK)
+                and not os.access(self.path.parent, os.W_OK))
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -422,6 +498,7 @@ class History:
         """Write every queued result in one transaction; True if the queue is now empty."""
         batch = list(self._pending)
         try:
+            self._follow_path_locked()
             if self._conn is None:  # not opened at start (read-only): try again now
                 try:
                     self._conn = self._open()
@@ -466,7 +543,8 @@ class History:
         if isinstance(record, Interruption):
             data["kind"] = INTERRUPTION_KIND
         try:
-            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         FILE_MODE)  # never through a link planted as the spool
             with open(fd, "a", encoding="utf-8") as spool:
                 spool.write(json.dumps(data, sort_keys=True) + "\n")
                 spool.flush()
@@ -487,7 +565,11 @@ class History:
         """Queue the results an earlier process spooled and never wrote (a locked or full database)."""
         tighten(self.spool_path)
         try:
-            lines = self.spool_path.read_text(encoding="utf-8").splitlines()
+            fd = os.open(self.spool_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with open(fd, encoding="utf-8") as spool:
+                if not stat.S_ISREG(os.fstat(spool.fileno()).st_mode):
+                    raise OSError(f"{self.spool_path} is not a regular file")
+                lines = spool.read().splitlines()
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -693,22 +775,47 @@ def create_private(path: Path) -> None:
 def tighten(path: Path) -> None:
     """Take the group's and others' permission bits off a history file (0644 becomes 0600; a 0444 file
     becomes 0400, not writable), with a warning, when this process's user owns it; leave alone a file
-    that is missing, not ours (another user's history is theirs to fix) or on a read-only mount
-    (warned about)."""
+    that is missing, not ours (another user's history is theirs to fix), not a regular file, or on a
+    read-only mount (warned about).
+
+    Never through a symbolic link (logged and left alone: a link planted in a shared folder would make
+    a root daemon chmod any file): the mode is changed with ``fchmod`` on a descriptor opened with
+    ``O_NOFOLLOW`` (Linux has no ``lchmod``), after checking that what was opened is the regular file
+    ``lstat`` saw, of this user.  ``O_NONBLOCK``: a FIFO put there does not block the open."""
     try:
-        status = os.stat(path)
+        seen = os.lstat(path)
     except OSError:
         return  # missing, or unreadable: opening it says why
-    mode = stat.S_IMODE(status.st_mode)
-    if not stat.S_ISREG(status.st_mode) or not mode & 0o077 or status.st_uid != os.geteuid():
+    if stat.S_ISLNK(seen.st_mode):
+        log.warning("history: %s is a symbolic link, which neither sixdim nor SQLite makes; the mode of what it "
+                    "points at is left alone", path)
+        return
+    mode = stat.S_IMODE(seen.st_mode)
+    if not stat.S_ISREG(seen.st_mode) or not mode & 0o077 or seen.st_uid != os.geteuid():
         return
     private = mode & ~0o077
     try:
-        os.chmod(path, private)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
                     path, mode, private, exc.strerror or exc)
         return
+    try:
+        status = os.fstat(fd)
+        if (status.st_dev, status.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(status.st_mode) \
+                or status.st_uid != os.geteuid():
+            return  # replaced between the look and the open: not what was checked
+        mode = stat.S_IMODE(status.st_mode)
+        if not mode & 0o077:
+            return
+        private = mode & ~0o077
+        os.fchmod(fd, private)
+    except OSError as exc:
+        log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
+                    path, mode, private, exc.strerror or exc)
+        return
+    finally:
+        os.close(fd)
     log.warning("history: %s was mode %04o (its group or others could read it); made it %04o", path, mode, private)
 
 

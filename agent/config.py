@@ -451,10 +451,12 @@ def folder_problem(folder: str | Path, euid: int) -> tuple[Path, str, str] | Non
     looked at, or a part of the path that is a file, is not judged here: using it says why."""
     path = Path(os.path.realpath(folder))
     first = True
+    missing = False
     for part in (path, *path.parents):
         try:
             status = os.stat(part)
         except FileNotFoundError:
+            missing = True
             continue  # made later, 0700, in the first folder that exists: judged as the folder itself
         except OSError:
             return None
@@ -467,6 +469,9 @@ def folder_problem(folder: str | Path, euid: int) -> tuple[Path, str, str] | Non
         writable = status.st_mode & (0o022 if first else 0o002)
         if writable and (first or not status.st_mode & stat.S_ISVTX):
             found = permission_problem(status.st_mode, status.st_uid, euid)
+            if found is not None and first and missing:  # /tmp/new: another user could make it first
+                return path, (f"it does not exist yet, and {part} ({found[0].split(':')[0]}) lets other users "
+                              "make it before sixdim does"), "mkdir -m 0700 -p"
             if found is not None:
                 return part, found[0].replace("write it", "write in it"), "chmod go-w" if first else "chmod o-w"
         first = False

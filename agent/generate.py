@@ -52,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         epilog="Exit codes: 0 written (or, with --check, all current); 1 with --check, some file is stale; 2 bad "
                "usage or a file it cannot write.")
     parser.add_argument("--root", metavar="DIR", default=".",
-                        help="the folder the paths are relative to (default: the current folder)")
+                        help="the folder the paths are relative to (default: the current folder; made if missing)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each file that is not what would be written")
     monitoring_options.add_arguments(parser)
@@ -61,8 +61,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def command_generate(args: argparse.Namespace) -> int:
     root = Path(args.root)
-    if not root.is_dir():
-        print(f"sixdim: error: --root {args.root}: not a folder", file=sys.stderr)
+    if root.exists() and not root.is_dir() or args.check and not root.is_dir():
+        # a missing folder is made when writing (as rules --out and dashboards --out do); --check writes nothing
+        print(f"sixdim: error: --root {args.root}: {'not a folder' if root.exists() else 'no such folder'}",
+              file=sys.stderr)
         return exits.USAGE
     try:
         options = monitoring_options.from_args(args)

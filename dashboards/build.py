@@ -45,16 +45,13 @@ from sixdim.dashboards.promql import (
     PromQL,
     quote,
 )
+from sixdim.dashboards.uids import AGENT, CORRECTNESS, FLEET, GPU_DETAIL, SCALING, UIDS, VERSIONS  # noqa: F401
 from sixdim.monitoring import alerts, recording
 from sixdim.monitoring.options import Options
 from sixdim.monitoring.promql import REGRESSION
 
 TAG = "sixdim"
 
-FLEET, GPU_DETAIL, VERSIONS, SCALING, CORRECTNESS, AGENT = (
-    "sixdim-fleet", "sixdim-gpu", "sixdim-versions", "sixdim-scaling", "sixdim-correctness", "sixdim-agent")
-UIDS = (FLEET, GPU_DETAIL, VERSIONS, SCALING, CORRECTNESS, AGENT)
-"""The dashboards' fixed uids, which are also their file names (``<uid>.json``)."""
 
 VERSION_POINTS = 500
 """The Versions tables read each series at most this many times over the time range (a subquery at

@@ -15,11 +15,12 @@ from typing import Any
 
 from sixdim.core import exits
 from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
-from sixdim.dashboards import build
-from sixdim.dashboards.grafana import dumps
+from sixdim.dashboards.uids import UIDS
 from sixdim.monitoring import options as monitoring_options
-from sixdim.monitoring import yamltext
 from sixdim.monitoring.options import Options
+
+# dashboards/build.py (grafanalib) and the YAML writer are imported where a dashboard is made, not
+# here: every `sixdim` command builds this module's parser, and none but these should pay for them.
 
 COMMITTED_DIR = "dashboards/json"
 COMMITTED_CONFIGMAP = "deploy/k8s/base/grafana-dashboards-configmap.yaml"
@@ -33,6 +34,9 @@ FOLDER_ANNOTATION = ("grafana_folder", "sixdim")
 
 def files(options: Options | None = None) -> dict[str, str]:
     """Each dashboard's JSON text by file name (``sixdim-fleet.json``, ...)."""
+    from sixdim.dashboards import build
+    from sixdim.dashboards.grafana import dumps
+
     return {name: dumps(board) for name, board in build.dashboards(options).items()}
 
 
@@ -40,6 +44,8 @@ def configmap(options: Options | None = None, texts: dict[str, str] | None = Non
     """One ConfigMap per dashboard (each well under the 256 KiB that client-side ``kubectl apply``
     can annotate), labelled for the Grafana sidecar's discovery, as one multi-document YAML file.
     ``texts``: the dashboards' JSON (:func:`files`) where the caller has them already."""
+    from sixdim.monitoring import yamltext
+
     options = options or Options()
     header = [
         "# Grafana dashboards for sixdim as ConfigMaps for the Grafana Helm chart's dashboard sidecar",
@@ -68,7 +74,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "dashboards", help="write the Grafana dashboards generated from the metric catalog",
         description="Write the Grafana dashboards for sixdim, generated with grafanalib from the metric catalog, "
-                    "one JSON file per dashboard: " + ", ".join(f"{uid}.json" for uid in build.UIDS) + " (fleet "
+                    "one JSON file per dashboard: " + ", ".join(f"{uid}.json" for uid in UIDS) + " (fleet "
                     "overview, GPU detail, versions, scaling and communication, correctness and stability, agent "
                     "health). Each has a datasource variable (import it, or provision it with Grafana's file "
                     "provider: deploy/grafana/provisioning/) and host, model, GPU, workload and precision "
@@ -88,6 +94,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def command_dashboards(args: argparse.Namespace) -> int:
+    from sixdim.dashboards import build
+    from sixdim.dashboards.grafana import dumps
+
     try:
         options = monitoring_options.from_args(args)
         boards: dict[str, Any] = build.dashboards(options)

@@ -46,14 +46,20 @@ def test_check_names_each_stale_or_missing_file_and_writes_nothing(tmp_path, cap
     assert (tmp_path / rules.COMMITTED).read_text() == "groups: []\n"
 
 
-def test_generate_refuses_a_missing_root_and_a_bad_option(tmp_path, capsys):
-    assert cli.main(["generate", "--root", str(tmp_path / "nowhere")]) == 2
+def test_generate_makes_a_missing_root_and_refuses_a_file_and_a_bad_option(tmp_path, capsys):
+    """As the README's walk does it on a fresh machine: --root names a folder that is not there yet."""
+    assert cli.main(["generate", "--root", str(tmp_path / "new" / "folder")]) == 0
+    assert (tmp_path / "new" / "folder" / rules.COMMITTED).is_file()
+    assert cli.main(["generate", "--check", "--root", str(tmp_path / "nowhere")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert cli.main(["generate", "--root", str(tmp_path / "file")]) == 2
     assert "not a folder" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit:
-        cli.main(["generate", "--root", str(tmp_path), "--peer-ratio", "1.5"])
+        cli.main(["generate", "--root", str(tmp_path / "bad"), "--peer-ratio", "1.5"])
     assert exit.value.code == 2
     assert "--peer-ratio: expected a ratio between 0 and 1" in capsys.readouterr().err
-    assert not any(tmp_path.iterdir())  # nothing written
+    assert not (tmp_path / "bad").exists()  # nothing written
 
 
 def _thresholds(text: str) -> set[str]:

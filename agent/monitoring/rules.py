@@ -17,9 +17,10 @@ from typing import Any
 from sixdim.core import exits
 from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
 from sixdim.monitoring import options as monitoring_options
-from sixdim.monitoring import recording, yamltext
-from sixdim.monitoring.alerts import Alerts
 from sixdim.monitoring.options import Options
+
+# The rules themselves (alerts, recording rules) and the YAML writer are imported where rules are made:
+# every `sixdim` command builds this module's parser, and none but these should pay for them.
 
 COMMITTED = "deploy/prometheus/sixdim-rules.yml"
 """Where the rules generated with the default options are committed (a test keeps it current)."""
@@ -32,6 +33,9 @@ PROMETHEUS_RULE_NAME = "sixdim"
 
 def groups(options: Options | None = None) -> list[dict[str, Any]]:
     """The rule groups as data (what :func:`render` writes): the recording rules first, then the alerts."""
+    from sixdim.monitoring import recording
+    from sixdim.monitoring.alerts import Alerts
+
     options = options or Options()
     return [recording.group(options), *Alerts(options).groups()]
 
@@ -46,6 +50,8 @@ def render(options: Options | None = None) -> str:
         f"# Options: {options.as_flags()}",
         "# Runbooks: docs/ALERTS.md. Alertmanager example: deploy/alertmanager/alertmanager.yml.",
     ]
+    from sixdim.monitoring import yamltext
+
     return "\n".join(out) + "\n" + yamltext.dump({"groups": groups(options)})
 
 
@@ -72,6 +78,8 @@ def prometheus_rule(options: Options | None = None) -> str:
         },
         "spec": {"groups": groups(options)},
     }
+    from sixdim.monitoring import yamltext
+
     return "\n".join(out) + "\n" + yamltext.dump(document)
 
 

@@ -53,7 +53,6 @@ from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core import exits
 from sixdim.core.durations import EXAMPLES, duration_argument
 from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
-from sixdim.verdicts.detector import settings_from
 
 INSTALL_HINT = "pip install -e '.[report]' in a checkout, or pip install 'sixdim[report]' from a wheel"
 """What to install when plotly is missing (the optional extra)."""
@@ -100,6 +99,8 @@ def command(args: argparse.Namespace) -> int:
         print(f"sixdim: error: cannot write {args.file}: {NotARegularFile(args.file, kind)}", file=sys.stderr)
         return exits.USAGE
     started = time.perf_counter()
+    from sixdim.verdicts.detector import settings_from
+
     page, facts = build(config.history, since=args.since, settings=settings_from(config))
     try:
         if to_stdout:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -205,31 +206,63 @@ def test_the_catalog_gives_per_shape_results_a_suite_label_and_verdicts_none():
 
 # ---------------------------------------------------------------------------- the report
 
-def test_the_report_keeps_differently_configured_suites_apart(tmp_path):
-    """Two launch-latency suites (2,000 and 500 launches) are two series in the report's trend, not one line
-    that reads as a 2.5x regression; memory bandwidth's row is over the newest shape set."""
-    from sixdim.report.data import read
-    from sixdim.report.model import Report
+@pytest.fixture(scope="module")
+def mixed_history(tmp_path_factory) -> str:
+    """Ten hourly launch-latency runs alternating between a 500-launch suite (2.5x slower per launch) and a
+    2,000-launch one, and a memory-bandwidth suite changed from 64 MiB to 4 MiB copies."""
     from sixdim.store.history import History
 
-    path = str(tmp_path / "history.db")
+    path = str(tmp_path_factory.mktemp("mixed") / "history.db")
     history = History(path)
-    launches = registry.LAUNCH_LATENCY
-    copies = registry.MEMORY_BANDWIDTH
     rows: list[RunRecord] = []
     for n, at in zip(itertools.count(), range(0, 36000, 3600)):
-        rows += records(launches, {"kinds": ["launch"], "launches_per_round": 2000 if n % 2 else 500},
+        rows += records(registry.LAUNCH_LATENCY, {"kinds": ["launch"], "launches_per_round": 2000 if n % 2 else 500},
                         "quick" if n % 2 else "nightly", 1000.0 + at, 1.0 if n % 2 else 0.4)
+    copies = registry.MEMORY_BANDWIDTH
     rows += records(copies, {"size_bytes": 64 * 2**20, "directions": ["d2d"]}, "nightly", 1000.0, 1.0)
     rows += records(copies, {"size_bytes": 4 * 2**20, "directions": ["d2d"]}, "nightly", 9000.0, 1.0)
     for record in rows:
         record.id = None
         history.add(record)
     history.close()
-    report = Report(read(path, keep_recent=10), now=50000.0)
+    return path
+
+
+def test_the_report_keeps_differently_configured_suites_apart(mixed_history):
+    """Two launch-latency suites (2,000 and 500 launches) are two series in the report, not one line
+    that reads as a 2.5x regression; memory bandwidth's row is over the newest shape set."""
+    from sixdim.report.data import read
+    from sixdim.report.model import Report
+
+    report = Report(read(mixed_history, keep_recent=10), now=50000.0)
     latency = [key for key in report.data.series if key.workload == "launch_latency"]
     assert sorted(k.shape for k in latency) == ["elements=1", "elements=1,launches_per_round=500"]
     [bandwidth] = [row for row in report.dimensions() if row["group"][0] == "memory_bandwidth"]
     assert bandwidth["shapes"] == 1
     assert bandwidth["values"]["bytes_per_second"] == pytest.approx(4 * 2**20)
     assert json.loads(json.dumps(bandwidth["values"]))  # plain numbers
+
+
+@pytest.mark.slow
+def test_in_chromium_the_launch_latency_chart_shows_no_false_regression(mixed_history, tmp_path, capsys):
+    """The page as a person sees it: the launch-latency chart, drawn by plotly in headless Chromium, stays
+    within 10% over the ten runs (on the previous code its one line swung 2.5x between the two suites)."""
+    pytest.importorskip("plotly")
+    from sixdim.report.html import build
+    from tests.conftest import required_tool
+    from tests.test_html_report import console_messages, errors_in, open_in_chromium
+    from tests.test_report_short_history import PROBE, _artifacts
+
+    chromium = required_tool("chromium", "chromium")
+    page, _ = build(mixed_history, now=50000.0)
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", PROBE, 1))
+    png = _artifacts(tmp_path) / "report-two-suites.png"
+    dom, stderr = open_in_chromium(chromium, probed, screenshot=png, window="1400,2400")
+    with capsys.disabled():
+        print(f"\nHTML report of two differently configured suites (headless Chromium): {png}")
+    assert console_messages(stderr) == [] and errors_in(dom) == 0
+    charts = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1))
+    [latency] = [c for c in charts if len(c["y"]) == 10]  # the ten launch-latency runs
+    assert max(latency["y"]) / min(latency["y"]) < 1.1, latency["y"]
+    assert "launches_per_round=500" in dom  # the per-shape table names both series

@@ -567,16 +567,24 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
             records.extend(parts.executor.execute_many(entries, device, suite=args.suite or "", timeout=seconds,
                                                        on_progress=show))
             progress.clear()
-        waiting = parts.history.retry_pending()
+        parts.history.retry_pending()
+        kept = parts.executor.kept()  # the worker records that keep what the history could not take
+        waiting = parts.history.waiting()
         parts.history.close()
         interruptions = [run.interruption for device in targets
                          if (run := parts.executor.progress.last(args.suite or "", device)) is not None
                          and run.interruption is not None]
         _report(args, config, records, interruptions)
-        if waiting:
-            print(f"sixdim: warning: {waiting} result(s) could not be written to {config.history} (see the warning "
-                  f"above); they are kept in {parts.history.spool_path} and written by the next sixdim that opens "
-                  f"this history", file=sys.stderr)
+        in_records = sum(count for _, count in kept)
+        total = max(waiting.results, in_records + waiting.spooled)
+        if total:
+            places = [f"{folder} ({count})" for folder, count in kept]
+            places += [f"{parts.history.spool_path} ({waiting.spooled})"] if waiting.spooled else []
+            lost = total - in_records - waiting.spooled
+            print(f"sixdim: warning: {total} result(s) could not be written to {config.history} "
+                  f"({waiting.reason or 'see the warning above'}); they are kept in {', '.join(places) or 'memory'}"
+                  f"{f' ({lost} in memory only, lost)' if lost > 0 else ''} and written by the next sixdim that "
+                  f"opens this history", file=sys.stderr)
     if interrupt.received is not None:
         print(f"sixdim: stopped by {signal.Signals(interrupt.received).name}; the cases above that finished are "
               f"recorded", file=sys.stderr)

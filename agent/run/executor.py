@@ -9,6 +9,13 @@ the suite run with one :class:`sixdim.core.results.Interruption`: the case it st
 after it have no record of their own.  The suite's :class:`sixdim.run.progress.SuiteRun` hears of
 each case's start and end (the log lines and the suite gauges).
 
+No accepted result is lost: a worker's record (its folder in the state folder) is removed only once the
+history has the run's results, written or in its spool.  Where a full disk refuses the history both, the
+results it holds in memory only are kept in the worker record (:meth:`sixdim.run.orphans.RunJournal.keep`),
+its lock held, until the history has them (:meth:`Executor.release_saved`, after each new record and at
+the stop, where :meth:`Executor.kept` says what still waits); should the agent end first, the next start
+writes them (:meth:`Executor.recover_left_behind`).
+
 A host-wide workload (``scope == "host"``: all-reduce, card linearity) runs from the first
 GPU's job but uses every GPU of the host, so it is treated as running on all of them: it holds
 every GPU's lock, passes every GPU's guard (before it starts and between its cases), samples
@@ -264,6 +271,9 @@ def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[
     return groups
 
 
+Recorded = RunRecord | Interruption
+"""What a run gives the history: its cases' records, and the suite run's interruption."""
+
 Record = Callable[[int, tuple[WorkloadSpec, Case], CaseResult], RunRecord]
 """Makes (or finds, where it was recorded as it ended) the record of a worker's case ``index``."""
 
@@ -306,11 +316,14 @@ def describe_case(spec: WorkloadSpec, case: Case) -> str:
 @dataclass
 class _Left:
     """Where an interruption stopped a suite run: the first case of the plan without a record, why,
-    and the case it stopped while it ran ("" where none was running)."""
+    and the case it stopped while it ran ("" where none was running); the stopped worker's record and
+    its cases' records, settled with the interruption (:meth:`Executor._settle`)."""
 
     at: int
     reason: str
     running: str = ""
+    journal: orphans.RunJournal | None = None
+    batch: list[RunRecord] = field(default_factory=list)
 
 
 class _Group:
@@ -385,10 +398,74 @@ class Executor:
         self.records = orphans.WorkerRecords(state_dir, command, str(history.path)) if state_dir else None
         self.progress = SuiteProgress(hostname)
         """Every suite's current (or last) run on each device: the log lines and the suite gauges."""
+        self._kept: list[tuple[orphans.RunJournal, list[Recorded]]] = []
+        """Worker records kept, locked, for results the history holds in memory only, with the run's results."""
+        self._kept_lock = threading.Lock()
 
     def _recorded(self) -> None:
         if self.on_recorded is not None:
             self.on_recorded(self.history)
+        self.release_saved()
+
+    def _settle(self, journal: orphans.RunJournal | None, recorded: list[Recorded], device: Device,
+                suite: str) -> None:
+        """A run's results are with the history: remove its worker record once the history has them all
+        (written, or in its spool).  Those it holds in memory only (a full disk refuses the spool too) are
+        kept in the worker record (in a folder of their own where no worker ran), which stays locked
+        until the history has them (:meth:`release_saved`), or for the next start should this process end."""
+        unsaved = self.history.unsaved(recorded)
+        if not unsaved:
+            if journal is not None:
+                journal.close()
+            return
+        with self._kept_lock:  # one record keeps them all: a disk full for days holds one folder, not one a run
+            if self._kept:
+                into, held = self._kept[-1]
+                merged = held + recorded
+                if into.keep(self.history.unsaved(merged)):
+                    self._kept[-1] = (into, merged)
+                    if journal is not None:
+                        journal.close()
+                    log.warning("the history cannot take %d result(s) of %s on %s yet: kept in %s until it can (or "
+                                "for the next start)", len(unsaved), f"suite {suite}" if suite else "the run",
+                                device.name, into.folder)
+                    return
+        if journal is None:
+            if self.records is None:
+                return  # no state folder: in memory only (the stop says so)
+            journal = self.records.keep(new_tag(), device, suite, unsaved)
+            if journal is None:
+                return
+        else:
+            journal.keep(unsaved)  # where even that fails, the folder stays: the worker's results are in it
+        with self._kept_lock:
+            self._kept.append((journal, list(recorded)))
+        log.warning("the history cannot take %d result(s) of %s on %s yet: kept in %s until it can (or for the "
+                    "next start)", len(unsaved), f"suite {suite}" if suite else "the run", device.name, journal.folder)
+
+    def release_saved(self) -> None:
+        """Try the history's waiting results again, and remove the worker records kept for results it now has."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, []
+        if not kept:
+            return
+        self.history.retry_pending()
+        still = []
+        for journal, recorded in kept:
+            if self.history.unsaved(recorded):
+                still.append((journal, recorded))
+            else:
+                journal.close()
+        with self._kept_lock:
+            self._kept[:0] = still
+
+    def kept(self) -> list[tuple[Path, int]]:
+        """The worker records that still keep results the history does not have (after one more try), each
+        with how many: what the next start writes should this process end now."""
+        self.release_saved()
+        with self._kept_lock:
+            kept = list(self._kept)
+        return [(journal.folder, len(self.history.unsaved(recorded))) for journal, recorded in kept]
 
     def execute(self, spec: WorkloadSpec, overrides: dict[str, Any], device: Device, *, suite: str = "",
                 timeout: float = 600.0, use_guard: bool = True,
@@ -442,7 +519,10 @@ class Executor:
             pci_bus_id=device.pci_bus_id, reason=left.reason, started_at=run.started_at, ended_at=time.time(),
             cases_done=left.at, cases_left=len(planned) - left.at, running=left.running,
             workloads=list(dict.fromkeys(spec.name for spec, _ in planned[left.at:])))
-        self.history.add_interruption(interruption)
+        try:
+            self.history.add_interruption(interruption)
+        finally:
+            self._settle(left.journal, [*left.batch, interruption], device, run.suite)
         self._recorded()
         run.interrupted(interruption)
 
@@ -474,9 +554,11 @@ class Executor:
                 for index, r in enumerate(batch):
                     if index not in share.recorded:
                         self.history.add(r)
-            finally:
-                if journal is not None:  # recorded (or spooled): the run no longer needs its record
-                    journal.close()
+            except BaseException:
+                self._settle(journal, list(batch), device, suite)
+                raise
+            if not interrupted:  # an interrupted run's record waits for its interruption (_interrupted)
+                self._settle(journal, list(batch), device, suite)
             new = [(index, r) for index, r in enumerate(batch) if index not in share.recorded]
             if new:
                 self._recorded()
@@ -485,7 +567,7 @@ class Executor:
             records += batch
             if interrupted:
                 running = describe_case(*left[0]) if outcome.started_at is not None else ""
-                return records, _Left(at + len(batch), outcome.reason, running)
+                return records, _Left(at + len(batch), outcome.reason, running, journal, batch)
             at += len(batch)
             remaining = left
         return records, None
@@ -498,7 +580,7 @@ class Executor:
             return []
         recovered: list[RunRecord] = []
         for folder, fd in self.records.left_behind():
-            done = True
+            done, held = True, False
             try:
                 record = orphans.read_record(folder)
                 if record is not None and record.history not in ("", self.records.history):
@@ -508,16 +590,47 @@ class Executor:
                                 record.history, len(killed))
                     done = False
                 elif record is not None:
-                    recovered += self._recover(folder, record)
+                    kept = orphans.read_unsaved(folder)
+                    if kept is not None:  # an ended run, its results kept while the history could not take them
+                        new, recorded = self._restore(folder, record, kept), list(kept)
+                    else:
+                        new, recorded = self._recover(folder, record)
+                    recovered += new
+                    unsaved = self.history.unsaved(recorded)
+                    if unsaved:  # still not: kept, and held, until the history has them
+                        journal = orphans.RunJournal(folder, record, fd)
+                        if kept is None:
+                            journal.keep(unsaved)
+                        with self._kept_lock:
+                            self._kept.append((journal, recorded))
+                        done, held = False, True
             except Exception:  # one unreadable record must not keep the agent from starting
                 log.exception("could not recover the run recorded in %s; removing it", folder)
             finally:
                 if done:
                     shutil.rmtree(folder, ignore_errors=True)
-                os.close(fd)
+                if not held:
+                    os.close(fd)
         return recovered
 
-    def _recover(self, folder: Path, record: orphans.WorkerRecord) -> list[RunRecord]:
+    def _restore(self, folder: Path, record: orphans.WorkerRecord, kept: list[Recorded]) -> list[RunRecord]:
+        """Add the results a previous sixdim kept in a worker record for want of a history that could take
+        them (each lands once: its uid); returns the runs among them that were not there yet."""
+        known = self.history.known(r.uid for r in kept)
+        new = [r for r in kept if r.uid not in known]
+        for result in new:
+            if isinstance(result, Interruption):
+                self.history.add_interruption(result)
+            else:
+                self.history.add(result)
+        self._recorded()
+        log.warning("a previous sixdim (PID %d, %s) stopped before the history had %d result(s) of its runs; kept in "
+                    "%s, %d written now (the others were there already)", record.agent_pid, record.command, len(kept),
+                    folder, len(new))
+        return [r for r in new if isinstance(r, RunRecord)]
+
+    def _recover(self, folder: Path, record: orphans.WorkerRecord) -> tuple[list[RunRecord], list[Recorded]]:
+        """Stop and record a dead agent's run: the runs new to the history, and all it recorded."""
         killed = orphans.stop_left_behind(record)
         device = Device(**record.device)
         items = [(registry.get(case["workload"]), Case(case["params"], case["precision"], case["shape"], case["mode"],
@@ -536,15 +649,18 @@ class Executor:
         for run in new:
             self.history.add(run)
         done = record.suite_done + len(batch)
+        recorded: list[Recorded] = list(batch)
         if left:
-            self.history.add_interruption(Interruption(
+            interruption = Interruption(
                 suite=record.suite, hostname=self.hostname, device_type=device.type, device=device.name,
                 gpu="" if device.index is None else str(device.index), uuid=device.uuid,
                 model_name=device.model_name, pci_bus_id=device.pci_bus_id, reason=outcome.reason,
                 started_at=record.suite_started_at or record.started_at, ended_at=ended_at, cases_done=done,
                 cases_left=max(record.suite_cases - done, len(left)), running=describe_case(*left[0]),
                 workloads=list(dict.fromkeys([spec.name for spec, _ in left] + record.later_workloads)),
-                uid=f"{record.tag}:interrupted"))
+                uid=f"{record.tag}:interrupted")
+            self.history.add_interruption(interruption)
+            recorded.append(interruption)
         self._recorded()
         log.warning("a previous sixdim (PID %d, %s) died during %s on %s: stopped %d process(es) of its run; its "
                     "worker had finished %d case(s) (%d recorded as they ended, %d now); %d case(s) left: recorded "
@@ -552,7 +668,7 @@ class Executor:
                     ", ".join(dict.fromkeys(spec.name for spec, _ in items)), device.name, len(killed),
                     len(batch), len(batch) - len(new), len(new), max(record.suite_cases - done, len(left)),
                     record.suite)
-        return new
+        return new, recorded
 
     def _record(self, spec: WorkloadSpec, case: Case, device: Device, suite: str, result: CaseResult,
                 sampled: Sampled, environment: dict[str, Any], started_at: float, ended_at: float,
@@ -626,8 +742,7 @@ class Executor:
             try:
                 outcome, sampled = self._start(items, device, gpus, timeout, watch, on_progress, tag, journal, share)
             except BaseException:
-                if journal is not None:
-                    journal.close()
+                self._settle(journal, list(share.recorded.values()), device, suite)
                 raise
             return outcome, sampled, journal
 

@@ -16,6 +16,15 @@ lost), and the suite run's one :class:`sixdim.core.results.Interruption` with :d
 counting the case it was in and every case after it (the record holds the suite's case count and
 how many had ended before this worker), none of which is recorded as a run.
 
+**Results the history cannot take yet.**  A run's folder is removed only once the history has its
+results, written or in its spool (:meth:`sixdim.store.history.History.unsaved`).  Where a full disk
+refuses both, the agent writes the results the history holds in memory only, exactly as it recorded
+them (runs and the suite run's interruption), to :data:`UNSAVED` in the folder (:meth:`RunJournal.keep`),
+and holds the folder's lock until the history has them; a run that no worker ran (skipped, or
+interrupted between workers) gets a folder of its own for them (:meth:`WorkerRecords.keep`).  A
+successor finding such a folder adds those records as they are (each lands once: its ``uid``), and
+derives nothing from the worker's results, which the agent had already recorded.
+
 **Trust.**  A record is acted on only if no other user could have written it: the state folder and
 the records' folder must be safe from other users (:func:`sixdim.config.folder_problem`), and each
 record folder and file this process's user's own, not a link, and not writable by group or others;
@@ -37,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.config import folder_problem
-from sixdim.core.results import INTERRUPTED
+from sixdim.core.results import INTERRUPTED, Interruption, RunRecord
 from sixdim.run import proctree
 from sixdim.run.devices import Device
 from sixdim.run.instance import STATE_DIR_MODE, InstanceError, ensure_state_dir
@@ -47,6 +56,9 @@ log = logging.getLogger(__name__)
 
 WORKERS = "workers"
 RECORD = "record.json"
+UNSAVED = "unsaved.jsonl"
+"""An ended run's results that the history held in memory only (a full disk): one JSON object a line,
+written whole (a temporary file renamed into place), so that its presence says the run had ended."""
 
 DIED_REASON = (f"{INTERRUPTED}: the sixdim process that ran this suite (PID {{pid}}) ended while it ran "
                "(killed or crashed); the next sixdim found its worker record and stopped what was left")
@@ -91,9 +103,39 @@ class RunJournal:
         self.record.worker_start_time = proctree.start_time(pid) or 0
         _write(self._fd, self.record)
 
+    def keep(self, records: list[RunRecord | Interruption]) -> bool:
+        """The run has ended, and the history holds these of its results in memory only: write them to
+        :data:`UNSAVED` (whole, or not at all), for a successor should this process end before the history
+        has them.  False (logged) where it cannot be written."""
+        lines = "".join(json.dumps({**record.to_dict(), "kind": "interruption" if isinstance(record, Interruption)
+                                    else "run"}, sort_keys=True) + "\n" for record in records)
+        temporary = self.folder / (UNSAVED + ".new")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, lines.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, self.folder / UNSAVED)
+            folder = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        except OSError as exc:
+            log.error("cannot keep %d result(s) the history could not take in %s either (%s): they are in memory "
+                      "only", len(records), self.folder, exc.strerror or exc)
+            return False
+        return True
+
     def close(self) -> None:
         """The run is over and recorded: remove its folder, then drop the lock."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        os.close(self._fd)
+
+    def release(self) -> None:
+        """Drop the lock, leaving the folder for the next sixdim (a record of another history)."""
         os.close(self._fd)
 
 
@@ -145,6 +187,21 @@ class WorkerRecords:
         fcntl.flock(fd, fcntl.LOCK_EX)
         _write(fd, record)
         return RunJournal(folder, record, fd)
+
+    def keep(self, tag: str, device: Device, suite: str, records: list[RunRecord | Interruption]) -> RunJournal | None:
+        """A folder of its own, locked, for the results of a run that no worker ran (skipped, or interrupted
+        before its worker started) which the history holds in memory only (:meth:`RunJournal.keep`); None
+        (logged) where it cannot be made."""
+        try:
+            journal = self.begin(tag, device, suite, [])
+        except OSError as exc:
+            log.error("cannot keep %d result(s) the history could not take in %s either (%s): they are in memory "
+                      "only", len(records), self.folder, exc.strerror or exc)
+            return None
+        if not journal.keep(records):
+            journal.close()
+            return None
+        return journal
 
     def left_behind(self) -> list[tuple[Path, int]]:
         """Record folders whose agent is gone (their lock is free), each locked now by this process
@@ -228,6 +285,38 @@ def read_record(folder: Path) -> WorkerRecord | None:
     except (OSError, ValueError, TypeError) as exc:
         log.warning("worker record %s cannot be read (%s); removing it", folder, exc)
         return None
+
+
+def read_unsaved(folder: Path) -> list[RunRecord | Interruption] | None:
+    """The results an ended run kept for the history (:data:`UNSAVED`), exactly as they were recorded; None
+    where the folder has none (its run had not ended, or the history had them all).  The folder was found
+    trusted (:func:`read_record`); the file must be this user's too.  A line that cannot be read is skipped,
+    with a warning."""
+    try:
+        fd = os.open(folder / UNSAVED, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("worker record %s: %s cannot be opened (%s); its results are not restored", folder, UNSAVED,
+                    exc.strerror or exc)
+        return None
+    with open(fd, encoding="utf-8") as handle:
+        why = _untrusted_file(os.fstat(handle.fileno()))
+        if why:
+            log.warning("worker record %s: %s is not trusted (%s); its results are not restored", folder, UNSAVED,
+                        why)
+            return None
+        lines = handle.read().splitlines()
+    kept: list[RunRecord | Interruption] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+            data["id"] = None
+            kind = data.pop("kind", "run")
+            kept.append(Interruption(**data) if kind == "interruption" else RunRecord(**data))
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("worker record %s: %s line %d cannot be read (%s); skipped", folder, UNSAVED, number, exc)
+    return kept
 
 
 def is_the_worker(record: WorkerRecord) -> bool:

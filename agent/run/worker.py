@@ -27,6 +27,15 @@ kills everything below the worker and exits.  A thread, not ``PR_SET_PDEATHSIG``
 would kill the worker before it could stop its children (or be ignored by a workload that ignores
 SIGTERM), and it fires when the *thread* that started the worker exits, not the agent.  When the
 worker ends normally it stops what its cases left running too.
+
+**The agent's death is not the case's failure.**  The worker's output is a pipe to its agent, so once
+the agent is dead the next line the worker or its case prints (progress, a command's output) raises
+``BrokenPipeError``.  A case that fails after its agent is gone (of that, or of anything the death
+brought about) is not written as a result: the worker leaves at once (:func:`_leave`), and the next
+sixdim counts the case in flight in the suite run's one interruption, as it does a case the worker was
+killed in, rather than recording a ``failed`` run that would count as a failure.  A case that ended
+well is written whatever became of the agent (its result is the case's own), and the parent watch
+never stops the worker halfway through writing one (:data:`_WRITING`).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from sixdim.run.protocol import AGENT_PID_VARIABLE, BUILD_PREFIX, CASE_DONE_PREFIX, PROGRESS_PREFIX
 
@@ -48,6 +57,17 @@ PARENT_POLL_SECONDS = 0.1
 
 ORPHANED_EXIT_CODE = 125
 """The worker's exit status when it stopped itself because its agent was gone."""
+
+AGENT_EXIT_SECONDS = 1.0
+"""How long a worker whose pipe to its agent broke waits to see itself re-parented: a dying process's
+files (the pipe's reading end) are closed a moment before its children are handed to another parent."""
+
+_agent: int | None = None
+"""The agent's PID, once :func:`watch_parent` runs (None: no agent to outlive, as in a unit test)."""
+
+_WRITING = threading.RLock()
+"""Held while a case's result is written, and taken for good by a worker leaving for its agent's death:
+a result line is written whole or not at all."""
 
 
 def _stop_below_me() -> list[int]:
@@ -61,16 +81,55 @@ def watch_parent() -> None:
     when the agent is gone (see the module's docstring)."""
     from sixdim.run import proctree
 
+    global _agent
+
     proctree.prctl(proctree.PR_SET_CHILD_SUBREAPER, 1)
-    parent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
+    parent = _agent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_SECONDS)
-        _stop_below_me()
-        os._exit(ORPHANED_EXIT_CODE)
+        _leave()
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def agent_gone(wait: float = 0.0) -> bool:
+    """Whether this worker's agent is dead (the worker re-parented), waiting up to ``wait`` seconds for
+    the kernel to re-parent it (:data:`AGENT_EXIT_SECONDS`)."""
+    if _agent is None:
+        return False
+    deadline = time.monotonic() + wait
+    while os.getppid() == _agent:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _leave() -> NoReturn:
+    """The agent is gone: stop everything below the worker and exit, writing nothing more (not after a
+    result being written, nor halfway through one).  The case in flight has no result: the next sixdim
+    counts it in its suite run's interruption."""
+    _WRITING.acquire()
+    _stop_below_me()
+    os._exit(ORPHANED_EXIT_CODE)
+
+
+def _broken_pipe(result: dict[str, Any]) -> bool:
+    """Whether a case's failure came of a write to a broken pipe (the agent's, once it is dead)."""
+    return "BrokenPipeError" in result.get("reason", "") or \
+        "BrokenPipeError" in str(result.get("details", {}).get("traceback", ""))
+
+
+def _say(line: str) -> None:
+    """A line to the agent (progress, a case's end, a build): where the pipe to a dead agent breaks, leave."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        if agent_gone(AGENT_EXIT_SECONDS):
+            _leave()
+        raise
 
 
 def size_torch_threads() -> tuple[int, str]:
@@ -215,7 +274,7 @@ def _run_request(request_path: str, results_path: str) -> int:
             prefix = f"case {index + 1}/{len(cases)}: " if len(cases) > 1 else ""
 
             def progress(message: str, prefix: str = prefix) -> None:
-                print(PROGRESS_PREFIX + prefix + message, file=sys.stderr, flush=True)
+                _say(PROGRESS_PREFIX + prefix + message)
 
             ctx = RunContext(device=request["device"], progress=progress, energy=meter, announce_build=_announce_build)
             case_started = time.time()
@@ -223,15 +282,21 @@ def _run_request(request_path: str, results_path: str) -> int:
             # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
             # by every case the worker ran.
             result["wall"] = [case_started, time.time()]
-            _emit(results, {"kind": "case", "index": index, **result})
-            sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
-            print(f"\n{CASE_DONE_PREFIX}{index}", file=sys.stderr, flush=True)
+            with _WRITING:
+                if result["status"] == "failed" and agent_gone(AGENT_EXIT_SECONDS if _broken_pipe(result) else 0.0):
+                    _leave()  # failed as (or because) its agent died: the agent's interruption, not a failure
+                _emit(results, {"kind": "case", "index": index, **result})
+            try:
+                sys.stdout.flush()  # what the workload printed goes first, and the marker on a line of its own
+            except BrokenPipeError:
+                pass  # the marker's own write says what became of the agent
+            _say(f"\n{CASE_DONE_PREFIX}{index}")
     return 0
 
 
 def _announce_build(seconds: float | None, what: str) -> None:
     line = "done" if seconds is None else f"start {seconds:g} {' '.join(what.split())}"
-    print(f"\n{BUILD_PREFIX}{line}", file=sys.stderr, flush=True)
+    _say(f"\n{BUILD_PREFIX}{line}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,11 @@ that can be written, so that even a daemon that is then killed loses nothing: th
 on the same file reads the spool back.  Queued results are retried, oldest first, at every
 :meth:`History.add` and :meth:`History.retry_pending` (the board calls it in the background), and
 are shown by the board meanwhile.  Each run has a ``uid``, unique in the table, so a result written
-twice (a spool read back after its rows were committed) is stored once.  What happened is counted
+twice (a spool read back after its rows were committed) is stored once.  A disk that refuses the
+database refuses the spool beside it too: :meth:`History.unsaved` tells the writer which of its
+results the history holds in memory only, so that it keeps them elsewhere until the history has them
+(the executor keeps them in the run's worker record, in the state folder: agent/run/orphans.py), and
+:meth:`History.waiting` what waits, and why, when the agent stops.  What happened is counted
 (:meth:`History.health`): write errors by reason, results pending, whether the last write worked.
 
 **A broken file at start** (not a database, or failing ``PRAGMA quick_check``) is renamed aside
@@ -246,6 +250,18 @@ class HistoryHealth:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """What the history has not written yet (:meth:`History.waiting`)."""
+
+    results: int
+    """Results (runs and interruptions) waiting to be written."""
+    spooled: int
+    """Of those, the ones in the spool file (read back by the next ``History`` on this file)."""
+    reason: str
+    """Why the last write failed (:func:`error_reason`), or empty."""
+
+
+@dataclass(frozen=True)
 class PruneResult:
     runs_removed: int
     daily_rows: int
@@ -268,6 +284,9 @@ class History:
         self._errors: dict[str, int] = {}
         self._up = True
         self._spool_warned = False
+        self._spooled: set[str] = set()
+        """The uids of the results in the spool file now (a full disk refuses some)."""
+        self._last_error = ""
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
         """The device and inode of the file ``_conn`` has open, to notice it deleted or replaced."""
@@ -491,6 +510,20 @@ class History:
         with self._lock:
             return HistoryHealth(self._up, len(self._pending), dict(self._errors))
 
+    def unsaved(self, records: Iterable[Recorded]) -> list[Recorded]:
+        """Of these results (given to :meth:`add` or :meth:`add_interruption`), those the history holds in
+        memory only: not written to the database, nor in the spool file (a full disk refuses both), nor
+        anywhere at all any more (dropped from a full queue).  Whoever has them elsewhere keeps them there
+        until this is empty: a process that ends loses its memory."""
+        with self._lock:
+            return [record for record in records if record.id is None and record.uid not in self._spooled]
+
+    def waiting(self) -> Waiting:
+        """What waits to be written: how many results, how many of them in the spool file, and why."""
+        with self._lock:
+            return Waiting(len(self._pending), sum(1 for r in self._pending if r.uid in self._spooled),
+                           self._last_error if self._pending else "")
+
     def _count(self, reason: str) -> None:
         self._errors[reason] = self._errors.get(reason, 0) + 1
 
@@ -522,6 +555,7 @@ class History:
         except (sqlite3.Error, OSError) as exc:
             reason = error_reason(exc)
             self._count(reason)
+            self._last_error = reason
             if self._up:
                 log.warning("history: cannot write to %s (%s: %s); %d result(s) kept in memory%s and retried",
                             self.path, reason, exc, len(batch),
@@ -549,6 +583,7 @@ class History:
                 spool.write(json.dumps(data, sort_keys=True) + "\n")
                 spool.flush()
                 os.fsync(spool.fileno())
+            self._spooled.add(record.uid)
         except OSError as exc:  # a full or read-only disk: memory only
             if not self._spool_warned:
                 log.warning("history: cannot write the spool %s either (%s); waiting results are in memory only",
@@ -556,6 +591,7 @@ class History:
                 self._spool_warned = True
 
     def _clear_spool(self) -> None:
+        self._spooled.clear()  # every result in it is written
         try:
             self.spool_path.unlink(missing_ok=True)
         except OSError:
@@ -580,7 +616,9 @@ class History:
                 data = json.loads(line)
                 data["id"] = None
                 kind = data.pop("kind", "run")
-                self._pending.append(Interruption(**data) if kind == INTERRUPTION_KIND else RunRecord(**data))
+                record: Recorded = Interruption(**data) if kind == INTERRUPTION_KIND else RunRecord(**data)
+                self._pending.append(record)
+                self._spooled.add(record.uid)
             except (ValueError, TypeError) as exc:  # a line cut by a crash: the rest still count
                 log.warning("history: %s line %d is unreadable (%s); skipped", self.spool_path, number, exc)
         if self._pending:
@@ -633,17 +671,19 @@ class History:
         return self._records(f"SELECT * FROM runs WHERE id > ? ORDER BY id{bound}", (last_id,))
 
     def known(self, uids: Iterable[str]) -> set[str]:
-        """Which of these run uids the history holds, written or waiting to be (a case recorded as it ended,
-        which a successor recovering its worker's record must not count again).  Where the database
-        cannot be read, those waiting only: a write of the others lands once all the same (their uid)."""
+        """Which of these run (or interruption) uids the history holds, written or waiting to be (a case
+        recorded as it ended, which a successor recovering its worker's record must not count again).  Where
+        the database cannot be read, those waiting only: a write of the others lands once all the same (their
+        uid)."""
         wanted = [uid for uid in uids if uid]
         with self._lock:
             found = {record.uid for record in self._pending if record.uid in wanted}
             try:
                 for start in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
                     chunk = wanted[start:start + 900]
-                    found.update(row[0] for row in self._db.execute(
-                        f"SELECT uid FROM runs WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
+                    for table in ("runs", "interruptions"):  # an interruption's uid is as unique as a run's
+                        found.update(row[0] for row in self._db.execute(
+                            f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
             except sqlite3.Error as exc:
                 log.debug("history: cannot read which runs are there now: %s", exc)
         return found

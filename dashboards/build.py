@@ -977,7 +977,17 @@ class _Dashboards:
                               "agent last reported, which the rules remember while it is down "
                               f"({recording.TARGET_HOSTNAME.name}, a recording rule: load the rules file in this "
                               "Prometheus).", [Q(scraped, q.legend(c.HOSTNAME))],
-                              mappings=_MAPPING_UP, w=24, h=5),
+                              mappings=_MAPPING_UP, w=12, h=5),
+            gf.state_timeline("Agent can run its suites", "Whether each agent can run its suites "
+                              f"({c.AGENT_CAN_RUN.name}): cannot run means a suite run could not start or failed "
+                              "unexpectedly (its device's lock file in a full or read-only state folder could not be "
+                              "written) and "
+                              "no later run of that suite has worked yet; the agent's /healthz answers 503 with the "
+                              "reason, and its log names the file.",
+                              [Q(f"min by ({hosts}) ({q.sel(c.AGENT_CAN_RUN)})", q.legend(c.HOSTNAME))],
+                              mappings=[{"type": "value", "options": {
+                                  "0": {"text": "cannot run", "color": "red", "index": 0},
+                                  "1": {"text": "ok", "color": "green", "index": 1}}}], w=12, h=5),
             gf.timeseries("Agent resident memory", "The daemon's resident memory (the worker that runs benchmarks "
                           "is a separate process).",
                           [Q(f"max by ({hosts}) ({q.with_host(PROCESS_RESIDENT_MEMORY)})", q.legend(c.HOSTNAME))],

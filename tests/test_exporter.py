@@ -153,8 +153,11 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     progress.begin("quick", GPU_A, ["gemm", "gemm", "conv"]).case_started(0)
     reloads = ReloadStatus()
     reloads.failed()  # a reload failed: 0, and the time of the last good load stays
-    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"), reloads=reloads, progress=progress)
+    text = scrape(board, [nvml, host], history=History(tmp_path / "h.db"), reloads=reloads, progress=progress,
+                  cannot_run=lambda: "quick@cuda:0: its device's lock file cannot be written")
     exported = {name for name, _ in samples(text)}
+    assert find(text, "sixdim_agent_can_run") == [0.0]
+    assert find(scrape(board, cannot_run=lambda: None), "sixdim_agent_can_run") == [1.0]
     assert find(text, "sixdim_config_reload_success") == [0.0]
     assert find(text, "sixdim_config_last_reload_timestamp_seconds") == [reloads.last_success]
     for metric in catalog.ALL_METRICS:

@@ -485,12 +485,12 @@ def test_the_daemonset_essentials(overlay):
         mount, vol = mount_of(c, daemonset, values[name])
         assert "emptyDir" in vol and not mount.get("readOnly"), name
     assert values["TMPDIR"] == "/tmp"
-    # Probes on /healthz, port 9480.
+    # Probes on port 9480: liveness on /livez (the scheduler runs), readiness on /healthz (suites can run too).
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": PORT}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe, path in (("startupProbe", "/livez"), ("livenessProbe", "/livez"), ("readinessProbe", "/healthz")):
         get = c[probe]["httpGet"]
-        assert get["path"] == "/healthz" and port_number(c, get["port"]) == PORT, probe
+        assert get["path"] == path and port_number(c, get["port"]) == PORT, probe
     args = cli.build_parser().parse_args(c["args"])
     assert args.command == "serve" and c["command"] == ["sixdim"]
     assert args.agent_listen is None and "SIXDIM_LISTEN" not in values  # the default, 0.0.0.0:9480

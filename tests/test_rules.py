@@ -135,7 +135,7 @@ def test_descriptions_name_the_host_the_device_and_the_value():
         if catalog.UUID in alert["expr"] and alert["alert"] != "SixdimAgentDown":
             for label in (catalog.GPU, catalog.UUID, catalog.MODEL_NAME):
                 assert f"$labels.{label} " in description, (alert["alert"], label)
-        if alert["alert"] != "SixdimAgentDown":
+        if alert["alert"] not in ("SixdimAgentDown", "SixdimAgentCannotRun"):  # a 0/1 state: the value says nothing
             assert "$value" in description, alert["alert"]
 
 
@@ -170,7 +170,7 @@ def test_severities_and_immediacy():
             assert words in section, f"docs/ALERTS.md, {name}: does not say {words}"
     assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
             "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
-            "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimHistoryDown",
+            "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimAgentCannotRun", "SixdimHistoryDown",
             "SixdimHistoryDataLoss", "SixdimConfigReloadFailed", "SixdimDrift"} == set(by_name)
     assert by_name["SixdimDrift"]["labels"]["severity"] == "info" and by_name["SixdimDrift"]["for"] == "30m"
 

@@ -492,6 +492,13 @@ CONFIG_LAST_RELOAD = MetricDef(
     "Unix time of the last successful configuration load: the agent's start, or the last reload that succeeded.",
     (HOSTNAME,))
 
+# --- Whether the agent can run its suites at all (agent/run/scheduler.py RunHealth; /healthz says the same) ---
+AGENT_CAN_RUN = MetricDef(
+    "sixdim_agent_can_run", "gauge",
+    "1 while the agent can run its suites, 0 while a suite job's last run could not start or failed unexpectedly "
+    "(its device's lock file could not be written: a full or read-only state folder; the reason is in the log and "
+    "in /healthz, which answers 503 meanwhile). Back to 1 when that job's next scheduled run works.", (HOSTNAME,))
+
 # --- Regression verdicts (agent/verdicts/detector.py, agent/verdicts/live.py) ---
 FIGURE = "figure"
 """The watched figure a verdict is about: a key of a run's ``figures`` (``flops``, ``samples_per_second``,
@@ -696,7 +703,7 @@ ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_
     WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, *SUITE_RUN_METRICS,
     HISTORY_UP, HISTORY_PENDING,
     HISTORY_WRITE_ERRORS,
-    CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
+    CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, AGENT_CAN_RUN, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,
     *GPU_HEALTH_METRICS,

@@ -94,21 +94,30 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     results_collector = SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
                                         shape_suites=shape_suites(config))
     results.register(results_collector)
+    scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
     live = CollectorRegistry()  # telemetry and health, rendered on a timer
     ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
     live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
                                   history=parts.history, part="live", reloads=reloads,
-                                  progress=parts.executor.progress))
+                                  progress=parts.executor.progress, cannot_run=scheduler.health.problem))
     exposition = Exposition(parts.board, results, live, parts.history).start()
     parts.executor.progress.on_change = exposition.live_changed  # a suite's progress within a second
-    scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
+    scheduler.health.on_change = exposition.live_changed  # sixdim_agent_can_run within a second
 
     def healthy() -> tuple[bool, str]:
+        """200 ``ok`` while the scheduler runs and its suites can run; 503 with the reason otherwise."""
+        if not scheduler.running:
+            return False, "scheduler is not running"
+        problem = scheduler.health.problem()
+        return (True, "ok") if problem is None else (False, f"cannot run suites: {problem}")
+
+    def alive() -> tuple[bool, str]:
+        """200 ``ok`` while the scheduler runs: what a restart could fix (Kubernetes' liveness probe)."""
         return (True, "ok") if scheduler.running else (False, "scheduler is not running")
 
     host, port = config.listen_address
     try:
-        server = HttpServer(host, port, make_app(exposition, healthy), web=web)
+        server = HttpServer(host, port, make_app(exposition, healthy, alive), web=web)
     except OSError as exc:
         exposition.stop()
         parts.history.close()
@@ -152,9 +161,29 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     server.shutdown()
     exposition.stop()
     pruner.join(timeout=10.0)
+    log_waiting(parts)
     parts.history.close()
     log.info("stopped")
     return 0
+
+
+def log_waiting(parts: app.Components) -> None:
+    """At the stop, one line for the results the history has not written yet (a full disk): how many, why,
+    and where they are kept for the next start (the worker records in the state folder, the spool), and
+    how many are in memory only, lost with this process.  Nothing where the history has every result."""
+    kept = parts.executor.kept()  # tries the history once more first
+    waiting = parts.history.waiting()
+    in_records = sum(count for _, count in kept)
+    total = max(waiting.results, in_records + waiting.spooled)
+    if not total:
+        return
+    places = [f"{folder} ({count})" for folder, count in kept]
+    if waiting.spooled:
+        places.append(f"{parts.history.spool_path} ({waiting.spooled})")
+    lost = total - in_records - waiting.spooled
+    log.warning("stopping with %d result(s) not yet written to %s (%s): kept in %s%s; the next sixdim started on "
+                "this history writes them", total, parts.history.path, waiting.reason or "cannot be written",
+                ", ".join(places) or "nothing but memory", f"; {lost} in memory only, lost" if lost > 0 else "")
 
 
 class _SignalWakeup:

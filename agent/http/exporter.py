@@ -14,7 +14,7 @@ import importlib.metadata
 import logging
 import platform
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
@@ -152,7 +152,7 @@ class SixdimCollector(PromCollector):
     def __init__(self, board: Board, collectors: Iterable[Collector], hostname: str, dcgm_label_names: bool = False,
                  history: History | None = None, *, part: str = "all",
                  shape_suites: Iterable[str] | None = None, reloads: ReloadStatus | None = None,
-                 progress: SuiteProgress | None = None):
+                 progress: SuiteProgress | None = None, cannot_run: Callable[[], str | None] | None = None):
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}, not {part!r}")
         self._board = board
@@ -164,6 +164,8 @@ class SixdimCollector(PromCollector):
         self._shape_suites = None if shape_suites is None else frozenset(shape_suites)
         self._reloads = reloads
         self._progress = progress
+        self._cannot_run = cannot_run
+        """Why the agent cannot run its suites now, or None (``sixdim_agent_can_run``; live part)."""
         self._build_labels = build_info_labels(hostname)
 
     def set_shape_suites(self, shape_suites: Iterable[str]) -> None:
@@ -304,6 +306,9 @@ class SixdimCollector(PromCollector):
             host = {catalog.HOSTNAME: self._hostname}
             yield Sample(catalog.CONFIG_RELOAD_SUCCESS, host, 1.0 if self._reloads.success else 0.0)
             yield Sample(catalog.CONFIG_LAST_RELOAD, host, self._reloads.last_success)
+        if self._cannot_run is not None:
+            yield Sample(catalog.AGENT_CAN_RUN, {catalog.HOSTNAME: self._hostname},
+                         0.0 if self._cannot_run() else 1.0)
         if self._history is not None:
             health = self._history.health()
             host = {catalog.HOSTNAME: self._hostname}

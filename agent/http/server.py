@@ -81,7 +81,7 @@ enough for a burst of reconnections (hundreds of slow clients closed at their de
 once), so a scraper's connection is not dropped there and retried a second later."""
 CONNECTION_LOG_INTERVAL = 10.0
 """At most one log line per kind of connection trouble in this many seconds."""
-OPEN_PATHS = ("/healthz", "/health")
+OPEN_PATHS = ("/healthz", "/health", "/livez")
 """Paths served without basic auth: liveness probes carry no credentials."""
 PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
                      b"Client sent an HTTP request to an HTTPS server.\n")
@@ -605,7 +605,15 @@ def _accepts_gzip(environ: dict) -> bool:
                for part in environ.get("HTTP_ACCEPT_ENCODING", "").split(","))
 
 
-def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
+def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]],
+             alive: Callable[[], tuple[bool, str]] | None = None):
+    """``/healthz``: whether the agent works (``healthy``: its scheduler runs and its suites can run);
+    ``/livez``: only whether the process should be restarted (``alive``: its scheduler runs).  A full
+    state folder fails the first and not the second: a restart would not give the disk space back, and
+    a Kubernetes liveness probe on it would leave the pod in CrashLoopBackOff, its metrics and the alert
+    that explains it gone."""
+    alive = alive or healthy
+
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
@@ -617,13 +625,13 @@ def make_app(metrics: MetricsSource, healthy: Callable[[], tuple[bool, str]]):
                 headers = [("Content-Type", CONTENT_TYPE_LATEST)]
             start_response("200 OK", headers + [("Content-Length", str(len(data)))])
             return [data]
-        if path in ("/healthz", "/health"):
-            ok, message = healthy()
+        if path in ("/healthz", "/health", "/livez"):
+            ok, message = (alive if path == "/livez" else healthy)()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [(message + "\n").encode()]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"sixdim agent: /metrics for Prometheus, /healthz for liveness\n"]
+            return [b"sixdim agent: /metrics for Prometheus, /healthz for health (readiness), /livez for liveness\n"]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: try /metrics or /healthz\n"]
 

@@ -71,6 +71,10 @@ AGENT_MOSTLY_DOWN_WINDOW = 900
 """SixdimAgentDown also counts an agent down for most of this window (seconds) as down: one that is up for
 a scrape between longer outages (down 4 minutes in every 5) would otherwise reset the ``for`` each time."""
 HISTORY_DOWN_FOR = "10m"
+CANNOT_RUN_FOR = "5m"
+"""SixdimAgentCannotRun: ``sixdim_agent_can_run`` 0 this long.  It stays 0 from a suite run that could not start
+until that suite's next run works (15 minutes with the default schedule), so one failed run fires it; the
+``for`` only lets a failure that clears at once (a run every minute) pass."""
 CONFIG_RELOAD_FAILED_FOR = "10m"
 """How long a failed configuration reload must last before it pages (a fix and another SIGHUP usually
 follow within minutes)."""
@@ -424,6 +428,18 @@ class Alerts:
             f"writes have not recovered for {HISTORY_DOWN_FOR}; {{{{ $value }}}} result(s) wait in memory and in the "
             f"spool file. They are written once the database accepts writes again.", for_=HISTORY_DOWN_FOR)
 
+    def cannot_run(self) -> dict[str, Any]:
+        can_run = catalog.AGENT_CAN_RUN
+        host = self.by(label(can_run, catalog.HOSTNAME))
+        expr = f"max by ({host}) ({can_run.name}) == 0"
+        return self.alert(
+            "SixdimAgentCannotRun", expr, "warning",
+            f"sixdim on {self.host()} cannot run its suites",
+            f"A suite run of the agent on {self.host()} could not start or failed unexpectedly, and no later run "
+            f"of that suite has worked for {CANNOT_RUN_FOR} (a full or read-only state folder: its device's lock "
+            f"file cannot be written). No benchmarks are recorded meanwhile; the agent's /healthz answers 503 with "
+            f"the reason, and the next scheduled run works once the cause is gone.", for_=CANNOT_RUN_FOR)
+
     def history_loss(self) -> dict[str, Any]:
         """Dropped or corrupt history errors within the window.
 
@@ -484,5 +500,6 @@ class Alerts:
             {"name": "sixdim-agent", "rules": [
                 # recorded in the group of the alert that reads it: evaluated just before it, in the same round
                 recording.target_hostname_rule(self.o, self.o.stale_after + STALE_KEEP),
-                self.agent_down(), self.history_down(), self.history_loss(), self.config_reload_failed()]},
+                self.agent_down(), self.cannot_run(), self.history_down(), self.history_loss(),
+                self.config_reload_failed()]},
         ]

@@ -62,6 +62,11 @@ def _describe(holder: dict[str, Any]) -> str:
     return f"PID {holder['pid']} ({', '.join(parts)})"
 
 
+_HELD: set[str] = set()
+"""The lock files some :class:`FileLock` of this process holds now (for telling a leaked descriptor from a holder)."""
+_HELD_LOCK = threading.Lock()
+
+
 class FileLock:
     """An exclusive ``flock`` on a file, with who holds it written inside."""
 
@@ -88,10 +93,15 @@ class FileLock:
         try:  # a full disk (ENOSPC) must not leave the flock held by a descriptor no one closes
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        except OSError as exc:
+            os.close(fd)  # drops the flock: the next try starts afresh (and works once there is space)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None  # named: which file
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
+        with _HELD_LOCK:
+            _HELD.add(str(self.path))
         return True
 
     def holder(self) -> dict[str, Any]:
@@ -104,6 +114,8 @@ class FileLock:
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            with _HELD_LOCK:
+                _HELD.discard(str(self.path))
             try:
                 os.ftruncate(fd, 0)
             finally:
@@ -186,8 +198,18 @@ class DeviceFileLocks:
         lock = FileLock(self.folder / name)
         me = _me(self._command, device=getattr(device, "name", name), what=what)
         told = False
+        mine = 0
         while not lock.try_acquire(me):
             holder = lock.holder()
+            # Held by this very process, though by none of its lock objects: a descriptor of ours that was never
+            # closed.  Waiting would wait forever (and every later run with it): say so instead.  Twice in a
+            # row, so another process's lock taken just before it wrote its own name is not mistaken for it.
+            with _HELD_LOCK:
+                ours = str(lock.path) in _HELD
+            mine = mine + 1 if holder.get("pid") == os.getpid() and not ours else 0
+            if mine >= 2:
+                raise InstanceError(f"{lock.path} is held by this process ({os.getpid()}) through a descriptor no "
+                                    f"run owns; restart sixdim to free it")
             if not wait:
                 raise InstanceError(f"{getattr(device, 'name', name)} is in use by {_describe(holder)}; "
                                     f"run again when it is done, or leave out --no-wait to wait for it")

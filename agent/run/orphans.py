@@ -183,9 +183,14 @@ class WorkerRecords:
                                      for spec, case in items],
                               suite_cases=suite_cases, suite_done=suite_done, suite_started_at=suite_started_at,
                               later_workloads=list(later_workloads or []))
-        fd = os.open(folder / RECORD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _write(fd, record)
+        fd = os.open(folder / RECORD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _write(fd, record)
+        except BaseException:  # a full state folder (ENOSPC): no descriptor left holding a flock, no folder left
+            os.close(fd)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return RunJournal(folder, record, fd)
 
     def keep(self, tag: str, device: Device, suite: str, records: list[RunRecord | Interruption]) -> RunJournal | None:

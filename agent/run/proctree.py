@@ -2,16 +2,27 @@
 
 A worker runs in its own process group, but a group is not enough: a child that calls
 ``setsid`` leaves it, and a process whose parent died is re-parented away from the worker.  So a
-run's processes are found two ways, and stopped with both:
+run's processes are found every way there is, and stopped with all of them:
 
 - **by descent**: the worker is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``, set by the worker
   itself), so while it lives every process it started, however detached, stays below it in the
-  parent links of /proc;
+  parent links of /proc; and below every process found any other way (a ``setsid`` child that
+  cleared its environment, ``env -i``, is still its parent's child);
 - **by tag**: every worker is started with :data:`TAG_VARIABLE` in its environment, which its
   children inherit, so a process that outlived the worker (or the whole agent) is still found by
-  reading ``/proc/PID/environ``.  A child that scrubs its environment *and* outlives its worker is
-  the one case neither finds; on a systemd host the service's cgroup (``KillMode=control-group``)
-  covers it.
+  reading ``/proc/PID/environ``;
+- **by memory**: each process found is remembered for its run (PID and start time), so one whose
+  parent dies later (re-parented to init, out of every tree and, with ``env -i``, untagged) is
+  still the run's when it is stopped;
+- **by cgroup**, where the host lets this process make one (cgroup v2, found in
+  ``/proc/self/mountinfo``: ``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on a hybrid host):
+  each process found is moved into the run's own cgroup (:func:`contain`, a child of the agent's,
+  ``sixdim-run-<tag>``), and whatever it starts from then on is born there, whatever it does to its
+  session, environment or signal handlers.  Stopping a run kills its cgroup (``cgroup.kill``, or
+  every PID in ``cgroup.procs`` on kernels before 5.14) and removes it.  A worker that joins its run's
+  cgroup as it starts (:func:`join`) is contained from its first process on.  Where no cgroup can be
+  made (a read-only ``/sys/fs/cgroup`` in a container, no cgroup v2, not root), the other ways stand
+  alone; on a systemd host the service's cgroup (``KillMode=control-group``) covers what they miss.
 
 :func:`stop_run` freezes what it finds (``SIGSTOP``: a frozen process cannot fork a new one), looks
 again until nothing new appears, then sends ``SIGKILL``.  A process is identified by its PID *and*
@@ -21,8 +32,11 @@ its start time (:func:`start_time`), so a PID reused by an unrelated process is 
 from __future__ import annotations
 
 import ctypes
+import errno
+import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +46,13 @@ TAG_VARIABLE = "SIXDIM_WORKER_TAG"
 """The environment variable that marks a run's processes (its value names the run)."""
 
 PR_SET_CHILD_SUBREAPER = 36
+
+CGROUP_PREFIX = "sixdim-run-"
+"""A run's cgroup is ``<the agent's cgroup>/sixdim-run-<tag>``."""
+CGROUP_EMPTY_SECONDS = 2.0
+"""How long a killed run's cgroup is given to empty before it is removed (it is left for the next stop otherwise)."""
+
+log = logging.getLogger(__name__)
 
 FREEZE_ROUNDS = 20
 """How many times :func:`stop_run` looks for new processes while freezing (each round freezes what
@@ -130,25 +151,53 @@ def send(process: Process, sig: int) -> bool:
         return False
 
 
+_remembered: dict[str, dict[int, Process]] = {}
+"""Each run's processes seen so far (by tag): found again while alive with the same start time."""
+_remembered_lock = threading.Lock()
+
+
 def run_processes(root: int | None, tag: str | None) -> list[Process]:
-    """A run's live processes: ``root`` (the worker) and below it, and any carrying ``tag``."""
+    """A run's live processes: ``root`` (the worker) and below it, any carrying ``tag``, any seen before
+    for ``tag``, any in its cgroup, and everything below each of those.  Each is remembered for ``tag``
+    and, where cgroups can be used, moved into the run's cgroup (see the module)."""
     table = processes()
+    by_pid = {process.pid: process for process in table}
     found: dict[int, Process] = {}
-    if root is not None:
-        for process in table:
-            if process.pid == root:
-                found[root] = process
-        for process in descendants(root, table):
-            found[process.pid] = process
+    if root is not None and root in by_pid:
+        found[root] = by_pid[root]
     if tag:
         for process in tagged(tag, table):
             found[process.pid] = process
+        with _remembered_lock:
+            earlier = list(_remembered.get(tag, {}).values())
+        for process in earlier:
+            now = by_pid.get(process.pid)
+            if now is not None and now.start_time == process.start_time:
+                found[now.pid] = now
+        for pid in cgroup_pids(tag):
+            if pid in by_pid:
+                found[pid] = by_pid[pid]
+    children: dict[int, list[Process]] = {}
+    for process in table:
+        children.setdefault(process.ppid, []).append(process)
+    queue = list(found) + ([root] if root is not None and root not in found else [])
+    while queue:  # everything below what was found, however it got there
+        for child in children.get(queue.pop(), []):
+            if child.pid not in found:
+                found[child.pid] = child
+                queue.append(child.pid)
     found.pop(os.getpid(), None)
-    return [p for p in found.values() if p.state not in ("Z", "X")]
+    live = [p for p in found.values() if p.state not in ("Z", "X")]
+    if tag:
+        with _remembered_lock:
+            _remembered.setdefault(tag, {}).update((p.pid, p) for p in live)
+        contain(tag, live)
+    return live
 
 
 def stop_run(root: int | None, tag: str | None, *, keep_root: bool = False) -> list[int]:
-    """Freeze then kill every live process of a run; returns their PIDs.
+    """Freeze then kill every live process of a run; returns their PIDs.  The run's cgroup, where it
+    has one, is killed whole and removed (not with ``keep_root``: the worker itself may be in it).
 
     ``keep_root``: leave ``root`` itself alone (a worker cleaning up below itself)."""
     frozen: dict[int, Process] = {}
@@ -161,9 +210,184 @@ def stop_run(root: int | None, tag: str | None, *, keep_root: bool = False) -> l
                 frozen[process.pid] = process
             else:
                 frozen.setdefault(process.pid, process)  # gone already: remember, do not look again
+    if tag and not keep_root:
+        kill_cgroup(tag)  # what was born in it meanwhile, whatever it is
     for process in frozen.values():
         send(process, signal.SIGKILL)
+    if tag and not keep_root:
+        remove_cgroup(tag)
+        with _remembered_lock:
+            _remembered.pop(tag, None)  # every process of the run is killed: nothing left to remember
     return sorted(frozen)
+
+
+# ----------------------------------------------------------------------------- a cgroup per run
+
+_cgroups: str | None = None
+"""The folder this process makes runs' cgroups in ("" once found unusable, with :data:`cgroups_unusable`)."""
+cgroups_unusable = ""
+"""Why runs get no cgroup of their own here ("" while they do, or before the first try)."""
+_cgroups_lock = threading.Lock()
+
+
+def _cgroup2_mount() -> str | None:
+    """Where cgroup v2 is mounted (``/sys/fs/cgroup``, or ``.../unified`` on a hybrid host), or None."""
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                left, _, right = line.partition(" - ")
+                if right.split()[:1] == ["cgroup2"]:
+                    return left.split()[4]
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def _own_cgroup() -> str | None:
+    """This process's cgroup v2 path (``0::/...`` in ``/proc/self/cgroup``), or None."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cgroup_base() -> str | None:
+    """The folder runs' cgroups are made in (this process's own cgroup v2), or None where there is none,
+    or where this process is itself in a run's cgroup (a worker: the agent makes and removes them)."""
+    global _cgroups, cgroups_unusable
+    with _cgroups_lock:
+        if _cgroups is None:
+            mount, own = _cgroup2_mount(), _own_cgroup()
+            if mount is None or own is None or own.endswith(" (deleted)"):
+                _cgroups, cgroups_unusable = "", "no cgroup v2 mounted here" if mount is None else "no cgroup v2 path"
+            elif os.path.basename(own).startswith(CGROUP_PREFIX):
+                _cgroups, cgroups_unusable = "", "this process is in a run's cgroup"
+            else:
+                _cgroups = os.path.join(mount, own.lstrip("/"))
+        return _cgroups or None
+
+
+def cgroup_folder(tag: str) -> str | None:
+    """The run's cgroup folder (whether it exists or not), or None where runs get none."""
+    base = cgroup_base()
+    if base is None or not tag:
+        return None
+    return os.path.join(base, CGROUP_PREFIX + "".join(c if c.isalnum() or c in "-_." else "_" for c in tag))
+
+
+def _unusable(why: str) -> None:
+    global _cgroups, cgroups_unusable
+    with _cgroups_lock:
+        if _cgroups:
+            log.info("runs get no cgroup of their own (%s): their processes are found and stopped by process group, "
+                     "descent, tag and memory", why)
+        _cgroups, cgroups_unusable = "", why
+
+
+def contain(tag: str, processes_: Iterable[Process]) -> bool:
+    """Move ``processes_`` into the run's cgroup, made if missing; False where there is none to move into."""
+    folder = cgroup_folder(tag)
+    if folder is None:
+        return False
+    if TAG_VARIABLE in os.environ:  # a run's own process (a worker) uses the cgroup its agent made, never makes one
+        if not os.path.isdir(folder):
+            return False
+    elif not prepare(tag):
+        return False
+    moved = True
+    for process in processes_:
+        if start_time(process.pid) != process.start_time:
+            continue
+        try:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
+                handle.write(str(process.pid))
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:  # gone meanwhile is fine; anything else: this one stays where it is
+                moved = False
+    return moved
+
+
+def prepare(tag: str) -> bool:
+    """Make the run's cgroup (the agent's side: before its worker starts, or at the first look at the run);
+    False where runs get none here."""
+    folder = cgroup_folder(tag)
+    if folder is None:
+        return False
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as exc:  # read-only (a container), not permitted, no such folder: use the other ways
+        _unusable(f"cannot make a cgroup in {os.path.dirname(folder)}: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def join(tag: str) -> bool:
+    """Move this process (a worker, as it starts, before it starts anything) into its run's cgroup, which its
+    agent made (:func:`prepare`, ``<the agent's cgroup>/sixdim-run-<tag>``); False where there is none."""
+    me = read_stat(os.getpid())
+    return me is not None and contain(tag, [me])
+
+
+def cgroup_pids(tag: str) -> list[int]:
+    """The PIDs in the run's cgroup (none where it has none)."""
+    folder = cgroup_folder(tag)
+    if folder is None:
+        return []
+    try:
+        with open(os.path.join(folder, "cgroup.procs")) as handle:
+            return [int(word) for word in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_cgroup(tag: str) -> bool:
+    """Kill every process in the run's cgroup (``cgroup.kill``; before Linux 5.14, each PID it lists until
+    none is left); False where the run has no cgroup."""
+    folder = cgroup_folder(tag)
+    if folder is None or not os.path.isdir(folder):
+        return False
+    try:
+        with open(os.path.join(folder, "cgroup.kill"), "w") as handle:
+            handle.write("1")
+        return True
+    except OSError:
+        pass
+    for _ in range(FREEZE_ROUNDS):
+        pids = [pid for pid in cgroup_pids(tag) if pid != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # in the run's cgroup: the run's, whatever its PID's history
+            except OSError:
+                pass
+        time.sleep(0.01)
+    return True
+
+
+def remove_cgroup(tag: str) -> None:
+    """Remove the run's cgroup once it is empty (within :data:`CGROUP_EMPTY_SECONDS`; else the next stop does)."""
+    folder = cgroup_folder(tag)
+    if folder is None:
+        return
+    deadline = time.monotonic() + CGROUP_EMPTY_SECONDS
+    while True:
+        try:
+            os.rmdir(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                log.warning("could not remove the run's cgroup %s: %s", folder, exc.strerror or exc)
+                return
+        time.sleep(0.02)
 
 
 def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:

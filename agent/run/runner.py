@@ -111,8 +111,9 @@ def _kill_group(pgid: int, sig: int) -> None:
 def _terminate(pid: int, tag: str) -> None:
     """SIGTERM to every process of the run (its group, below the worker, tagged): a chance to end
     cleanly, which the ones that left the group would not get from ``killpg`` alone."""
+    found = proctree.run_processes(pid, tag)  # first, while the worker (a subreaper) still holds the tree
     _kill_group(pid, signal.SIGTERM)
-    for process in proctree.run_processes(pid, tag):
+    for process in found:
         proctree.send(process, signal.SIGTERM)
 
 
@@ -279,6 +280,7 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), proctree.TAG_VARIABLE: tag,
                  AGENT_PID_VARIABLE: str(os.getpid())}
     worker_started = time.time()
+    proctree.prepare(tag)  # the run's cgroup, which the worker joins first thing (where the host allows one)
     process = subprocess.Popen(
         [sys.executable, "-m", WORKER_MODULE, request_path, results_path],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

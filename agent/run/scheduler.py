@@ -16,6 +16,13 @@ executor's :class:`sixdim.run.progress.SuiteRun` logs each workload's start and 
 named to the executor's :class:`sixdim.run.progress.SuiteProgress`, so a suite that has not run yet
 shows as not running on ``/metrics``.  Cron lines are read in UTC, the scheduler's time zone.
 
+A suite run that cannot start or fails unexpectedly (its device's lock file cannot be written: a full
+or read-only state folder; a bug) is logged, and :class:`RunHealth` notes it until that job's next run
+starts and ends without such a failure: ``/healthz`` answers 503 with the reason and
+``sixdim_agent_can_run`` is 0 meanwhile.  Nothing of such a run stays held (every lock it took and
+every descriptor it opened are given back on the way out), so the next scheduled run tries afresh and
+works once the cause is gone, with no restart.
+
 :meth:`SuiteScheduler.replace` puts a reloaded configuration's plan in place (SIGHUP).  A suite
 running at that moment finishes as it was configured (the safe point: no case is cut short by a
 reload); its next run is the new configuration's.  A job whose schedule did not change keeps its
@@ -25,9 +32,12 @@ runs now, as it would have at start.
 
 from __future__ import annotations
 
+import errno
 import logging
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -36,12 +46,58 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from sixdim.config import EMBEDDED_SOURCE, Suite, case_timeout
-from sixdim.core.results import RunRecord, plural, status_counts_text
+from sixdim.core.results import plural, status_counts_text
 from sixdim.run.devices import Device
 from sixdim.run.executor import Executor
 from sixdim.workloads import registry
 
 log = logging.getLogger(__name__)
+
+
+class RunHealth:
+    """Whether the agent can run its suites: the jobs whose last run could not start or failed
+    unexpectedly, with why (thread-safe: the jobs run on the scheduler's pool)."""
+
+    def __init__(self) -> None:
+        self._problems: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.on_change: Callable[[], None] | None = None
+        """Called when the answer changes (the daemon renders /metrics' live part again)."""
+
+    def failed(self, job: str, reason: str) -> None:
+        with self._lock:
+            changed = self._problems.get(job) != reason
+            self._problems[job] = reason
+        if changed:
+            self._changed()
+
+    def ran(self, job: str) -> None:
+        with self._lock:
+            changed = self._problems.pop(job, None) is not None
+        if changed:
+            self._changed()
+
+    def forget_except(self, jobs: set[str]) -> None:
+        """A reload's plan: the jobs no longer scheduled cannot make the agent unhealthy."""
+        with self._lock:
+            gone = [job for job in self._problems if job not in jobs]
+            for job in gone:
+                del self._problems[job]
+        if gone:
+            self._changed()
+
+    def problem(self) -> str | None:
+        """Why the agent cannot run its suites now (the first failing job's reason, and how many more), or None."""
+        with self._lock:
+            problems = sorted(self._problems.items())
+        if not problems:
+            return None
+        (job, reason), more = problems[0], len(problems) - 1
+        return f"{job}: {reason}" + (f" (and {more} more suite job(s) failing)" if more else "")
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
 
 class SuiteScheduler:
@@ -54,6 +110,7 @@ class SuiteScheduler:
         self._scheduler = BackgroundScheduler(timezone=timezone.utc)
         self._generation = 0
         self._pools: list[ThreadPoolExecutor] = []
+        self.health = RunHealth()
         self._first_run: dict[str, str] = {}
         """Job id -> why its first (next) run is when it is: ``now``, ``kept`` or ``changed`` (by a
         reload), or ``schedule``: for the log line that says when each suite runs."""
@@ -63,6 +120,7 @@ class SuiteScheduler:
         """Schedule ``plan`` on a thread pool of its own, sized for its jobs (a reload may add some).
         ``kept``: job id -> (schedule, next run time) of the jobs scheduled before."""
         jobs = sum(len(devices) for _, devices in plan)
+        self.health.forget_except({f"{suite.name}@{device.name}" for suite, devices in plan for device in devices})
         self._executor.progress.plan([(suite.name, device) for suite, devices in plan for device in devices])
         self._first_run = {}  # the jobs of this plan only
         self._generation += 1
@@ -133,7 +191,21 @@ class SuiteScheduler:
             pool.shutdown(wait=True)
 
     def run_suite(self, suite: Suite, device: Device) -> None:
-        """One scheduled run: wait for the device (another suite may have it), unless stopping."""
+        """One scheduled run: wait for the device (another suite may have it), unless stopping.
+
+        Never raises, and never leaves anything held: a run that cannot start (its device's lock file cannot
+        be written) or fails unexpectedly is logged and noted in :attr:`health` until the job runs again."""
+        job = f"{suite.name}@{device.name}"
+        try:
+            self._run_suite(suite, device, job)
+        except Exception as exc:  # a bug or a full state folder in one run must not end the schedule
+            reason = _failure(exc)
+            log.error("suite %s on %s could not run: %s; the agent cannot run its suites until this is fixed "
+                      "(it tries again at the next scheduled run)", suite.name, device.name, reason,
+                      exc_info=not isinstance(exc, OSError))
+            self.health.failed(job, f"suite {suite.name} on {device.name} could not run: {reason}")
+
+    def _run_suite(self, suite: Suite, device: Device, job: str) -> None:
         stop = self._executor.stop
         with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
             if not held or stop.is_set():
@@ -143,12 +215,8 @@ class SuiteScheduler:
                      plural(len(suite.workloads), "workload"), timeout, "" if timeout == suite.timeout_seconds
                      else f": {why}")
             started = time.monotonic()
-            records: list[RunRecord] = []
-            try:
-                items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
-                records = self._executor.execute_many(items, device, suite=suite.name, timeout=timeout)
-            except Exception:  # a bug in one run must not end the schedule
-                log.exception("suite %s on %s failed unexpectedly", suite.name, device.name)
+            items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
+            records = self._executor.execute_many(items, device, suite=suite.name, timeout=timeout)
             run = self._executor.progress.last(suite.name, device)
             interruption = run.interruption if run is not None else None
             last = f" (last: {run.unsaid})" if run is not None and run.unsaid else ""
@@ -160,6 +228,16 @@ class SuiteScheduler:
             else:
                 log.info("suite %s on %s: ended in %.1f s: %s%s", suite.name, device.name,
                          time.monotonic() - started, status_counts_text(counts), last)
+        self.health.ran(job)
+
+
+def _failure(exc: BaseException) -> str:
+    """An exception as one line: an OSError by its file and errno name (``No space left on device (ENOSPC)``)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc} ({name})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _schedule(suite: Suite) -> str:

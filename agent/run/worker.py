@@ -83,6 +83,7 @@ def watch_parent() -> None:
 
     global _agent
 
+    proctree.join(os.environ.get(proctree.TAG_VARIABLE, ""))  # into the run's cgroup, before starting anything
     proctree.prctl(proctree.PR_SET_CHILD_SUBREAPER, 1)
     parent = _agent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
 

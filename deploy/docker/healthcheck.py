@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The sixdim image's HEALTHCHECK: GET /healthz on the agent's own listen address.
 
-Exit 0 when /healthz answers 200 (the agent's scheduler runs), 1 otherwise, which Docker counts as
+Exit 0 when /healthz answers 200 (the scheduler runs and its suites can run), 1 otherwise, which Docker counts as
 a failed check. Python's standard library only: the image has no curl.
 
 The address is ``SIXDIM_LISTEN`` (``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT``, as ``sixdim serve

@@ -118,6 +118,12 @@ def default_hostname(env: Mapping[str, str]) -> str:
     return env.get("NODE_NAME") or socket.gethostname()
 
 
+SERIES_BUDGET = 20_000
+"""The Prometheus series one host's configuration may export by default (``agent.series_budget``): a fleet of
+1,000 hosts then holds at most 20 million series, what one large Prometheus or one Mimir/Thanos tenant keeps
+(the arithmetic: docs/ARCHITECTURE.md, "What a host exports").  The embedded default exports about 16,000 on
+an 8-GPU H100 host (sixdim.daemon.series counts them; ``sixdim serve --check-config`` enforces the budget)."""
+
 # --------------------------------------------------------------------------- schema
 
 @dataclass(frozen=True)
@@ -273,6 +279,10 @@ OPTIONS: tuple[Option, ...] = (
            "web configuration file in the Prometheus exporter-toolkit format: TLS, client certificates, basic "
            "auth, response headers (default: none, plain HTTP; see docs/SECURITY.md)",
            lambda value: "" if value == "" else _path(value), "a file path, or empty for plain HTTP", lambda env: ""),
+    Option("agent.series_budget", "--series-budget", "SIXDIM_SERIES_BUDGET",
+           f"Prometheus series the configuration may export on this host; serve --check-config refuses one that "
+           f"exports more: raise it to opt in to per-shape export of large suites (default: {SERIES_BUDGET})",
+           _whole(1, 1_000_000_000), "a whole number from 1 to 1000000000", lambda env: SERIES_BUDGET),
     Option("regression.window", "--regression-window", "SIXDIM_REGRESSION_WINDOW",
            "runs of a series' stable segment that form its baseline, 10 to 1000 (default: 40)",
            _whole(10, 1000), "a whole number from 10 to 1000", lambda env: 40),
@@ -346,6 +356,8 @@ class Config:
     suites: tuple[Suite, ...]
     state_dir: str = ""
     """Lock files and worker records (:mod:`sixdim.run.instance`); see :func:`default_state_dir`."""
+    series_budget: int = SERIES_BUDGET
+    """``agent.series_budget``: the series ``serve --check-config`` lets the configuration export on the host."""
     web_config_file: str = ""
     """``--web.config.file``: TLS and basic auth of the endpoint (:mod:`sixdim.http.webconfig`); empty: plain HTTP."""
     regression_window: int = 40

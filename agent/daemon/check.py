@@ -6,7 +6,9 @@ stays).  This loads what ``serve`` loads, in the same order and with the same ch
 its permissions, the ``SIXDIM_*`` variables and the flags; the web configuration file with its
 certificates, keys and client CA; every suite's devices through NVML), and goes one step further
 than start-up can afford to: it expands every workload's cases for the device types each suite will
-really run on (the loader expands them for the CPU).  Nothing is started or taken: no lock,
+really run on (the loader expands them for the CPU), and counts the Prometheus series they export on this
+host against the series budget (``agent.series_budget``; :mod:`sixdim.daemon.series`).  Nothing is started
+or taken: no lock,
 no history, no port, no worker, no CUDA context, so it is safe beside a running daemon.  The
 systemd unit runs it before each reload, so ``systemctl reload sixdim`` fails with the error.
 """
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import Config, ConfigError
+from sixdim.config import DEFAULT_SOURCE, Config, ConfigError
+from sixdim.daemon.series import SeriesCount, count_series
 from sixdim.daemon.serve import load_web_config
 from sixdim.run import devices
 from sixdim.run.scheduler import suite_trigger
@@ -37,12 +41,33 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
              f"state:         {config.state_dir}",
              f"hostname:      {config.hostname}"]
     now = datetime.now(timezone.utc)
+    where: list[list[devices.Device]] = []
     for index, suite in enumerate(config.suites):
         found = devices.resolve(suite.devices, nvml, where=f"{config.source}: suites[{index}].devices")
+        where.append(found)
         counts = {device.name: _count_cases(config, index, device.type) for device in found}
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
                      f"{_where(counts)}; timeout {suite.timeout_seconds:g} s per case; export {suite.export}")
-    return lines
+    rapl = RaplReader()
+    series = count_series(config.suites, where, devices.host_gpus(nvml),
+                          rapl_domains=len(rapl.read()) if rapl.available else 0)
+    check_budget(config, series)
+    return lines[:5] + series.lines(config.series_budget) + lines[5:]  # the count, then each suite
+
+
+def check_budget(config: Config, series: SeriesCount) -> None:
+    """Refuse a configuration that exports more series than ``agent.series_budget`` allows: one line
+    naming the count, its per-shape share and the budget, and how to opt in."""
+    if series.total <= config.series_budget:
+        return
+    where = config.sources.get("agent.series_budget", DEFAULT_SOURCE)
+    source = config.source if where == DEFAULT_SOURCE else where
+    set_by = "the default budget" if where == DEFAULT_SOURCE else "the budget set there"
+    raise ConfigError(source, "agent.series_budget",
+                      f"at least {series.total:,}, the Prometheus series this configuration exports on this host "
+                      f"({series.per_shape:,} of them per shape: export = \"shapes\")", config.series_budget,
+                      detail=f"{set_by}; export fewer suites per shape, or opt in by raising agent.series_budget, "
+                             f"--series-budget or SIXDIM_SERIES_BUDGET")
 
 
 def _count_cases(config: Config, index: int, device_type: str) -> int:

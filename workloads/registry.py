@@ -13,6 +13,11 @@ from typing import Any
 from sixdim.workloads import logparse, shapes
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
+_KERNEL_FIGURES = ("seconds", "seconds_iqr_ratio", "max_relative_error", "power_watts", "energy_joules")
+_LATENCY_FIGURES = ("latency_p50_seconds", "latency_p99_seconds")
+"""Figures of the kernels' results (workloads/report.py ``kernel_output``), and the latency percentiles a
+workload reports where its ``latency_samples`` is above 0."""
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp8_fast")
 """GEMM's precisions.  ``fp8`` is e4m3 with ``use_fast_accum=False`` (cuBLAS promotes partial sums to
 FP32 now and then: the accurate form); ``fp8_fast`` the same with ``use_fast_accum=True``, the form
@@ -107,6 +112,7 @@ GEMM = WorkloadSpec(
         MAX_BATCH, LATENCY_SAMPLES,
     ) + TIMING_PARAMS + (SELF_TEST, SLOWDOWN),
     expander=_gemm_cases,
+    figures=_KERNEL_FIGURES + ("flops", "flop_per_joule") + _LATENCY_FIGURES,
     peak_kind="flops",
     shapes_help=f"square: 8192³; quick: {len(shapes.GEMM_QUICK)} shapes; "
                 f"training: DeepBench's {len(shapes.GEMM_TRAINING)} "
@@ -144,6 +150,7 @@ CONV = WorkloadSpec(
         SCALE, MAX_BATCH, LATENCY_SAMPLES,
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_conv_cases,
+    figures=_KERNEL_FIGURES + ("flops", "flop_per_joule") + _LATENCY_FIGURES,
     peak_kind="flops",
     shapes_help=f"quick: {len(shapes.CONV_QUICK)} shapes; training: DeepBench's {len(shapes.CONV_TRAINING)} "
                 f"(forward, backward-data, backward-weight each); inference: {len(shapes.CONV_INFERENCE)} (forward)",
@@ -170,6 +177,7 @@ RNN = WorkloadSpec(
         SCALE, MAX_BATCH, LATENCY_SAMPLES,
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_rnn_cases,
+    figures=_KERNEL_FIGURES + ("flops", "flop_per_joule") + _LATENCY_FIGURES,
     peak_kind="flops",
     shapes_help=f"quick: {len(shapes.RNN_QUICK)} layers; training: DeepBench's {len(shapes.RNN_TRAINING)} "
                 f"(forward and backward); inference: {len(shapes.RNN_INFERENCE)} (forward)",
@@ -192,6 +200,7 @@ SPARSE_GEMM = WorkloadSpec(
     params=(set_param("shape set: quick, or DeepBench's inference set (training and full mean the same)"),
             SCALE, MAX_BATCH, LATENCY_SAMPLES) + TIMING_PARAMS + (SELF_TEST,),
     expander=_sparse_cases,
+    figures=_KERNEL_FIGURES + ("flops", "flop_per_joule", "speedup") + _LATENCY_FIGURES,
     shapes_help=f"quick: {len(shapes.SPARSE_QUICK)} shapes; inference: DeepBench's {len(shapes.SPARSE_INFERENCE)}",
 )
 
@@ -211,6 +220,7 @@ MEMORY_BANDWIDTH = WorkloadSpec(
         Param("size_bytes", int, "bytes per copy", 64 * 2**20, 1024 * 2**20, minimum=1),
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_bandwidth_cases,
+    figures=("seconds", "bytes_per_second", "seconds_iqr_ratio", "max_relative_error"),
     peak_kind="bandwidth",
 )
 
@@ -231,6 +241,7 @@ LAUNCH_LATENCY = WorkloadSpec(
         Param("rounds", int, "timed rounds; the figure is their DeepSpark mean", 5, 5, minimum=3),
     ),
     expander=_latency_cases,
+    figures=("seconds", "seconds_iqr_ratio", "max_relative_error"),
     # launches per round change how far a round's one synchronisation is amortised: part of the figure
     label_params=("launches_per_round",),
 )
@@ -258,6 +269,7 @@ ALLREDUCE = WorkloadSpec(
         SELF_TEST,
     ),
     expander=_allreduce_cases,
+    figures=("seconds", "bytes_per_second", "bus_bytes_per_second", "seconds_iqr_ratio", "max_relative_error"),
     # all-reduces per round amortise the round's synchronisation, as launch_latency's launches do
     label_params=("iterations",),
     shapes_help=f"quick: {shapes.ALLREDUCE_QUICK} floats; full: DeepBench's {shapes.ALLREDUCE_FLOATS}",
@@ -410,6 +422,8 @@ COMMAND = WorkloadSpec(
               "command: program@digits)", "", ""),
     ),
     expander=_command_cases,
+    figures=("seconds", "samples_per_second", "accuracy", "time_to_train_seconds", "latency_p50_seconds",
+             "latency_p90_seconds", "latency_p99_seconds", "quality"),
     label_params=("target_accuracy",),  # time to train is the time to reach it
     # how the run's output and files are read, not what runs (argv, shell, cwd and env are in the label)
     method_params=frozenset({"formats", "log_files", "quality_tags", "throughput_tag", "batch_size",
@@ -463,6 +477,8 @@ MODEL = WorkloadSpec(
               "counter read at both ends (under 1 s: no power reported)", 3.0, 3.0, minimum=0.0),
     ),
     expander=_model_cases,
+    figures=("samples_per_second", "seconds", "seconds_iqr_ratio", "tokens_per_second", "power_watts",
+             "energy_joules", "samples_per_joule") + _LATENCY_FIGURES,
 )
 
 
@@ -505,6 +521,7 @@ LINEARITY = WorkloadSpec(
         Param("rdzv_timeout", int, "node linearity: seconds to wait for all nodes", 300, 300, minimum=1),
     ),
     expander=_linearity_cases,
+    figures=("samples_per_second", "linearity_ratio"),
     label_params=("batch",),
     # nproc_per_node is in the node-linearity label where it is used; inference_batch is unused
     method_params=frozenset({"nproc_per_node", "inference_batch", "rdzv_endpoint", "rdzv_id", "rdzv_timeout"}),
@@ -535,6 +552,7 @@ CONVERGENCE = WorkloadSpec(
         Param("learning_rate", float, "Adam learning rate", 1e-2, 1e-2, minimum=0.0),
     ),
     expander=_convergence_cases,
+    figures=("accuracy", "samples_per_second", "seconds", "stability_ratio", "time_to_train_seconds"),
     label_params=("epochs", "deterministic", "batch_size", "learning_rate"),
 )
 
@@ -657,6 +675,8 @@ ONNX = WorkloadSpec(
         SELF_TEST,
     ),
     expander=_onnx_cases,
+    figures=_KERNEL_FIGURES + ("samples_per_second", "samples_per_joule", "latency_p90_seconds", "memory_bytes")
+    + _LATENCY_FIGURES,
     label_params=("opset",),
     # the token ids drawn, where compiled engines are cached, how long a build may take, the check's bound
     method_params=frozenset({"vocab_size", "cache_dir", "build_seconds", "tolerance"}),

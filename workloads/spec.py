@@ -211,6 +211,12 @@ class WorkloadSpec:
     scope: str = "device"
     """``device``: runs on each device it is given.  ``host``: runs once per host over all its GPUs
     (all-reduce), from the job of the host's first device."""
+    figures: tuple[str, ...] = ()
+    """The figures this workload's own code can put in a result (``WorkloadOutput.figures``), before the
+    executor adds the window's telemetry: an upper bound, read off the workload's ``run`` (and
+    workloads/report.py's ``kernel_output`` for the kernels); ``quality`` stands for a command's quality
+    metrics, one series each.  What the series budget counts
+    (agent/daemon/series.py); tests/test_series_budget.py holds each workload's real CPU results to it."""
     runs_in_ranks: bool = False
     """True where the case's work runs in rank processes it starts (all-reduce, linearity): the
     worker itself then neither resets and synchronizes its own allocator for it nor reports that

@@ -52,31 +52,6 @@ DEFAULT_GPUS = 8
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 """The host the budget is written for: 8 H100s (docs/ARCHITECTURE.md, "What a host exports")."""
 
-_KERNEL = ("seconds", "seconds_iqr_ratio", "max_relative_error", "power_watts", "energy_joules")
-_LATENCY = ("latency_p50_seconds", "latency_p99_seconds")
-WORKER_FIGURES: dict[str, tuple[str, ...]] = {
-    "gemm": _KERNEL + ("flops", "flop_per_joule") + _LATENCY,
-    "conv": _KERNEL + ("flops", "flop_per_joule") + _LATENCY,
-    "rnn": _KERNEL + ("flops", "flop_per_joule") + _LATENCY,
-    "sparse_gemm": _KERNEL + ("flops", "flop_per_joule", "speedup") + _LATENCY,
-    "memory_bandwidth": ("seconds", "bytes_per_second", "seconds_iqr_ratio", "max_relative_error"),
-    "launch_latency": ("seconds", "seconds_iqr_ratio", "max_relative_error"),
-    "allreduce": ("seconds", "bytes_per_second", "bus_bytes_per_second", "seconds_iqr_ratio", "max_relative_error"),
-    "model": ("samples_per_second", "seconds", "seconds_iqr_ratio", "tokens_per_second", "power_watts",
-              "energy_joules", "samples_per_joule") + _LATENCY,
-    "linearity": ("samples_per_second", "linearity_ratio"),
-    "convergence": ("accuracy", "samples_per_second", "seconds", "stability_ratio", "time_to_train_seconds"),
-    "onnx": _KERNEL + ("samples_per_second", "samples_per_joule", "latency_p90_seconds", "memory_bytes") + _LATENCY,
-    "command": ("seconds", "samples_per_second", "accuracy", "time_to_train_seconds", "latency_p50_seconds",
-                "latency_p90_seconds", "latency_p99_seconds", "quality"),
-}
-"""The figures each workload's own code can put in a result (``WorkloadOutput.figures``), before the
-executor adds the window's telemetry: an upper bound read off the workloads (workloads/report.py's
-``kernel_output`` for the kernels, each workload's ``run`` for the rest).  ``quality`` stands for the
-command's quality metrics (one ``sixdim_workload_quality`` series each: :data:`QUALITY_METRICS`).
-tests/test_series_budget.py holds every workload of the registry to having an entry, and a real CPU
-run of each quick-suite workload to reporting nothing outside it."""
-
 QUALITY_METRICS = 3
 """Quality metrics counted per ``command`` case (its log decides: a loss, an accuracy, a WER...)."""
 
@@ -97,14 +72,14 @@ GPU_LABELS = (catalog.HOSTNAME, catalog.GPU, catalog.UUID, catalog.MODEL_NAME, c
 
 def possible_figures(spec: WorkloadSpec, params: dict, device_type: str) -> frozenset[str]:
     """The figures a result of this workload with these (resolved) parameters can carry on this device
-    type: the worker's (:data:`WORKER_FIGURES`; every single-figure result metric for a workload the
-    table lacks), its allocator peak (torch workloads that run in one process), the executor's window
+    type: the worker's (``WorkloadSpec.figures``; every single-figure result metric for a workload that
+    declares none), its allocator peak (torch workloads that run in one process), the executor's window
     telemetry (power, energy, memory, clocks: ``sixdim.run.executor.telemetry_figures``) and the
     fraction of peak where the workload has a peak (``peak_kind``).  An upper bound."""
-    figures = set(WORKER_FIGURES.get(spec.name, tuple(
-        m.figure for m in catalog.RESULT_METRICS if m.figure and m.figure != "ended_at")))
+    figures = set(spec.figures or tuple(
+        m.figure for m in catalog.RESULT_METRICS if m.figure and m.figure != "ended_at"))
     if any(p.name == LATENCY_PARAM for p in spec.params) and not params.get(LATENCY_PARAM):
-        figures -= set(_LATENCY)
+        figures -= {"latency_p50_seconds", "latency_p99_seconds"}
     if spec.uses_torch and not spec.runs_in_ranks:
         figures |= {"memory_bytes", "memory_reserved_bytes"}
     figures |= {"power_watts", "energy_joules", *CLOCK_FIGURES}

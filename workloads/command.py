@@ -24,7 +24,11 @@ read: a run that already happened, replayed.  Together they give:
 
 A run is ``ok`` only if it finished and something was read from it: an output nothing parsed, an
 MLPerf run that never logged ``run_stop`` or stopped with a failure, and an INVALID MLPerf
-Inference result are ``failed``, with the reason.  docs/TRAINING_LOGS.md has every rule.
+Inference result are ``failed``, with the reason.  docs/TRAINING_LOGS.md has every rule.  A command
+that exits non-zero fails with its code, or the signal that killed it (:func:`exit_reason`); one killed
+by SIGKILL, which sixdim never sends it (a timeout stops the whole worker), is most often the kernel's
+OOM killer, which the reason says, and says for sure where the kernel counted an OOM kill while the
+command ran (its cgroup's ``memory.events``, else ``/proc/vmstat``).
 
 What it shows while it runs (the command, its output lines) and its failure reason have the secrets
 of its parameters redacted (:mod:`sixdim.core.redact`, also used by the executor for the record): the
@@ -39,6 +43,7 @@ import collections
 import math
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import time
@@ -68,6 +73,89 @@ DEEPSPARK_MINIMUM = 5
 
 class CommandFailed(RuntimeError):
     """The command exited with a non-zero status."""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _cgroup_memory_events() -> str | None:
+    """This process's cgroup v2 ``memory.events`` (the command runs in its worker's cgroup), or None
+    where there is none (no cgroup v2, no memory controller there, the root cgroup)."""
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            mount = next((line.partition(" - ")[0].split()[4] for line in handle
+                          if line.partition(" - ")[2].split()[:1] == ["cgroup2"]), None)
+        with open("/proc/self/cgroup") as handle:
+            own = next((line[3:].strip() for line in handle if line.startswith("0::")), None)
+    except (OSError, IndexError):
+        return None
+    if mount is None or own is None:
+        return None
+    path = os.path.join(mount, own.lstrip("/"), "memory.events")
+    return path if os.path.isfile(path) else None
+
+
+def _oom_kill_counter(path: str) -> int | None:
+    """The ``oom_kill`` line of a ``memory.events`` or ``/proc/vmstat`` file, or None."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class OomWatch:
+    """The kernel's count of OOM kills when the command starts, to tell afterwards whether the OOM
+    killer killed anything while it ran: in its cgroup where it has one with a memory controller
+    (cgroup v2's ``memory.events``), else on the whole host (``/proc/vmstat``, Linux 4.13 on)."""
+
+    def __init__(self) -> None:
+        events = _cgroup_memory_events()
+        self.sources = [(path, scope, count) for path, scope in ((events, "in its cgroup"),
+                                                                 ("/proc/vmstat", "on this host"))
+                        if path is not None and (count := _oom_kill_counter(path)) is not None]
+
+    def kills(self) -> tuple[int, str] | None:
+        """(OOM kills since the start, where), from the narrowest source that still reads; None where
+        none can be read."""
+        for path, scope, before in self.sources:
+            now = _oom_kill_counter(path)
+            if now is not None:
+                return now - before, scope
+        return None
+
+
+def exit_reason(code: int, oom: tuple[int, str] | None) -> str:
+    """Why a command that exited with ``code`` (negative: killed by that signal, as
+    :class:`subprocess.Popen` says it) failed, with what the kernel said of OOM kills while it ran
+    (``oom``: how many, and where, from :class:`OomWatch`; None where unknown).
+
+    SIGKILL is what the OOM killer sends, and sixdim never sends it to a command (a timeout kills the
+    whole worker): a command killed by it, or a shell whose command was (exit code 137, 128 + 9), is
+    said to be, most likely, out of memory; for sure where the kernel counted OOM kills meanwhile."""
+    counted = ""
+    if oom is not None and oom[0] > 0:
+        kills, scope = oom
+        counted = (f"the kernel's OOM killer killed {kills} process{'es' if kills > 1 else ''} {scope} while it ran "
+                   f"(out of memory{'' if scope == 'in its cgroup' else ', likely'}: check dmesg)")
+    guess = "the kernel's OOM killer, if memory ran out: check dmesg"
+    if code < 0:
+        said = f"command killed by {_signal_name(-code)}"
+        if code == -signal.SIGKILL:
+            return f"{said}: {counted}" if counted else f"{said} ({guess})"
+        return f"{said}; {counted}" if counted else said
+    said = f"command exited with code {code}"
+    if code == 128 + signal.SIGKILL:
+        return f"{said} (128 + 9: a shell's way of saying its command was killed by SIGKILL; {counted or guess})"
+    return f"{said}; {counted}" if counted else said
 
 
 def quality_figure(quality: Quality) -> str:
@@ -134,6 +222,7 @@ def _run_command(params: dict[str, Any], ctx: RunContext, parsers: list[Parser],
     ctx.progress("starting " + shown)
     started = time.monotonic()
     ctx.mark_window_start()
+    oom = OomWatch()
     process = subprocess.Popen(command, shell=params["shell"], cwd=params["cwd"] or None,
                                env=_environment(params["env"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
@@ -151,7 +240,7 @@ def _run_command(params: dict[str, Any], ctx: RunContext, parsers: list[Parser],
     elapsed = time.monotonic() - started
     if code != 0:
         last = scrub(next((line for line in reversed(tail) if line.strip()), ""), secrets)  # before it is cut
-        raise CommandFailed(f"command exited with code {code}" + (f"; last output: {last[-300:]}" if last else ""))
+        raise CommandFailed(exit_reason(code, oom.kills()) + (f"; last output: {last[-300:]}" if last else ""))
     return elapsed, lines
 
 

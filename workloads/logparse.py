@@ -31,7 +31,10 @@ A figure that is not a finite, non-negative number (NaN, infinity, a boolean, a 
 throughput) or is absurdly large (above :data:`MAX_READING`) is ignored with a warning: never
 exported, never counted as 0 or 1.  Neither does a line a parser cannot read (JSON nested too
 deeply, a ``metadata`` that is not an object, an expression's group that matched nothing) end the
-run: it is ignored with a warning, and :attr:`TrainingLog.ignored_lines` counts such lines.  The
+run: it is ignored with a warning, and :attr:`TrainingLog.ignored_lines` counts such lines.  So is an
+MLPerf ``run_stop`` whose time is there but not a number (``"time_ms": "abc"``): taken as the run's
+end, it would silently drop every later evaluation; the run goes on to its next ``run_stop``, and a
+log with no other one says, in its failure, that this one was ignored.  The
 patterns match in time linear in the line (a lazy group before trailing spaces would take seconds
 on a 64 KiB line of spaces).
 """
@@ -262,6 +265,10 @@ class MlperfRun:
     """Evaluations logged after this run's ``run_stop`` (before another run starts): not read."""
     extra_stops: list[str] = field(default_factory=list)
     """Further ``run_stop`` lines of this run that differ from its first: each described."""
+    odd_stops: int = 0
+    """``run_stop`` lines of this run ignored because their time is not a number."""
+    odd_stop_times: list[str] = field(default_factory=list)
+    """The first few of their times, as logged."""
     result_at: float | None = None
     """MiniGo's ``eval_result`` ``timestamp`` (seconds after ``run_start``): where v0.6 logs no run_stop,
     the end of the run."""
@@ -603,6 +610,9 @@ def _parse_mllog(line: str, log: TrainingLog) -> bool:
         return ok
     stamp, scale = (record.get("time_ms"), 1000.0) if "time_ms" in record else (record.get("time_s"), 1.0)
     seconds = stamp / scale if _is_number(stamp) else None  # time_s: Alibaba's v0.7 logs
+    if record["key"] == "run_stop" and seconds is None and ("time_ms" in record or "time_s" in record):
+        _odd_run_stop(log, stamp)
+        return True
     _record(log, record["key"], record.get("value"), seconds, _metadata(log, record.get("metadata")), "mllog")
     return True
 
@@ -622,7 +632,11 @@ def _parse_mll(line: str, log: TrainingLog) -> bool:
     value, metadata = payload, {}
     if isinstance(payload, dict) and "value" in payload:
         value, metadata = payload.get("value"), _metadata(log, payload.get("metadata"))
-    _record(log, key, value, _float_or_none(match.group(1)), metadata, "v0.6")
+    seconds = _float_or_none(match.group(1))
+    if key == "run_stop" and seconds is None:
+        _odd_run_stop(log, match.group(1))
+        return True
+    _record(log, key, value, seconds, metadata, "v0.6")
     return True
 
 
@@ -646,11 +660,28 @@ def _parse_mlp05(line: str, log: TrainingLog) -> bool:
         metadata = {"epoch_num": value.get("epoch")}
         value = value.get("value")
     elif key == "run_stop":
+        if _float_or_none(stamp) is None:
+            _odd_run_stop(log, stamp)
+            return True
         success = value.get("success") if isinstance(value, dict) else None
         metadata = {"status": None if success is None else
                     "success" if str(success).lower() == "true" else FAILED_V05}
     _record(log, key, value, _float_or_none(stamp), metadata, "v0.5")
     return True
+
+
+def _odd_run_stop(log: TrainingLog, stamp: Any) -> None:
+    """A ``run_stop`` whose time is there but is not a number: ignored with a warning.  Taken as the
+    run's end, it would cut every later evaluation off the run, silently; the run goes on to its next
+    ``run_stop``, and, should none come, its failure names this one (:func:`_cut_reason`)."""
+    shown = repr(stamp)[:40]
+    log.warn(f"MLPerf run_stop: its time {shown} is not a number: the line is ignored and the run goes on "
+             "(a later run_stop ends it)")
+    if log.runs and not log.runs[-1].ended:
+        run = log.runs[-1]
+        run.odd_stops += 1
+        if len(run.odd_stop_times) < 3:
+            run.odd_stop_times.append(shown)
 
 
 def _is_number(value: Any) -> bool:
@@ -1049,7 +1080,14 @@ def _cut_reason(log: TrainingLog) -> str:
                                  f"(the last {q.final:g})" for q in qualities)
     else:
         said += "; no evaluation was logged"
-    return said + "; the run never reached run_stop"
+    said += "; the run never reached run_stop"
+    if run.odd_stops == 1:
+        said += f" (a run_stop line was ignored: its time {run.odd_stop_times[0]} is not a number)"
+    elif run.odd_stops:
+        more = ", ..." if run.odd_stops > len(run.odd_stop_times) else ""
+        said += (f" ({run.odd_stops} run_stop lines were ignored: their times, "
+                 + ", ".join(run.odd_stop_times) + f"{more}, are not numbers)")
+    return said
 
 
 def _check_target(log: TrainingLog, run: MlperfRun) -> None:

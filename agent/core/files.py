@@ -54,12 +54,28 @@ def refuse_special(path: str | Path) -> None:
         raise NotARegularFile(path, kind)
 
 
-def make_folders(folder: str | Path, mode: int = 0o777) -> None:
-    """``mkdir -p`` with ``mode`` for the folders it makes; where a part of the path is a file, an
-    ``OSError`` whose text names that part (mkdir's own says only "File exists" or "Not a directory")."""
+def make_folders(folder: str | Path, mode: int | None = None) -> None:
+    """``mkdir -p``; where a part of the path is a file, an ``OSError`` whose text names that part (mkdir's
+    own says only "File exists" or "Not a directory").  With ``mode``, every folder it makes (the parents
+    too) gets exactly that mode whatever the umask (mkdir's mode is masked by it, and ``parents=True``
+    makes the parents 0777 less the umask: 0777 under ``umask 000``); folders already there are left
+    as they are.  Without, the umask decides, as for ``mkdir -p``."""
     folder = Path(folder)
     try:
-        folder.mkdir(mode=mode, parents=True, exist_ok=True)
+        if mode is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            return
+        missing = [part for part in reversed((folder, *folder.parents)) if not os.path.exists(part)]
+        for part in missing:
+            try:
+                os.mkdir(part, mode)
+            except FileExistsError:  # made meanwhile by another process: its maker chose its mode
+                if not part.is_dir():
+                    raise
+                continue
+            os.chmod(part, mode)  # just made, in a folder others cannot write (config.folder_problem)
+        if not missing and not folder.is_dir():
+            raise FileExistsError(errno.EEXIST, "File exists", str(folder))
     except (FileExistsError, NotADirectoryError):
         for part in reversed((folder, *folder.parents)):
             if part.exists() and not part.is_dir():
@@ -67,11 +83,12 @@ def make_folders(folder: str | Path, mode: int = 0o777) -> None:
         raise
 
 
-def write_atomically(path: str | Path, text: str, *, make_folder: bool = True) -> None:
+def write_atomically(path: str | Path, text: str, *, make_folder: bool = True, mode: int = 0o644) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``, so a reader
     (Prometheus reloading rules, Grafana's file provider, a browser) never sees half a file.
     ``make_folder`` creates missing parent folders; without it a missing folder is an ``OSError``.
-    The file gets mode 0644 and ``\\n`` line ends whatever the umask and the platform.
+    The file gets ``mode`` (0644 by default: rules and dashboards are meant to be read; a report of a
+    private history is given its history's) and ``\\n`` line ends whatever the umask and the platform.
 
     A target that exists and is not a regular file is refused (:class:`NotARegularFile`), as the rename
     would replace it with one: a device node (a root ``--out /dev/null`` would have replaced
@@ -88,7 +105,7 @@ def write_atomically(path: str | Path, text: str, *, make_folder: bool = True) -
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
-        os.chmod(temporary, 0o644)
+        os.chmod(temporary, mode)
         refuse_special(target)
         os.replace(temporary, target)
     except BaseException:

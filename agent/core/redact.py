@@ -20,8 +20,11 @@ advised to pass, and the path stays readable.  ``MONKEY``, ``KEYBOARD``, ``TOKEN
 ``wandb.api_key=V``), a secret flag followed by a separate value that does not start with ``-``
 (``--token V``), ``KEY=VALUE`` pairs of ``env``, other string parameters with a secret name, and
 the same rules inside a shell command line (``shell = true``, or an argument with white space in
-it, as in ``sh -c '...'``).  A secret the command prints that is not in its parameters cannot be
-recognised.
+it).  The argument after a shell's ``-c`` (``sh``, ``bash``, ``dash``, ``zsh``, ``ksh``, ``ash``;
+``bash -lc``, ``env VAR=... sh -c``, ``sh -e -c``) is always read as a command line, its values one
+by one: ``sh -c "HF_TOKEN=V python train.py --api-key=W"`` keeps its command readable and gives ``V``
+and ``W`` to :func:`scrub`, not the whole line as one value.  A secret the command prints that is not
+in its parameters cannot be recognised.
 
 Standard library only, and nothing else of sixdim: the daemon side (:mod:`sixdim.run.executor`) and the
 worker side (:mod:`sixdim.workloads.command`, the one workloads module that imports from ``agent``) both
@@ -51,6 +54,12 @@ _ASSIGNMENT = re.compile(r"([-+]*[A-Za-z_][\w.-]*)=(.*)", re.S)
 """``NAME=VALUE``: an environment assignment, ``--flag=value`` or a Hydra-style ``a.b=value``."""
 _FLAG = re.compile(r"-{1,2}[A-Za-z][\w.-]*")
 """A flag that may take its value as the next argument."""
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
+"""Programs whose ``-c`` argument is a command line."""
+_COMMAND_OPTION = re.compile(r"-[A-Za-z]*c[A-Za-z]*")
+"""A shell's ``-c``, alone or among other one-letter options (``-lc``, ``-ec``, ``-xc``)."""
+_OPTION_WITH_ARGUMENT = re.compile(r"[-+][A-Za-z]*[oO]")
+"""A shell's ``-o``/``+o``/``-O`` (``-o pipefail``): the next argument is its option's name."""
 _SHELL_TOKEN = re.compile(r"""
     (?P<word>(?:[^\s'"\\;&|<>()]           # an unquoted character
                | \\.                       # an escaped one
@@ -156,11 +165,21 @@ def _strings(value: Any) -> TypeGuard[list[str]]:
 
 def _argv(argv: Sequence[str]) -> tuple[list[str], set[str]]:
     """The redacted arguments and the values taken out.  A secret flag's value is the next argument
-    unless that starts with ``-`` (then it is the next flag, and the secret flag a switch)."""
+    unless that starts with ``-`` (then it is the next flag, and the secret flag a switch).  The
+    argument after a shell's ``-c`` (``sh``, ``/bin/bash``, after ``env A=1`` or not; ``-c`` among the
+    shell's options, before its first operand) is a command line: read by :func:`_shell`, whatever it
+    starts with."""
     redacted: list[str] = []
     found: set[str] = set()
-    value_next = False
+    value_next = script_next = False
+    shell_options = option_argument = False  # among a shell's options; the next is the name of its -o
     for item in argv:
+        if script_next:
+            shown, values = _shell(item)
+            redacted.append(shown)
+            found |= values
+            value_next = script_next = False
+            continue
         if value_next and not item.startswith("-"):
             redacted.append(REDACTED)
             found.add(item)
@@ -170,6 +189,12 @@ def _argv(argv: Sequence[str]) -> tuple[list[str], set[str]]:
         redacted.append(shown)
         found |= values
         value_next = bool(_FLAG.fullmatch(item)) and is_secret_name(item)
+        if item.rsplit("/", 1)[-1] in _SHELLS:
+            shell_options, option_argument = True, False
+        elif shell_options:
+            script_next = bool(_COMMAND_OPTION.fullmatch(item))
+            shell_options = not script_next and (option_argument or item.startswith(("-", "+")))
+            option_argument = bool(_OPTION_WITH_ARGUMENT.fullmatch(item))
     return redacted, found
 
 

@@ -44,6 +44,8 @@ renders it as HTML, and :mod:`sixdim.report.format` names, formats and bounds wh
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -107,7 +109,7 @@ def command(args: argparse.Namespace) -> int:
             sys.stdout.write(page)
             sys.stdout.flush()
         else:
-            write_atomically(args.file, page, make_folder=False)
+            write_atomically(args.file, page, make_folder=False, mode=report_mode(config.history))
     except OSError as exc:
         print(f"sixdim: error: cannot write {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return exits.USAGE
@@ -116,6 +118,16 @@ def command(args: argparse.Namespace) -> int:
           f"{facts['charts']} chart(s), {facts['runs']:,} runs of {facts['series']} series from {config.history} "
           f"in {seconds:.1f} s", file=sys.stderr if to_stdout else sys.stdout)
     return exits.OK
+
+
+def report_mode(history: str | os.PathLike[str]) -> int:
+    """The page's mode: never more readable than the history it shows (0600 for a 0600 history, 0644 for a
+    0644 one, 0640 for 0640), its owner's to read and write; 0600 where the history's mode cannot be read."""
+    try:
+        mode = stat.S_IMODE(os.stat(history).st_mode)
+    except OSError:
+        return 0o600
+    return 0o600 | (mode & 0o044)
 
 
 def _plotly() -> tuple[Any, Any]:

@@ -36,8 +36,8 @@ class InstanceError(RuntimeError):
 
 
 def ensure_state_dir(path: str | Path) -> Path:
-    """The state directory (or a folder in it), created mode 0700 (with its parents) if missing, and
-    writable: anything else is an :class:`InstanceError` naming it and the ways to choose another."""
+    """The state directory (or a folder in it), created mode 0700 (with its parents, whatever the umask) if
+    missing, and writable: anything else is an :class:`InstanceError` naming it and the ways to choose another."""
     folder = Path(path)
     try:
         make_folders(folder, STATE_DIR_MODE)
@@ -83,6 +83,8 @@ class FileLock:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
                 raise OSError(f"{self.path}: not a regular file of this user: sixdim does not take it as its lock")
+            if stat.S_IMODE(status.st_mode) != LOCK_FILE_MODE:  # open's mode less the umask (all of it, under 000)
+                os.fchmod(fd, LOCK_FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)

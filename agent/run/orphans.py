@@ -55,6 +55,8 @@ from sixdim.workloads.spec import Case, WorkloadSpec
 log = logging.getLogger(__name__)
 
 WORKERS = "workers"
+FILE_MODE = 0o600
+"""A record folder's files: the agent's user's alone (the folders are :data:`STATE_DIR_MODE`)."""
 RECORD = "record.json"
 UNSAVED = "unsaved.jsonl"
 """An ended run's results that the history held in memory only (a full disk): one JSON object a line,
@@ -111,8 +113,9 @@ class RunJournal:
                                     else "run"}, sort_keys=True) + "\n" for record in records)
         temporary = self.folder / (UNSAVED + ".new")
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
             try:
+                os.fchmod(fd, FILE_MODE)  # whatever the umask
                 os.write(fd, lines.encode())
                 os.fsync(fd)
             finally:
@@ -176,6 +179,7 @@ class WorkerRecords:
         this worker's cases), for the interruption a successor records should the agent die."""
         folder = self.folder / tag
         folder.mkdir(mode=STATE_DIR_MODE)
+        os.chmod(folder, STATE_DIR_MODE)  # mkdir's mode is masked by the umask: exactly it, whatever the umask
         record = WorkerRecord(tag=tag, agent_pid=os.getpid(), command=self.command, suite=suite,
                               device=device_fields(device), started_at=time.time(), history=self.history,
                               cases=[{"workload": spec.name, "params": case.params, "precision": case.precision,
@@ -183,8 +187,9 @@ class WorkerRecords:
                                      for spec, case in items],
                               suite_cases=suite_cases, suite_done=suite_done, suite_started_at=suite_started_at,
                               later_workloads=list(later_workloads or []))
-        fd = os.open(folder / RECORD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(folder / RECORD, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
         try:
+            os.fchmod(fd, FILE_MODE)
             fcntl.flock(fd, fcntl.LOCK_EX)
             _write(fd, record)
         except BaseException:  # a full state folder (ENOSPC): no descriptor left holding a flock, no folder left

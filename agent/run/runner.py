@@ -58,6 +58,8 @@ STOPPING_REASON = f"{INTERRUPTED}: sixdim is shutting down (a signal to the daem
 
 RESULTS_FILE = "results.jsonl"
 """The worker's streamed results, in its run folder (a worker record's folder keeps it for a successor)."""
+RUN_FILE_MODE = 0o600
+"""The request and the results (commands, their output): the agent's user's alone, whatever the umask."""
 
 STDERR_TAIL_LINES = 8
 """Lines of the worker's own output kept for a failure reason (those since the last finished case)."""
@@ -254,6 +256,7 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
         return _run_in(workdir, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
                        worker_memory, gpu_uuids, between_cases, between_cases_interval, on_case)
     with tempfile.TemporaryDirectory(prefix="sixdim-run-") as temporary:
+        os.chmod(temporary, 0o700)  # mkdtemp's mode, less the umask: exactly it
         return _run_in(temporary, tag, entry, cases, device, timeout, env, on_start, on_progress, stop, uses_torch,
                        worker_memory, gpu_uuids, between_cases, between_cases_interval, on_case)
 
@@ -270,7 +273,10 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
             between_cases_interval: float, on_case: CaseHook | None = None) -> WorkerOutcome:
     request_path = os.path.join(workdir, "request.json")
     results_path = os.path.join(workdir, RESULTS_FILE)
-    with open(request_path, "w") as handle:
+    # made here, 0600 whatever the umask (open's 0666 less a umask of 000 would be 0666), the results file too:
+    # the worker appends to it, and a file it created would have the worker's umask
+    os.close(_private_file(results_path, 0))
+    with open(_private_file(request_path, os.O_TRUNC), "w") as handle:
         entries = entry if isinstance(entry, list) else [entry] * len(cases)
         request: dict[str, Any] = {"entries": entries, "cases": cases, "device": device,
                                    "uses_torch": uses_torch, "worker_memory": worker_memory}
@@ -312,6 +318,18 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
             outcome.reason = (f"did not finish building {what} within the {allowance:g} s allowed for it; stopped "
                               f"(nothing was cached: the next run builds it again)")
     return outcome
+
+
+def _private_file(path: str, flags: int) -> int:
+    """A descriptor open for writing on ``path``, created if missing, mode :data:`RUN_FILE_MODE` (``fchmod``:
+    the umask takes bits from the mode ``open`` is given, and leaves them all where it is 000)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | flags, RUN_FILE_MODE)
+    try:
+        os.fchmod(fd, RUN_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _ask(between_cases: Callable[[], str | None]) -> str | None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 import statistics
@@ -67,6 +68,17 @@ from sixdim.core.files import make_folders
 from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, Interruption, RunRecord, counts_as_run
 
 log = logging.getLogger("sixdim")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _one_line(value: object) -> str:
+    """``value`` as text fit for one log line: a newline, a carriage return or any other control
+    character escaped as a Python literal writes it (``\\n``, ``\\x1b``).  What the history logs
+    includes text it does not choose (a path, SQLite's message, which ``quick_check`` writes on several
+    lines, an exception, a result's shape): as it is, that could split a record in two, or forge one."""
+    return _CONTROL.sub(lambda match: repr(match[0])[1:-1], str(value))
+
 
 SCHEMA_VERSION = 5
 
@@ -298,7 +310,7 @@ class History:
             self._up = False
             self._count("read_only")
             log.error("history: %s; the file is there but cannot be written (a read-only file system?): results "
-                      "are kept in memory and written once it can be", exc)
+                      "are kept in memory and written once it can be", _one_line(exc))
         self._load_spool()
         self.retry_pending()
 
@@ -331,7 +343,7 @@ class History:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            make_folders(self.path.parent, FOLDER_MODE)  # the mode: its last folder only
+            make_folders(self.path.parent, FOLDER_MODE)  # the mode: each folder it makes, whatever the umask
         except OSError as exc:
             raise HistoryError(f"cannot create the history's folder {self.path.parent}: {exc.strerror or exc}; "
                                f"choose another place with --history, SIXDIM_HISTORY or agent.history") from None
@@ -345,6 +357,8 @@ class History:
                 self._move_aside(str(broken))
                 db = self._connect()
                 self._prepare(db)
+            for suffix in ("-wal", "-shm"):  # made by SQLite: checked, not trusted to follow the database's mode
+                tighten(Path(str(self.path) + suffix))
             self._identity = self._file_identity()
             return db
         except HistoryError:
@@ -391,7 +405,7 @@ class History:
         self.moved_aside = target
         self._count("corrupt")
         log.error("history database %s is unusable (%s); moved it to %s and started a new one",
-                  self.path, why, target)
+                  _one_line(self.path), _one_line(why), _one_line(target))
 
     def _file_identity(self) -> tuple[int, int] | None:
         """The device and inode of the file at the history's path now; None where there is none."""
@@ -423,7 +437,7 @@ class History:
         except sqlite3.Error:
             pass
         log.warning("history: %s was %s while this sixdim had it open; results from now on go to %s",
-                    self.path, "deleted" if now is None else "replaced by another file",
+                    _one_line(self.path), "deleted" if now is None else "replaced by another file",
                     "a new database there" if now is None else "that file")
         try:
             self._conn.close()  # the last connection's close checkpoints into the old file and removes its -wal
@@ -482,8 +496,8 @@ class History:
                 dropped = self._pending.popleft()
                 self._count("dropped")
                 log.error("history: %d results waiting; dropped the oldest (%s)", self._max_pending,
-                          f"{dropped.workload} {dropped.shape}" if isinstance(dropped, RunRecord)
-                          else f"the interruption of suite {dropped.suite!r} on {dropped.device}")
+                          _one_line(f"{dropped.workload} {dropped.shape}" if isinstance(dropped, RunRecord)
+                                   else f"the interruption of suite {dropped.suite!r} on {dropped.device}"))
             self._pending.append(record)
             if not self._flush_locked():
                 self._spool(record)
@@ -558,8 +572,8 @@ class History:
             self._last_error = reason
             if self._up:
                 log.warning("history: cannot write to %s (%s: %s); %d result(s) kept in memory%s and retried",
-                            self.path, reason, exc, len(batch),
-                            f" and in {self.spool_path}" if not self._spool_warned else "")
+                            _one_line(self.path), reason, _one_line(exc), len(batch),
+                            f" and in {_one_line(self.spool_path)}" if not self._spool_warned else "")
             self._up = False
             return False
         for record in batch:
@@ -580,6 +594,9 @@ class History:
             fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                          FILE_MODE)  # never through a link planted as the spool
             with open(fd, "a", encoding="utf-8") as spool:
+                status = os.fstat(fd)
+                if not status.st_size and stat.S_IMODE(status.st_mode) != FILE_MODE and status.st_uid == os.geteuid():
+                    os.fchmod(fd, FILE_MODE)  # just made: open's mode less the umask; exactly it instead
                 spool.write(json.dumps(data, sort_keys=True) + "\n")
                 spool.flush()
                 os.fsync(spool.fileno())
@@ -587,7 +604,7 @@ class History:
         except OSError as exc:  # a full or read-only disk: memory only
             if not self._spool_warned:
                 log.warning("history: cannot write the spool %s either (%s); waiting results are in memory only",
-                            self.spool_path, exc)
+                            _one_line(self.spool_path), _one_line(exc))
                 self._spool_warned = True
 
     def _clear_spool(self) -> None:
@@ -609,7 +626,7 @@ class History:
         except FileNotFoundError:
             return
         except OSError as exc:
-            log.warning("history: cannot read the spool %s: %s", self.spool_path, exc)
+            log.warning("history: cannot read the spool %s: %s", _one_line(self.spool_path), _one_line(exc))
             return
         for number, line in enumerate(lines, 1):
             try:
@@ -620,9 +637,10 @@ class History:
                 self._pending.append(record)
                 self._spooled.add(record.uid)
             except (ValueError, TypeError) as exc:  # a line cut by a crash: the rest still count
-                log.warning("history: %s line %d is unreadable (%s); skipped", self.spool_path, number, exc)
+                log.warning("history: %s line %d is unreadable (%s); skipped", _one_line(self.spool_path), number,
+                            _one_line(exc))
         if self._pending:
-            log.info("history: %d result(s) from %s to write", len(self._pending), self.spool_path)
+            log.info("history: %d result(s) from %s to write", len(self._pending), _one_line(self.spool_path))
 
     # ------------------------------------------------------------------ reading
     def _records(self, sql: str, args: Iterable[Any] = ()) -> list[RunRecord]:
@@ -685,7 +703,7 @@ class History:
                         found.update(row[0] for row in self._db.execute(
                             f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
             except sqlite3.Error as exc:
-                log.debug("history: cannot read which runs are there now: %s", exc)
+                log.debug("history: cannot read which runs are there now: %s", _one_line(exc))
         return found
 
     def interruptions_after(self, last_id: int) -> list[Interruption]:
@@ -828,7 +846,7 @@ def tighten(path: Path) -> None:
         return  # missing, or unreadable: opening it says why
     if stat.S_ISLNK(seen.st_mode):
         log.warning("history: %s is a symbolic link, which neither sixdim nor SQLite makes; the mode of what it "
-                    "points at is left alone", path)
+                    "points at is left alone", _one_line(path))
         return
     mode = stat.S_IMODE(seen.st_mode)
     if not stat.S_ISREG(seen.st_mode) or not mode & 0o077 or seen.st_uid != os.geteuid():
@@ -838,7 +856,7 @@ def tighten(path: Path) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
-                    path, mode, private, exc.strerror or exc)
+                    _one_line(path), mode, private, _one_line(exc.strerror or exc))
         return
     try:
         status = os.fstat(fd)
@@ -852,11 +870,12 @@ def tighten(path: Path) -> None:
         os.fchmod(fd, private)
     except OSError as exc:
         log.warning("history: %s is mode %04o (its group or others may read it) and cannot be made %04o: %s",
-                    path, mode, private, exc.strerror or exc)
+                    _one_line(path), mode, private, _one_line(exc.strerror or exc))
         return
     finally:
         os.close(fd)
-    log.warning("history: %s was mode %04o (its group or others could read it); made it %04o", path, mode, private)
+    log.warning("history: %s was mode %04o (its group or others could read it); made it %04o", _one_line(path), mode,
+                private)
 
 
 def _pruned_record(row: sqlite3.Row) -> RunRecord:

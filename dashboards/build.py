@@ -1071,6 +1071,14 @@ class _Dashboards:
                           "catches it.",
                           [Q(f"sum by ({hosts}, reason) ({q.increase(q.sel(c.HISTORY_WRITE_ERRORS))})",
                              q.legend(c.HOSTNAME, "reason"))], "none", w=8, bars=True),
+            gf.state_timeline("History restored", "Whether the agent's results, run counters and regression verdicts "
+                              "cover its history. After a start it answers at once and restores them in the "
+                              "background (restoring: seconds on a large history); a series or counter missing "
+                              "meanwhile is not yet restored, not gone or reset.",
+                              [Q(f"min by ({hosts}) ({q.sel(c.HISTORY_RESTORED)})", q.legend(c.HOSTNAME))],
+                              mappings=[{"type": "value", "options": {
+                                  "0": {"text": "restoring", "color": "blue", "index": 0},
+                                  "1": {"text": "restored", "color": "green", "index": 1}}}], w=8),
             gf.state_timeline("Configuration reload", "Whether the agent's last configuration reload (SIGHUP) "
                               "succeeded; failing: it still runs the configuration it had, and the file on disk is "
                               "the broken one (see the agent's log).",

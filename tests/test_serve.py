@@ -79,7 +79,8 @@ def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_
         # The latest ok run as the history holds it now: a case the crash cut short after its worker
         # had reported it is recorded by the restart (before it serves), and may be the newest.
         [latest] = History(history).latest_ok()
-        [flops] = daemon.samples("sixdim_workload_flops")
+        # restored in the background (sixdim_history_restored): the results and counters appear together
+        [flops] = daemon.wait_for("sixdim_workload_flops")
         assert (flops.labels["shape"], flops.value) == ("m=128,n=128,k=128,op=NN",
                                                         pytest.approx(latest.figures["flops"]))
         [ended] = daemon.samples("sixdim_workload_last_run_timestamp_seconds")

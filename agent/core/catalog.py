@@ -493,6 +493,12 @@ CONFIG_LAST_RELOAD = MetricDef(
     (HOSTNAME,))
 
 # --- Whether the agent can run its suites at all (agent/run/scheduler.py RunHealth; /healthz says the same) ---
+HISTORY_RESTORED = MetricDef(
+    "sixdim_history_restored", "gauge",
+    "1 once the agent's results, run counters and regression verdicts cover its history; 0 while it restores "
+    "them in the background after a start (it answers /metrics at once meanwhile, with the telemetry and the "
+    "results restored so far: a series or counter missing then is not yet restored, not gone or reset).",
+    (HOSTNAME,))
 AGENT_CAN_RUN = MetricDef(
     "sixdim_agent_can_run", "gauge",
     "1 while the agent can run its suites, 0 while a suite job's last run could not start or failed unexpectedly "
@@ -702,7 +708,7 @@ HOST_RAPL_ENERGY = MetricDef(
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
     WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, *SUITE_RUN_METRICS,
     HISTORY_UP, HISTORY_PENDING,
-    HISTORY_WRITE_ERRORS,
+    HISTORY_WRITE_ERRORS, HISTORY_RESTORED,
     CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, AGENT_CAN_RUN, GPU_INFO, BUILD_INFO, COLLECTOR_UP,
     GPU_POWER, GPU_ENERGY, GPU_MEMORY_USED, GPU_MEMORY_TOTAL, GPU_UTILIZATION, GPU_SM_CLOCK,
     GPU_MEMORY_CLOCK, GPU_TEMPERATURE, GPU_THROTTLE, GPU_PROCESSES,

@@ -25,13 +25,18 @@ class Components:
 
 
 def build(config: Config, *, verdicts: bool = False, command: str = "sixdim serve",
-          wait_for_devices: bool = True, nvml: NvmlCollector | None = None) -> Components:
+          wait_for_devices: bool = True, nvml: NvmlCollector | None = None,
+          restore_in_background: bool = False) -> Components:
     """The agent's parts; ``verdicts``: keep regression verdicts (the daemon), restored from the
     history in the background.  ``command`` names this process in the state directory's lock files
     and worker records; ``wait_for_devices`` False refuses a device another sixdim holds.  ``nvml``:
-    one the caller already made (to check the configured devices before anything is created)."""
+    one the caller already made (to check the configured devices before anything is created);
+    ``restore_in_background``: the board is loaded from the history on a thread of its own, started by
+    ``board.start_restore()`` (the daemon, once it listens: it answers at once and says
+    ``sixdim_history_restored 0`` meanwhile)."""
     history = History(config.history)
-    board = Board.from_history(history, Verdicts(settings_from(config)) if verdicts else None)
+    board = Board.from_history(history, Verdicts(settings_from(config)) if verdicts else None,
+                               background=restore_in_background, start=False)
     nvml = nvml or NvmlCollector(config.hostname)
     host = HostCollector(config.hostname)
     executor = Executor(hostname=config.hostname, history=history, nvml=nvml, rapl=host.rapl,

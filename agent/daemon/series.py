@@ -201,6 +201,7 @@ def count_series(suites: Sequence[Suite], devices: Sequence[Sequence[Device]], g
 HOST_AND_AGENT: dict[str, int] = {
     catalog.BUILD_INFO.name: 1, catalog.COLLECTOR_UP.name: COLLECTORS, catalog.CONFIG_RELOAD_SUCCESS.name: 1,
     catalog.CONFIG_LAST_RELOAD.name: 1, catalog.AGENT_CAN_RUN.name: 1, catalog.HISTORY_UP.name: 1,
+    catalog.HISTORY_RESTORED.name: 1,
     catalog.HISTORY_PENDING.name: 1, catalog.HISTORY_WRITE_ERRORS.name: HISTORY_WRITE_ERROR_REASONS,
     catalog.HOST_CPU.name: 1, catalog.HOST_MEMORY_USED.name: 1, catalog.HOST_MEMORY_TOTAL.name: 1,
     catalog.HOST_LOAD.name: HOST_LOAD_PERIODS,

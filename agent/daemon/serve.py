@@ -86,21 +86,22 @@ class _Running:
 
 def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Callable[[], Config] | None,
            nvml: NvmlCollector, plan: list) -> int:
-    parts = app.build(config, verdicts=True, nvml=nvml)
+    # the board and the verdicts are restored from the history in the background: /metrics answers at
+    # once (sixdim_history_restored 0 meanwhile) and /healthz as soon as the scheduler runs
+    parts = app.build(config, verdicts=True, nvml=nvml, restore_in_background=True)
     recovered = parts.executor.recover_left_behind()  # before anything runs on the devices
 
     reloads = ReloadStatus()
-    results = CollectorRegistry()  # rendered again only when the board changes
+    # rendered again only when the board changes, line by line into its gzip form (agent/http/exposition.py)
     results_collector = SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
                                         shape_suites=shape_suites(config))
-    results.register(results_collector)
     scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
     live = CollectorRegistry()  # telemetry and health, rendered on a timer
     ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
     live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
                                   history=parts.history, part="live", reloads=reloads,
                                   progress=parts.executor.progress, cannot_run=scheduler.health.problem))
-    exposition = Exposition(parts.board, results, live, parts.history).start()
+    exposition = Exposition(parts.board, results_collector, live, parts.history).start()
     parts.executor.progress.on_change = exposition.live_changed  # a suite's progress within a second
     scheduler.health.on_change = exposition.live_changed  # sixdim_agent_can_run within a second
 
@@ -133,10 +134,11 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, on_signal)
     scheduler.start()
+    parts.board.start_restore()  # once it listens: the restore's JSON decoding would slow the start-up
     pruner.start()
-    log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, %d result series "
-             "restored, integrity check %.2f s%s)", server.scheme, host, server.port, os.getpid(), config.source,
-             config.history, config.state_dir, len(parts.board.latest()), parts.history.check_seconds,
+    log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, results restoring "
+             "in the background, integrity check %.2f s%s)", server.scheme, host, server.port, os.getpid(),
+             config.source, config.history, config.state_dir, parts.history.check_seconds,
              f", {len(recovered)} case(s) of a dead predecessor's run recorded now" if recovered else "")
     _log_web(web)
     running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition)

@@ -9,6 +9,16 @@ this host, therefore appear without a restart.  SQLite hands out row ids in comm
 Interrupted suite runs (one record each, in the history's own table) are counted per device and
 suite the same way: loaded at start, caught up, shown while they wait to be written.
 
+The daemon loads it **in the background** (:meth:`Board.from_history` with ``background=True``): the board
+is empty until the history's latest results, run counts and interruptions are read, then they appear all
+at once (never a partial count), and the catch-up by row id starts from the last row that load covered,
+so no run is added twice; meanwhile catching up does nothing.  :meth:`Board.restored` says whether the
+board and the regression verdicts cover the history yet (``sixdim_history_restored``).
+
+A record the board keeps is a lean copy (:func:`lean`): no ``details`` or ``conditions`` (the exporter
+reads neither), label texts interned and equal ``environment`` and ``params`` dicts shared, so 5,000
+series cost a few megabytes, not one full record each.
+
 Results the history could not write yet (a locked or full database: see
 :mod:`sixdim.store.history`) are shown from its queue at once, and recognised by their ``uid`` when
 they are finally written, so each run is counted once.  A catch-up that cannot read the
@@ -20,9 +30,13 @@ the exposition once per change rather than once per scrape.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
+import sys
 import threading
+import time
+from typing import Any
 
 from sixdim.core import catalog
 from sixdim.core.results import Interruption, RunRecord, counts_as_run
@@ -54,6 +68,41 @@ def case_seconds(record: RunRecord) -> float:
     return max(0.0, record.ended_at - record.started_at)
 
 
+_LABEL_FIELDS = ("suite", "workload", "precision", "shape", "mode", "kernel_pass", "hostname", "device_type",
+                 "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason")
+_SHARED: dict[tuple, dict[str, Any]] = {}
+"""Equal ``environment`` and ``params`` dicts of lean records, shared (bounded: :data:`_SHARED_MAX`)."""
+_SHARED_MAX = 100_000
+
+
+def _shared(values: dict[str, Any]) -> dict[str, Any]:
+    try:
+        key = tuple(sorted(values.items()))
+        hash(key)
+    except TypeError:  # a list or dict among the values: kept as it is
+        return values
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        found = _SHARED[key] = values
+    return found
+
+
+def lean(record: RunRecord, figures: bool = True) -> RunRecord:
+    """The part of a record the exporter reads: no ``details`` or ``conditions`` (the round times, the
+    worker's output and the run's conditions stay in the history), label texts interned, equal
+    ``environment`` and ``params`` dicts shared between records; ``figures`` False: none (a record that
+    only labels a run count)."""
+    strings = {name: sys.intern(value) for name in _LABEL_FIELDS if isinstance(value := getattr(record, name), str)}
+    return dataclasses.replace(record, details={}, conditions={}, environment=_shared(record.environment),
+                               params=_shared(record.params), figures=record.figures if figures else {}, **strings)
+
+
+RESTORE_TRIES = 5
+"""Reads of the history's latest results and counts at start; a read during which rows were written
+is read again, so the row id the catch-up starts from is the last row the counts include."""
+
 CATCH_UP_BATCH = 10_000
 """Rows read per catch-up step, so a large backlog (another process's full suite) is read in pieces."""
 
@@ -76,32 +125,113 @@ class Board:
         self._last_interruption_id = 0
         self.version = 0
         """Incremented on every change of what the board shows."""
+        self._restoring = False
+        """True while :meth:`from_history` loads the board in the background."""
+        self._restore_thread: threading.Thread | None = None
 
     @classmethod
-    def from_history(cls, history: History, verdicts: Verdicts | None = None) -> Board:
-        """The board of what the history holds; ``verdicts`` are restored from it in the
-        background (the runs up to the last one read here; the board feeds the later ones)."""
+    def from_history(cls, history: History, verdicts: Verdicts | None = None, *, background: bool = False,
+                     start: bool = True) -> Board:
+        """The board of what the history holds; ``verdicts`` are restored from it in the background
+        (the runs up to the last one read here; the board feeds the later ones).  ``background``: return
+        an empty board at once and load it on a thread of its own (the daemon: it answers /metrics
+        meanwhile; ``start`` False: once :meth:`start_restore` is called); :meth:`restored` says when it and
+        the verdicts are done."""
         board = cls(verdicts)
+        if not background:
+            board._load(history)
+            return board
+        board._restoring = True
+        board._restore_thread = threading.Thread(target=board._restore, args=(history,), daemon=True,
+                                                 name="board-restore")
+        if start:
+            board._restore_thread.start()
+        return board
+
+    def start_restore(self) -> None:
+        """Start the background load :meth:`from_history` prepared with ``start=False`` (the daemon starts it
+        once it listens: the load's JSON decoding would otherwise slow its start-up, GIL against GIL)."""
+        thread = self._restore_thread
+        if thread is not None and thread.ident is None:
+            thread.start()
+
+    def restored(self) -> bool:
+        """Whether the board and the regression verdicts cover the history read at start."""
+        return not self._restoring and (self.verdicts is None or self.verdicts.restored.is_set())
+
+    def wait_restored(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`restored` (tests, tools); returns whether it is."""
+        thread = self._restore_thread
+        if thread is not None and thread.ident is not None:
+            thread.join(timeout)
+        if self.verdicts is not None:
+            self.verdicts.restored.wait(timeout)
+        return self.restored()
+
+    def _restore(self, history: History) -> None:
+        started = time.perf_counter()
         try:
-            for record in history.latest_ok():  # oldest first: a series' newest of all suites wins
-                board._latest[record.key()] = record
-                board._latest_by_suite[(record.key(), record.suite)] = record
-            for record, count in history.status_counts():
-                board._counts[(record.key(), record.status)] = (record, count)
-            board._last_id = history.last_id()
-            for interruption in history.interruptions_after(0):
-                board._add_interruption(interruption)
+            verdicts = self._load(history)
+        except Exception:  # a bug must not leave the board restoring for ever: it counts from new runs on
+            log.exception("board: restoring from the history failed")
+            with self._lock:
+                self._restoring = False
+                self.version += 1
+            return
+        log.info("board: %d result series and %d runs restored from the history in %.2f s", len(self._latest),
+                 sum(count for _, count in self._counts.values()), time.perf_counter() - started)
+        if verdicts is not None:
+            verdicts.join()
+
+    def _load(self, history: History) -> threading.Thread | None:
+        """Read the latest results, run counts and interruptions, put them in place at once, start the
+        verdicts' restore; returns its thread."""
+        latest: list[RunRecord] = []
+        counts: list[tuple[RunRecord, int]] = []
+        interruptions: list[Interruption] = []
+        last_id = 0
+        try:
+            for attempt in range(1, RESTORE_TRIES + 1):
+                first = history.last_id()
+                latest = history.latest_ok()  # oldest first: a series' newest of all suites wins
+                counts = history.status_counts()
+                interruptions = history.interruptions_after(0)
+                last_id = history.last_id()
+                if last_id == first:
+                    break
+                log.info("board: %d run(s) written while the history was read (try %d of %d)%s", last_id - first,
+                         attempt, RESTORE_TRIES, "; read again" if attempt < RESTORE_TRIES else "")
         except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
             log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
-        if verdicts is not None:
-            verdicts.restore_in_background(history, board._last_id)
-        board._show_pending(history)
-        return board
+            latest, counts, interruptions, last_id = [], [], [], 0
+        verdicts = None
+        with self._lock:
+            by_id: dict[int | None, RunRecord] = {}
+            for record in latest:
+                kept = by_id[record.id] = lean(record)
+                self._latest[record.key()] = kept
+                self._latest_by_suite[(record.key(), record.suite)] = kept
+            for record, count in counts:  # an ok count's newest run is a latest result: one object for both
+                kept = by_id.get(record.id) if record.id is not None else None
+                self._counts[(record.key(), record.status)] = (kept or lean(record, figures=False), count)
+            self._last_id = last_id
+            for interruption in interruptions:
+                self._add_interruption(interruption)
+            if self.verdicts is not None:  # before the catch-up can feed them: later runs wait their turn
+                verdicts = self.verdicts.restore_in_background(history, last_id)
+            self._restoring = False
+            self.version += 1
+        del latest, counts, by_id
+        self._show_pending(history)
+        return verdicts
 
     def catch_up(self, history: History) -> int:
         """Retry the history's queued writes, then add the rows written since the last one seen
-        and the results still queued; returns how many runs were added."""
+        and the results still queued; returns how many runs were added.  While the board is being
+        loaded (:meth:`from_history` in the background) it only retries the writes."""
         history.retry_pending()
+        if self._restoring:
+            return 0
         added = 0
         with self._lock:
             while True:
@@ -185,13 +315,14 @@ class Board:
                 skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),
                                                      [labels, 0])
                 skips[1] += 1
+        kept = lean(record)
         if record.status == "ok":
-            self._latest[record.key()] = record
-            self._latest_by_suite[(record.key(), record.suite)] = record
+            self._latest[record.key()] = kept
+            self._latest_by_suite[(record.key(), record.suite)] = kept
         if counted:  # an interrupted skip is kept in the history, never counted as a run
             key = (record.key(), record.status)
             previous = self._counts.get(key)
-            self._counts[key] = (record, (previous[1] if previous else 0) + 1)
+            self._counts[key] = (kept, (previous[1] if previous else 0) + 1)
         self.version += 1
 
     def latest(self) -> list[RunRecord]:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
+from prometheus_client.utils import floatToGoString
 
 from sixdim import __version__
 from sixdim.collectors.base import Availability, Collector, Sample
@@ -53,6 +54,25 @@ def _labelled_figures(metric: catalog.MetricDef, figures: dict[str, float], labe
         extra = catalog.figure_label_values(metric, key)
         if extra is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             yield Sample(metric, {**labels, **extra}, float(value))
+
+
+def exported_name(metric: catalog.MetricDef) -> str:
+    """A metric's name in the text format (a counter's ends in ``_total``, as prometheus_client writes it)."""
+    return metric.name if metric.kind != "counter" or metric.name.endswith("_total") else metric.name + "_total"
+
+
+def family_header(metric: catalog.MetricDef) -> str:
+    """A family's ``# HELP`` and ``# TYPE`` lines, as prometheus_client's ``generate_latest`` writes them."""
+    name = exported_name(metric)
+    text = metric.help.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {text}\n# TYPE {name} {'counter' if metric.kind == 'counter' else 'gauge'}\n"
+
+
+def _escape(value: str) -> str:
+    """A label value in the text format."""
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+    return value
 
 
 PeerMember = tuple[RunRecord, dict[str, str], str, float]
@@ -193,6 +213,8 @@ class SixdimCollector(PromCollector):
             yield from self._results()
 
     def _results(self) -> Iterator[Sample]:
+        yield Sample(catalog.HISTORY_RESTORED, {catalog.HOSTNAME: self._hostname},
+                     1.0 if self._board.restored() else 0.0)
         by_suite = self._board.latest_by_suite()
         shape_keys = self._shape_keys(by_suite)
         shown = [r for r in self._board.latest() if shape_keys is None or r.key() in shape_keys]
@@ -329,6 +351,31 @@ class SixdimCollector(PromCollector):
             yield Sample(catalog.COLLECTOR_UP, {catalog.HOSTNAME: self._hostname, "collector": collector.name,
                                                 "reason": availability.reason}, 1.0 if availability.available else 0.0)
             yield from readings
+
+    def render_lines(self) -> Iterator[tuple[catalog.MetricDef, str]]:
+        """The same samples as :meth:`collect`, each as its line of the text format (exactly as
+        prometheus_client's ``generate_latest`` writes it: labels sorted by name, values as Go prints
+        them), without the metric families: the exposition (agent/http/exposition.py) groups the lines
+        per family as it compresses them, so a host's 100,000 series never exist as Python objects at
+        once.  Each family's ``# HELP``/``# TYPE`` lines come from :func:`family_header`."""
+        formats: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+        last: tuple[object, object, str] = (None, None, "")
+        for sample in self._samples():
+            metric = sample.metric
+            form = formats.get(metric.name)
+            if form is None:
+                form = formats[metric.name] = (
+                    exported_name(metric), sorted((catalog.exported_label(label, self._dcgm), label)
+                                                  for label in metric.labels))
+            name, names = form
+            labels = sample.labels
+            if labels is last[0] and names is last[1]:  # the samples of one result share their labels
+                text = last[2]
+            else:
+                text = ",".join(f'{exported}="{_escape(labels.get(label, ""))}"' for exported, label in names)
+                text = f"{{{text}}}" if text else ""
+                last = (labels, names, text)
+            yield metric, f"{name}{text} {floatToGoString(sample.value)}\n"
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, Metric] = {}

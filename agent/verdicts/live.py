@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import threading
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -48,13 +50,41 @@ class _Change:
     age: int = 0
     """Runs of the series since the change (the change is forgotten after ``restore_runs``)."""
     verdicts: dict[str, VersionVerdict] = field(default_factory=dict)
-    conditions_before: list[Packed] = field(default_factory=list)
-    conditions_after: list[Packed] = field(default_factory=list)
+    conditions_before: list[bytes] = field(default_factory=list)
+    conditions_after: list[bytes] = field(default_factory=list)
     """The conditions of the runs either side (for the diagnosis of a regression at the change)."""
 
 
 CAUSE_RUNS = 20
 """Runs each side of a change whose conditions the diagnosis compares."""
+
+
+def _labels_only(record: RunRecord) -> RunRecord:
+    """The newest run of a series is kept for its labels only (they name its exported verdicts): not its
+    figures, details or conditions (packed apart), which for 5,000 series are tens of megabytes."""
+    if not (record.details or record.conditions or record.figures):
+        return record
+    kept = object.__new__(RunRecord)  # a copy without __init__'s checks: it is a valid record's
+    kept.__dict__.update(record.__dict__)
+    kept.details, kept.conditions, kept.figures = {}, {}, {}
+    return kept
+
+
+def _entry(at: float, packed: Packed) -> bytes:
+    """A run's start time and its packed conditions as one bytes object, the conditions in single
+    precision: each series keeps its last runs' (5,000 series: about 100,000 of them), and a tuple of a
+    float and a double array cost twice as much.  Single precision is ample for the diagnosis (it
+    compares conditions with thresholds of a few percent; a text's index and every setting are exact)."""
+    return struct.pack("<d", at) + array("f", packed).tobytes()
+
+
+def _at(entry: bytes) -> float:
+    return struct.unpack_from("<d", entry)[0]
+
+
+def _open(entry: bytes) -> dict:
+    """The conditions of an :func:`_entry`."""
+    return unpack(memoryview(entry)[8:].cast("f"))  # type: ignore[arg-type]
 
 
 class SeriesWatch:
@@ -64,25 +94,26 @@ class SeriesWatch:
         self.settings = settings
         self.keep = keep
         self.record: RunRecord | None = None
-        """The newest run (its labels name the series' exported verdicts)."""
+        """The newest run, without its details and conditions (its labels name the series' exported verdicts)."""
         self.trackers: dict[str, SeriesTracker] = {}
         self.versions: dict[str, str] | None = None
-        self.recent: dict[str, deque[float]] = {}
+        self.recent: dict[str, list[float]] = {}
         """Each figure's values of the current segment's last ``version_settle_runs`` accepted runs:
-        the "before" side of the next version change."""
+        the "before" side of the next version change (lists: a deque's first block alone is 600 bytes,
+        and there is one per figure of every series)."""
         self.change: _Change | None = None
-        self.conditions: deque[tuple[float, Packed]] = deque(
+        self.conditions: deque[bytes] = deque(
             maxlen=CAUSE_RUNS + settings.slow_runs + settings.reform_after)
-        """(start time, conditions) of the last runs with conditions: the runs before an episode's onset
-        and those since, while it lasts until its baseline re-forms."""
+        """(start time, conditions) of the last runs with conditions (:func:`_entry`): the runs before an
+        episode's onset and those since, while it lasts until its baseline re-forms."""
 
     def add(self, record: RunRecord) -> None:
-        self.record = record
+        self.record = _labels_only(record)
         if record.conditions and record.status in ("ok", INCORRECT):
-            packed = pack(record.conditions)
-            self.conditions.append((record.started_at, packed))
+            entry = _entry(record.started_at, pack(record.conditions))
+            self.conditions.append(entry)
             if self.change is not None and len(self.change.conditions_after) < CAUSE_RUNS:
-                self.change.conditions_after.append(packed)
+                self.change.conditions_after.append(entry)
         versions = regression.versions(record)
         if versions is not None:  # a run that did not say is no version change
             if self.versions is not None:
@@ -114,16 +145,17 @@ class SeriesWatch:
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
             tracker.update(value, at=record.started_at)
-            recent = self.recent.setdefault(
-                figure, deque(maxlen=max(self.settings.version_runs, self.settings.version_settle_runs)))
+            recent = self.recent.setdefault(figure, [])
             recent.append(value)
+            if len(recent) > max(self.settings.version_runs, self.settings.version_settle_runs):
+                del recent[0]
             self._after(figure, value, record)
 
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
         changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
         self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()},
-                              conditions_before=[c for t, c in self.conditions if t < at][-CAUSE_RUNS:],
-                              conditions_after=[c for t, c in self.conditions if t >= at][:CAUSE_RUNS])
+                              conditions_before=[c for c in self.conditions if _at(c) < at][-CAUSE_RUNS:],
+                              conditions_after=[c for c in self.conditions if _at(c) >= at][:CAUSE_RUNS])
         self.recent = {}
         for tracker in self.trackers.values():
             tracker.break_segment()
@@ -167,13 +199,13 @@ class SeriesWatch:
             elif tracker.times:
                 since = tracker.times[-min(self.settings.slow_runs, len(tracker.times))]
             else:  # judged on incorrect results only: the last runs against those before
-                since = entries[-min(self.settings.slow_runs, len(entries))][0]
-            before = [unpack(c) for t, c in entries if t < since][-CAUSE_RUNS:]
-            after = [unpack(c) for t, c in entries if t >= since][-CAUSE_RUNS:]
+                since = _at(entries[-min(self.settings.slow_runs, len(entries))])
+            before = [_open(c) for c in entries if _at(c) < since][-CAUSE_RUNS:]
+            after = [_open(c) for c in entries if _at(c) >= since][-CAUSE_RUNS:]
             return diagnose(before, after)
         change = self.change
         if change is not None and any(v.state == regression.REGRESSION for v in change.verdicts.values()):
-            return diagnose([unpack(c) for c in change.conditions_before], [unpack(c) for c in change.conditions_after],
+            return diagnose([_open(c) for c in change.conditions_before], [_open(c) for c in change.conditions_after],
                             change.changes)
         return []
 
@@ -230,9 +262,9 @@ class Verdicts:
             own = self._series.get(key)
             if own is None or not own.conditions:
                 return []
-            after = [unpack(c) for _, c in list(own.conditions)[-runs:]]
-            before = [unpack(c) for peer in peers if (w := self._series.get(peer)) is not None
-                      for _, c in list(w.conditions)[-runs:]]
+            after = [_open(c) for c in list(own.conditions)[-runs:]]
+            before = [_open(c) for peer in peers if (w := self._series.get(peer)) is not None
+                      for c in list(w.conditions)[-runs:]]
         return diagnose(before, after) if before else []
 
     def restore(self, history: History, upto_id: int | None = None) -> int:

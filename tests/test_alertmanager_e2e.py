@@ -67,10 +67,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 ALERTMANAGER_EXAMPLE = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 
-ALERTMANAGER_SPEEDUP = 3
-"""The example's Alertmanager timings divided by this: group_wait 30s -> 10s (the rollout's alerts must
-arrive within it, on a shared 2-core machine too), group_interval 5m -> 100s (longer than the test: any
-second notification of a group would be a late member, a resolution or a re-fire, all of which fail it)."""
+ALERTMANAGER_SPEEDUP = 5
+"""The example's Alertmanager timings divided by this: group_wait 30s -> 6s (the rollout's alerts must
+arrive within it, on a shared 2-core machine too: they go pending within about 3 s of each other, one
+scrape and one evaluation after the rollout reached their host), group_interval 5m -> 60s (longer than
+the test after the first notifications: any second notification of a group would be a late member, a
+resolution or a re-fire, all of which fail it)."""
 CLUSTER = Options().cluster_label
 CLUSTERS = ("eu-1", "us-1")
 GPU_HOSTS = 20
@@ -86,9 +88,13 @@ BEFORE_RUNS, AFTER_RUNS = 12, 6
 """Runs of each series before the rollout (past min_baseline) and after it (enough for a version verdict)."""
 ROLLOUT_SLOWDOWN = 0.9
 FLAPPING_HOST, DOWN_HOST = ("eu-1", "cpu-a"), ("us-1", "cpu-b")
-STALE_MARGIN = 40
-"""The down host's newest ok run ended 2h minus this many seconds before the test started: its stale alert
-fires well after its agent-down alert, so Alertmanager has the inhibiting alert by then."""
+STALE_MARGIN = 20
+"""At the incident, the down host's newest ok run ended 2h minus this many seconds before: its stale alert
+fires this long after the incident, well after its agent-down alert (5 s after its last scrape, shortened),
+so Alertmanager has the inhibiting alert by then."""
+STALE_BEFORE = 600
+"""Before the incident, the down host's newest ok run ended 2h minus this many seconds before the test
+started: not stale for longer than Prometheus and Alertmanager may take to start on a busy machine."""
 NOTIFICATION_TIMEOUT = 45
 
 
@@ -140,6 +146,8 @@ class Fleet:
     """The GPU hosts after the driver rollout."""
     flapping: tuple[bytes, bytes] = (b"", b"")
     """The flapping CPU host: ok, and regressed."""
+    stopped: Callable[[float], bytes] = lambda newest: b""
+    """The exposition of the host whose agent goes down, its newest ok run ended at the time given."""
     agents: list[Agent] = field(default_factory=list)
 
 
@@ -188,12 +196,19 @@ def build_fleet(tmp_path: Path) -> Fleet:
     assert cpu.state() == {"regression"}, cpu.state()
     fleet.flapping = (ok, cpu.exposition())
     fleet.before[FLAPPING_HOST] = ok
-    # the CPU host whose agent goes down: its benchmarks stopped almost two hours ago
+    # the CPU host whose agent goes down: its benchmarks stopped almost two hours ago, its last four runs
+    # RUN_INTERVAL apart
     down = agent(*DOWN_HOST)
-    for i in range(4):
-        down.board.add(run(down.cluster, down.host, None, SHAPES[0], 2e12 * rng.gauss(1, 0.003),
-                           now - 7200 + STALE_MARGIN - (3 - i) * RUN_INTERVAL, ""))
-    fleet.before[DOWN_HOST] = down.exposition()
+    flops = [2e12 * rng.gauss(1, 0.003) for _ in range(4)]
+
+    def stopped(newest: float) -> bytes:
+        down.board = Board(Verdicts())
+        for i, value in enumerate(flops):
+            down.board.add(run(down.cluster, down.host, None, SHAPES[0], value, newest - (3 - i) * RUN_INTERVAL, ""))
+        return down.exposition()
+
+    fleet.stopped = stopped
+    fleet.before[DOWN_HOST] = stopped(now - 7200 + STALE_BEFORE)
     return fleet
 
 
@@ -369,7 +384,7 @@ def test_the_test_copies_change_only_the_timings_and_the_receivers():
     assert timings >= 8
     example = yaml.safe_load(ALERTMANAGER_EXAMPLE.read_text())
     copy = yaml.safe_load(alertmanager_test_config(ALERTMANAGER_EXAMPLE.read_text(), "http://127.0.0.1:1"))
-    assert copy["route"]["group_wait"] == "10000ms" and copy["route"]["group_interval"] == "100000ms"
+    assert copy["route"]["group_wait"] == "6000ms" and copy["route"]["group_interval"] == "60000ms"
     for config in (example, copy):
         routes = [config["route"]]
         while routes:
@@ -417,14 +432,24 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
         assert prometheus_alerts(prometheus_port) == [], "a quiet fleet raised alerts"
 
         # the incident: the flapping host regresses, the other CPU host's agent goes down, and the driver
-        # rollout reaches every GPU host within a second
+        # rollout reaches every GPU host within a second.  The down host's exposition is built again first,
+        # its newest ok run now STALE_MARGIN seconds short of the stale threshold, so that its stale alert
+        # comes a fixed time after the incident, however long the start took; once Prometheus has
+        # scraped that (within the rollout's second, or soon after), its agent goes down.
+        newest = time.time() - 7200 + STALE_MARGIN
+        stopped = fleet.stopped(newest)
         with fleet_server.lock:
             fleet_server.texts[FLAPPING_HOST] = fleet.flapping[1]
-            fleet_server.down.add(DOWN_HOST)
+            fleet_server.texts[DOWN_HOST] = stopped
         for key, text in fleet.after.items():
             with fleet_server.lock:
                 fleet_server.texts[key] = text
             time.sleep(1 / len(fleet.after))
+        down_host = f'{CLUSTER}="{DOWN_HOST[0]}",{catalog.HOSTNAME}="{DOWN_HOST[1]}"'
+        wait(lambda: [r for r in query(prometheus_port, f"{catalog.WORKLOAD_LAST_SUCCESS.name}{{{down_host}}}")
+                      if abs(float(r["value"][1]) - newest) < 1], 20, "the down host's newest run in Prometheus", logs)
+        with fleet_server.lock:
+            fleet_server.down.add(DOWN_HOST)
         # once the regression fires, its verdict flips between regression and ok with every scrape
         wait(lambda: [a for a in named(prometheus_alerts(prometheus_port), "SixdimRegression", FLAPPING_HOST)
                       if a["state"] == "firing"], 30, "the CPU host's regression firing", logs)

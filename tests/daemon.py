@@ -28,18 +28,23 @@ class Daemon:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 30.0, *, restored: bool = True) -> None:
+        """Until /healthz answers 200 and, with ``restored``, the history is restored (the daemon answers
+        before its background restore ends: ``sixdim_history_restored`` 1 says the results, run counters
+        and interruptions of earlier runs are on /metrics)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.process.returncode}: {self.log_path.read_text()}")
             try:
-                if self.get("/healthz")[0] == 200:
+                if self.get("/healthz")[0] == 200 and (
+                        not restored or any(s.value == 1 for s in self.samples("sixdim_history_restored"))):
                     return
             except OSError:
                 pass
             time.sleep(0.2)
-        raise AssertionError(f"daemon not ready within {timeout} s: {self.log_path.read_text()}")
+        raise AssertionError(f"daemon not ready{' and restored' if restored else ''} within {timeout} s: "
+                             f"{self.log_path.read_text()}")
 
     def metrics(self) -> str:
         return self.get("/metrics")[1]

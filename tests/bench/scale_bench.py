@@ -54,31 +54,15 @@ if str(REPO) not in sys.path:
 
 from sixdim.core.results import RunRecord  # noqa: E402
 from sixdim.store.history import History, _row  # noqa: E402
+from tests.bench.scrape_bench import NEVER as SUITE  # noqa: E402  (one suite that never runs: the history is the load)
 from tests.bench.scrape_bench import measure  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.daemon import Daemon, write_config  # noqa: E402
-
-SUITE = """
-[[suites]]
-name = "quick"
-interval_seconds = 86400
-run_at_start = false
-export = "shapes"
-devices = ["cpu"]
-workloads = [{name = "gemm", params = {m = 64, n = 64, k = 64}}]
-"""
+from tests.helpers import HEALTHY_CONDITIONS as CONDITIONS  # noqa: E402  (a healthy H100 host's)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
 GPUS = 8
 
-CONDITIONS = {
-    "power_limit_watts": 700.0, "power_limit_default_watts": 700.0, "max_sm_clock_hertz": 1.98e9, "ecc_enabled": 1,
-    "mig_enabled": 0, "persistence_mode": 1, "pcie_generation": 5, "pcie_width": 16, "pcie_max_generation": 5,
-    "pcie_max_width": 16, "remapped_rows": 0, "gpu_other_processes": 0, "sm_clock_hertz": 1.98e9,
-    "temperature_celsius": 61.0, "sw_power_cap_ratio": 0.02, "hw_slowdown_ratio": 0.0,
-    "hw_thermal_slowdown_ratio": 0.0, "sw_thermal_slowdown_ratio": 0.0, "cpu_governor": "performance",
-    "cpu_frequency_hertz": 3.1e9, "load_per_cpu": 0.1, "other_cpu_ratio": 0.02, "usable_cpus": 8}
-"""A healthy H100 host's run conditions (as tests/helpers.py's HEALTHY_CONDITIONS)."""
 
 ENVIRONMENT = {"driver": "580.159.04", "cuda_runtime": "13.0", "cudnn": "9.10.2", "nccl": "2.27.3",
                "torch": "2.13.0", "python": "3.12.11", "sixdim": "0.31.0", "device_model": "NVIDIA H100 80GB HBM3"}

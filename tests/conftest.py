@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -58,3 +59,19 @@ def cli_env(tmp_path) -> dict[str, str]:
     temporary.mkdir(exist_ok=True)
     env["TMPDIR"] = str(temporary)
     return env
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder):
+    """A real full-disk stage: a 1 MiB tmpfs mounted on ``folder`` (made here, mode 0700, so it passes the
+    agent's folder checks), unmounted after; the test skips where mounting is refused (it needs root)."""
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    os.chmod(folder, 0o700)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -19,6 +19,7 @@ import pytest
 
 from sixdim.http.board import Board
 from sixdim.store.history import History, HistoryError, error_reason
+from tests.conftest import small_tmpfs
 from tests.helpers import Locker, make_record
 
 
@@ -125,16 +126,8 @@ def test_error_reasons_are_short_and_stable():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(folder: Path) -> Path:

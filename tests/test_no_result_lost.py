@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 
 from sixdim.run.runner import STOPPING_REASON
 from sixdim.store.history import History
-from tests.conftest import free_port
+from tests.conftest import free_port, small_tmpfs
 from tests.daemon import Daemon, write_config
 
 QUICK = 5
@@ -36,17 +35,8 @@ QUICK = 5
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    mount.chmod(0o700)  # a history's folder must be safe from other users
-    try:
+    with small_tmpfs(tmp_path / "disk") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(folder: Path) -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 from sixdim.run import instance
 from sixdim.run.devices import DeviceLocks, cpu_device
 from sixdim.run.instance import DeviceFileLocks
-from tests.conftest import free_port
+from tests.conftest import free_port, small_tmpfs
 from tests.daemon import Daemon, write_config
 
 SUITE = f"""
@@ -93,17 +92,8 @@ def test_a_lock_held_by_a_leaked_descriptor_of_this_process_is_an_error_not_a_wa
 
 @pytest.fixture
 def small_state(tmp_path):
-    mount = tmp_path / "state"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    os.chmod(mount, 0o700)
-    try:
+    with small_tmpfs(tmp_path / "state") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _top_up(filler: Path) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -88,3 +91,18 @@ devices = ["cpu"]
 timeout_seconds = 60
 workloads = [{name = "gemm", params = {m = 128, n = 128, k = 128, precisions = ["fp32"], min_round_seconds = 0.02, warmup_seconds = 0.05}}]
 """  # noqa: E501 - a TOML inline table cannot span lines
+
+
+def crash(process) -> None:
+    """SIGKILL the daemon as a crash would, then the workers it had running: they are in sessions of
+    their own, which the daemon's death does not reach, and must not run on after the test.  (The
+    folder of a killed run stays behind in the state directory, where the next start recovers it.)"""
+    workers = psutil.Process(process.pid).children(recursive=True)
+    process.kill()
+    process.wait()
+    for worker in workers:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    psutil.wait_procs(workers, timeout=10)

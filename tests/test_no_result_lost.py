@@ -21,13 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from sixdim.run.runner import STOPPING_REASON
 from sixdim.store.history import History
 from tests.conftest import free_port, small_tmpfs
-from tests.daemon import Daemon, write_config
+from tests.daemon import Daemon, crash, write_config
 
 QUICK = 5
 """The cases that end while the disk is full: each an accepted result."""
@@ -93,20 +92,6 @@ def _wait(condition, what: str, daemon: Daemon, timeout: float = 60.0) -> None:
     raise AssertionError(f"{what} not within {timeout} s: {daemon.log_path.read_text()}")
 
 
-def _sigkill(daemon: Daemon) -> None:
-    """SIGKILL the daemon, then the worker it may have running (it stops itself anyway)."""
-    workers = psutil.Process(daemon.process.pid).children(recursive=True)
-    daemon.process.kill()
-    daemon.process.wait()
-    for worker in workers:
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    psutil.wait_procs(workers, timeout=10)
-    daemon.stop()
-
-
 def _rows(history: Path, sql: str) -> list[tuple]:
     db = sqlite3.connect(f"file:{history}?mode=ro", uri=True)
     try:
@@ -142,7 +127,8 @@ def test_results_accepted_on_a_full_disk_survive_a_stop_and_land_once(small_disk
             daemon.process.send_signal(signal.SIGTERM)
             assert daemon.stop(timeout=20) == 0
         else:
-            _sigkill(daemon)
+            crash(daemon.process)
+            daemon.stop()
     finally:
         if daemon.process.poll() is None:
             daemon.process.kill()

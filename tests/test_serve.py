@@ -1,6 +1,5 @@
 """``sixdim serve`` for real: a child daemon, scraped over HTTP, restarted, stopped."""
 
-import os
 import re
 import signal
 import time
@@ -11,27 +10,12 @@ import pytest
 
 from sixdim.store.history import History
 from tests.conftest import free_port, promtool_check
-from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
+from tests.daemon import FAST_GEMM_SUITE, Daemon, crash, write_config
 
 pytestmark = pytest.mark.slow
 
 EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
                    "shape", "mode", "pass", "suite", "driver_version", "cuda_version", "torch_version"}
-
-
-def crash(process) -> None:
-    """SIGKILL the daemon as a crash would, then the workers it had running: they are in sessions of
-    their own, which the daemon's death does not reach, and must not run on after the test.  (The
-    folder of a killed run stays behind in the state directory, where the next start recovers it.)"""
-    workers = psutil.Process(process.pid).children(recursive=True)
-    process.kill()
-    process.wait()
-    for worker in workers:
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    psutil.wait_procs(workers, timeout=10)
 
 
 def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):

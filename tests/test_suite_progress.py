@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
-import signal
 import sqlite3
 import time
 from datetime import datetime
@@ -36,7 +34,7 @@ from sixdim.run.progress import SuiteProgress, SuiteRun
 from sixdim.run.runner import STOPPING_REASON
 from sixdim.store.history import History
 from tests.conftest import free_port
-from tests.daemon import Daemon, write_config
+from tests.daemon import Daemon, crash, write_config
 from tests.helpers import make_record
 
 CPU = Device("cpu", model_name="Test CPU")
@@ -313,20 +311,6 @@ def _wait(condition, what: str, daemon: Daemon, timeout: float = 180.0):
     raise AssertionError(f"{what} not within {timeout} s: {daemon.log_path.read_text()}")
 
 
-def _sigkill(daemon: Daemon) -> None:
-    """SIGKILL the daemon, as the OOM killer or a power cut would; then the worker it had running, which
-    stops itself within 0.1 s of its agent's death anyway (agent/run/worker.py)."""
-    workers = psutil.Process(daemon.process.pid).children(recursive=True)
-    daemon.process.send_signal(signal.SIGKILL)
-    daemon.process.wait()
-    for worker in workers:
-        try:
-            os.killpg(worker.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    psutil.wait_procs(workers, timeout=10)
-
-
 def _runs(history: Path) -> list[tuple[str, str, str]]:
     """The history's runs, read as they are on disk (no sixdim opening it, so nothing recovered)."""
     db = sqlite3.connect(f"file:{history}?mode=ro", uri=True)
@@ -368,7 +352,7 @@ def test_serve_shows_a_suite_as_it_runs_and_a_sigkill_loses_no_finished_case(tmp
         times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in lines]
         assert all((b - a).total_seconds() >= 4.9 for a, b in zip(times, times[1:])), lines  # one every 5 s at most
     finally:
-        _sigkill(daemon)  # mid-suite: the last gemm has minutes to go
+        crash(daemon.process)  # mid-suite: the last gemm has minutes to go
 
     # 2. durable as each case ended: in the file before anything recovers the dead daemon's run
     assert _runs(history) == [("memory_bandwidth", "size=1048576", "ok"), ("gemm", "m=64,n=64,k=64,op=NN", "ok")]

@@ -260,3 +260,58 @@ def test_a_gpu_slower_than_its_peers_gets_the_cause_against_theirs():
     registry.register(SixdimCollector(board, [], "h"))
     lines = [x for x in generate_latest(registry).decode().splitlines() if x.startswith("sixdim_peer_cause{")]
     assert len(lines) == 1 and 'gpu="1"' in lines[0] and 'cause="power_limit"' in lines[0] and 'rank="1"' in lines[0]
+
+
+def test_the_daemons_verdicts_read_conditions_back_from_the_history_and_hold_none(tmp_path):
+    """The daemon's verdicts (restored from a history) keep no run's conditions in memory: a diagnosis
+    reads them back by row id, and names the same causes, from the same runs, as verdicts that kept them
+    all; a run the history has not written yet (no row id) keeps its own until it can be read back.
+    Also for the peer diagnosis."""
+    from dataclasses import replace as copy
+
+    from sixdim.http.board import Board
+    from sixdim.store.history import History
+    from sixdim.verdicts.live import Verdicts
+    from tests.helpers import make_record
+
+    history = History(tmp_path / "h.db")
+    rnd = random.Random(7)
+    for i in range(30):
+        for gpu in ("0", "1"):
+            conditions = healthy(rnd)
+            slow = gpu == "0" and i >= 24  # GPU 0's last 6 runs at a lower power limit, 20% slower
+            if slow or gpu == "1" and i >= 24:
+                INJECTIONS["power_limit" if gpu == "0" else "host_load"](conditions)
+            history.add(copy(make_record(gpu=gpu, uuid=f"GPU-{gpu}", seconds=0.012 if slow else 0.010,
+                                         ended_at=1e6 + 900 * i), conditions=conditions))
+    kept_all = Verdicts()
+    for record in history:
+        kept_all.add(record)
+    restored = Verdicts()
+    board = Board.from_history(history, restored)
+    assert board.wait_restored(30)
+
+    def causes(verdicts):
+        return {s.record.gpu: [(f.cause, f.evidence) for f in s.causes] for s in verdicts.snapshot()}
+
+    assert causes(restored) == causes(kept_all)
+    assert causes(restored)["0"][0][0] == "power_limit"
+    assert all(not watch.unsaved and all(run > 0 for run in watch.condition_runs)
+               for watch in restored._series.values())
+    keys = {s.record.gpu: s.record.key() for s in restored.snapshot()}
+    assert restored.peer_causes(keys["0"], [keys["1"]]) == kept_all.peer_causes(keys["0"], [keys["1"]]) != []
+
+    # a run shown before the history has written it: its conditions are kept (packed) until then
+    conditions = healthy(rnd)
+    INJECTIONS["power_limit"](conditions)
+    pending = copy(make_record(gpu="0", uuid="GPU-0", seconds=0.012, ended_at=1e6 + 900 * 30), conditions=conditions)
+    restored.add(pending)
+    kept_all.add(pending)
+    [watch] = [w for w in restored._series.values() if w.record.gpu == "0"]
+    assert len(watch.unsaved) == 1 and min(watch.condition_runs) < 0
+    assert causes(restored) == causes(kept_all)
+    # ... and dropped once no diagnosis can need it
+    for i in range(31, 31 + watch.conditions_kept):
+        restored.add(copy(make_record(gpu="0", uuid="GPU-0", seconds=0.010, ended_at=1e6 + 900 * i),
+                          conditions=healthy(rnd), id=10_000 + i))
+    assert not watch.unsaved

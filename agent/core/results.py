@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
@@ -185,3 +186,42 @@ class Interruption:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# --- lean copies: what the daemon keeps of a run in memory ----------------------------------------
+
+_LABEL_FIELDS = ("suite", "workload", "precision", "shape", "mode", "kernel_pass", "hostname", "device_type",
+                 "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason")
+_SHARED: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+"""Equal ``environment`` and ``params`` dicts of lean records, shared (bounded: :data:`_SHARED_MAX`)."""
+_SHARED_MAX = 100_000
+
+
+def _shared(values: dict[str, Any]) -> dict[str, Any]:
+    try:
+        key = tuple(sorted(values.items()))
+        hash(key)
+    except TypeError:  # a list or dict among the values: kept as it is
+        return values
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        found = _SHARED[key] = values
+    return found
+
+
+def lean(record: RunRecord, figures: bool = True) -> RunRecord:
+    """The part of a record the daemon keeps (the board's latest results, the verdicts' label source): no
+    ``details`` or ``conditions`` (the round times, the worker's output and the run's conditions stay in the
+    history), label texts interned, equal ``environment`` and ``params`` dicts shared between records;
+    ``figures`` False: none (a record that only labels a run count or a verdict)."""
+    kept = object.__new__(RunRecord)  # a copy without __init__'s checks: it is a valid record's
+    fields = kept.__dict__
+    fields.update(record.__dict__)
+    for name in _LABEL_FIELDS:
+        if isinstance(value := fields[name], str):
+            fields[name] = sys.intern(value)
+    fields.update(details={}, conditions={}, environment=_shared(record.environment), params=_shared(record.params),
+                  figures=record.figures if figures else {})
+    return kept

@@ -30,16 +30,13 @@ the exposition once per change rather than once per scrape.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
-import sys
 import threading
 import time
-from typing import Any
 
 from sixdim.core import catalog
-from sixdim.core.results import Interruption, RunRecord, counts_as_run
+from sixdim.core.results import Interruption, RunRecord, counts_as_run, lean
 from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
 
@@ -66,37 +63,6 @@ def case_seconds(record: RunRecord) -> float:
     if isinstance(wall, list) and len(wall) == 2 and all(isinstance(t, (int, float)) for t in wall):
         return max(0.0, float(wall[1]) - float(wall[0]))
     return max(0.0, record.ended_at - record.started_at)
-
-
-_LABEL_FIELDS = ("suite", "workload", "precision", "shape", "mode", "kernel_pass", "hostname", "device_type",
-                 "device", "gpu", "uuid", "model_name", "pci_bus_id", "status", "reason")
-_SHARED: dict[tuple, dict[str, Any]] = {}
-"""Equal ``environment`` and ``params`` dicts of lean records, shared (bounded: :data:`_SHARED_MAX`)."""
-_SHARED_MAX = 100_000
-
-
-def _shared(values: dict[str, Any]) -> dict[str, Any]:
-    try:
-        key = tuple(sorted(values.items()))
-        hash(key)
-    except TypeError:  # a list or dict among the values: kept as it is
-        return values
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= _SHARED_MAX:
-            _SHARED.clear()
-        found = _SHARED[key] = values
-    return found
-
-
-def lean(record: RunRecord, figures: bool = True) -> RunRecord:
-    """The part of a record the exporter reads: no ``details`` or ``conditions`` (the round times, the
-    worker's output and the run's conditions stay in the history), label texts interned, equal
-    ``environment`` and ``params`` dicts shared between records; ``figures`` False: none (a record that
-    only labels a run count)."""
-    strings = {name: sys.intern(value) for name in _LABEL_FIELDS if isinstance(value := getattr(record, name), str)}
-    return dataclasses.replace(record, details={}, conditions={}, environment=_shared(record.environment),
-                               params=_shared(record.params), figures=record.figures if figures else {}, **strings)
 
 
 RESTORE_TRIES = 5

@@ -721,7 +721,8 @@ class History:
     def recent_per_series(self, runs: int, upto_id: int | None = None,
                           batch: int = 2_000) -> Iterator[RunRecord]:
         """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, without
-        their ``details`` (the regression verdicts need figures, statuses and versions only).
+        their ``details`` and ``params`` (the regression verdicts need figures, statuses, versions and
+        conditions only: skipping the two JSON columns they never read is a good part of a restore's time).
 
         One window-function query picks the ids, then rows are read in batches, so restoring the
         verdicts of a large history holds neither every row nor the database for long."""
@@ -730,15 +731,21 @@ class History:
             ids = [row[0] for row in self._db.execute(
                 f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
                 f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
-        columns = ", ".join(c for c in _COLUMNS if c != "details")
+        columns = ", ".join(c for c in _COLUMNS if c not in ("details", "params"))
         for start in range(0, len(ids), batch):
             chunk = ids[start:start + batch]
             with self._lock:
                 rows = self._db.execute(
-                    f"SELECT {columns}, '{{}}' AS details FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
-                    "ORDER BY id", (json.dumps(chunk),)).fetchall()
+                    f"SELECT {columns}, '{{}}' AS details, '{{}}' AS params FROM runs "
+                    "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(chunk),)).fetchall()
             for row in rows:
                 yield _to_record(row)
+
+    def conditions_of(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """The recorded conditions of the runs with these row ids (:func:`conditions_by_id`): what the
+        daemon's regression verdicts read back for a diagnosis, rather than keep every run's in memory."""
+        with self._lock:
+            return conditions_by_id(self._db, ids)
 
     def __iter__(self) -> Iterator[RunRecord]:
         return iter(self._records("SELECT * FROM runs ORDER BY id"))
@@ -814,6 +821,33 @@ class History:
                 f"INSERT OR REPLACE INTO daily ({_SERIES}, day, driver, cuda, torch, runs, figures) "
                 f"VALUES ({','.join('?' * 13)}, ?, ?)", (*key, runs, json.dumps(_medians(figures), sort_keys=True)))
         return len(days)
+
+
+IDS_PER_READ = 5_000
+"""Run ids per read of :func:`conditions`: each read is its own short transaction."""
+
+
+def conditions_by_id(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The recorded conditions (``RunRecord.conditions``) of the runs with these ids: run id ->
+    conditions, for the runs that recorded any.  A run whose conditions are ``{}`` (or not a JSON
+    object) is left out, and so is every run of a history written before conditions were recorded
+    (schema 3 or older, opened read-only: it has no ``conditions`` column).  Read by primary key,
+    :data:`IDS_PER_READ` ids a read."""
+    wanted = sorted(set(ids))
+    if not wanted or "conditions" not in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(wanted), IDS_PER_READ):
+        chunk = json.dumps(wanted[start:start + IDS_PER_READ])
+        for run, text in db.execute("SELECT id, conditions FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                                    "AND conditions != '{}'", (chunk,)):
+            try:
+                found = json.loads(text)
+            except (TypeError, ValueError):
+                continue  # unreadable: as a run that recorded none
+            if isinstance(found, dict) and found:
+                out[run] = found
+    return out
 
 
 def create_private(path: Path) -> None:

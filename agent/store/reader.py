@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET
-from sixdim.store.history import HistoryError
+from sixdim.store.history import HistoryError, conditions_by_id
 
 CHUNK = 20_000
 """Rows per read: each read is its own short transaction."""
@@ -168,31 +168,9 @@ def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...
             yield rows
 
 
-IDS_PER_READ = 5_000
-"""Run ids per read of :func:`conditions`: each read is its own short transaction."""
-
-
 def conditions(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The recorded conditions (``RunRecord.conditions``) of the runs with these ids: run id ->
-    conditions, for the runs that recorded any.  A run whose conditions are ``{}`` (or not a JSON
-    object) is left out, and so is every run of a history written before conditions were recorded
-    (schema 3 or older, opened read-only: it has no ``conditions`` column).  Read by primary key,
-    :data:`IDS_PER_READ` ids a read."""
-    wanted = sorted(set(ids))
-    if not wanted or "conditions" not in {row[1] for row in db.execute("PRAGMA table_info(runs)")}:
-        return {}
-    out: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(wanted), IDS_PER_READ):
-        chunk = json.dumps(wanted[start:start + IDS_PER_READ])
-        for run, text in db.execute("SELECT id, conditions FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
-                                    "AND conditions != '{}'", (chunk,)):
-            try:
-                found = json.loads(text)
-            except (TypeError, ValueError):
-                continue  # unreadable: as a run that recorded none
-            if isinstance(found, dict) and found:
-                out[run] = found
-    return out
+    """The recorded conditions of the runs with these ids (:func:`sixdim.store.history.conditions_by_id`)."""
+    return conditions_by_id(db, ids)
 
 
 @dataclass(frozen=True)

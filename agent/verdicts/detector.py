@@ -16,6 +16,7 @@ drives it over whole series for the tests and the simulation.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -384,9 +385,9 @@ def mann_whitney_two_sided(a: Sequence[float], b: Sequence[float]) -> float:
 
 # --- Verdicts -------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """The state of one figure of one series after its latest run."""
+    """The state of one figure of one series after its latest run (slots: every tracker holds one)."""
 
     state: str
     figure: str = ""
@@ -451,6 +452,10 @@ class SeriesTracker:
     Holds the current segment, the frozen baseline of an active episode, and the episode's
     direction and onset.  A later step rebuilds it from history at start, then feeds new runs."""
 
+    __slots__ = ("figure", "settings", "direction", "fast_effect", "min_effect", "fast_floor", "outlier_effect",
+                 "values", "indices", "times", "timed", "drifting", "recent_times", "recent_values", "seen",
+                 "segment_start", "frozen", "episode", "onset", "last")
+
     def __init__(self, figure: str, settings: Settings | None = None, workload: str = "",
                  direction: int | None = None) -> None:
         self.figure = figure
@@ -460,20 +465,24 @@ class SeriesTracker:
         ratio = self.min_effect / self.settings.min_effect if self.settings.min_effect else 1.0
         self.fast_floor = self.settings.fast_floor * ratio
         self.outlier_effect = self.settings.outlier_effect * ratio
-        self.values: list[float] = []
-        self.indices: list[int] = []
-        self.times: list[float] = []
+        # Typed arrays, not lists: an agent keeps a tracker per watched figure of every series (20,000 on a
+        # big host), each up to 2 x kept_runs runs, and a list of floats costs four times an array's 8 bytes
+        # a run (a pointer and a float object each).  Slots, for the same reason: no dict per tracker.
+        self.values = array("d")
+        self.indices = array("q")
+        self.times = array("d")
         """Each accepted run's time (Unix seconds; its index when the caller gives no time)."""
         self.timed = True
         self.drifting = 0
         """The direction of the slope of a confirmed drift (0: none): it holds on a looser test."""
-        self.recent: list[tuple[float, float]] = []
-        """(time, value) of the segment's last ``drift_runs`` accepted runs: what a drift is fitted
-        on.  Unlike ``values`` it is not cut when an episode's baseline re-forms, so a drift that
+        self.recent_times = array("d")
+        self.recent_values = array("d")
+        """Time and value of the segment's last ``drift_runs`` accepted runs: what a drift is fitted
+        on.  Unlike ``values`` they are not cut when an episode's baseline re-forms, so a drift that
         started an episode before it was confirmed is still seen as one."""
         self.seen = 0
         self.segment_start = 0
-        self.frozen: list[float] | None = None
+        self.frozen: Sequence[float] | None = None
         """The runs before an active episode's onset (its noise window): the baseline it is judged on."""
         self.episode: int = 0
         """+1 a regression episode is active, -1 an improvement one, 0 none."""
@@ -485,8 +494,8 @@ class SeriesTracker:
 
     def break_segment(self) -> None:
         """A known break point (a version change): the next run starts a new segment."""
-        self.values, self.indices, self.frozen, self.episode, self.onset = [], [], None, 0, None
-        self.times, self.recent, self.drifting = [], [], 0
+        self.values, self.indices, self.frozen, self.episode, self.onset = array("d"), array("q"), None, 0, None
+        self.times, self.recent_times, self.recent_values, self.drifting = array("d"), array("d"), array("d"), 0
         self.segment_start = self.seen
 
     def update(self, value: float | None, status: str = "ok", at: float | None = None) -> Verdict:
@@ -505,15 +514,17 @@ class SeriesTracker:
         if at is None:
             self.timed = False
         self.times.append(float(index) if at is None else float(at))
-        self.recent.append((self.times[-1], float(value)))
-        del self.recent[:-self.settings.drift_runs]
+        self.recent_times.append(self.times[-1])
+        self.recent_values.append(float(value))
+        if len(self.recent_times) > self.settings.drift_runs:
+            del self.recent_times[0], self.recent_values[0]
         self.last = self._judge()
         self._trim()
         return self.last
 
     # -- judging --
 
-    def _reference(self, values: list[float]) -> list[float]:
+    def _reference(self, values: Sequence[float]) -> Sequence[float]:
         """The noise window: the frozen runs of an episode, else up to ``noise_window`` runs before
         the slow window.  Its last ``window`` runs are the baseline."""
         if self.frozen is not None:
@@ -538,7 +549,7 @@ class SeriesTracker:
         slope, intercept = drift
         level = intercept + slope * self.times[-1]
         per = slope / level if level else 0.0
-        start = intercept + slope * self.recent[0][0]
+        start = intercept + slope * self.recent_times[0]
         ratio = level / start if start else None
         return replace(verdict, drift=1 if per * self.direction > 0 else -1,
                        drift_per_day=per * 86400.0 if self.timed else per, drift_ratio=ratio)
@@ -552,11 +563,11 @@ class SeriesTracker:
         a line too).  Once confirmed, a drift holds while its slope stays ``drift_keep_z`` standard
         errors out and the line still beats a step, so its verdict does not flicker."""
         s = self.settings
-        n = len(self.recent)
+        n = len(self.recent_times)
         if n < s.drift_min_runs:
             self.drifting = 0
             return None
-        ts, ys = [t for t, _ in self.recent], [y for _, y in self.recent]
+        ts, ys = self.recent_times, self.recent_values
         third = n // 3
         early, late = median(ys[:third]), median(ys[-third:])
         if not self.drifting and abs(late - early) < 0.5 * self.min_effect * abs(early):
@@ -587,7 +598,7 @@ class SeriesTracker:
                                   strict=True)]
         return bool(level) and median(recent) < self.min_effect
 
-    def _trend_explains(self, values: list[float], sign: int) -> bool:
+    def _trend_explains(self, values: Sequence[float], sign: int) -> bool:
         """Whether a trend of the runs before the slow window, carried on, already puts the window's
         last runs where they are: a drift not yet confirmed (it needs ``drift_min_runs``) must not
         start a regression episode.  The line is fitted without the window, so a step at the end
@@ -605,7 +616,7 @@ class SeriesTracker:
             return False
         return self._on_line(slope, intercept, sign)
 
-    def _judge_steps(self, values: list[float]) -> Verdict:
+    def _judge_steps(self, values: Sequence[float]) -> Verdict:
         s = self.settings
         reference = self._reference(values)
         base = reference[-s.window:]
@@ -623,7 +634,7 @@ class SeriesTracker:
             return self._reform()
         return self._verdict(state, worse if state != IMPROVEMENT else better, center, spread, values)
 
-    def _check(self, recent: list[float], base: list[float], center: float, spread: float,
+    def _check(self, recent: Sequence[float], base: Sequence[float], center: float, spread: float,
                sign: int) -> _Check:
         """The three rules in one direction (sign +1: larger is worse).  ``recent`` holds the last
         ``max(slow_runs, large_runs)`` runs; ``spread`` is the noise sigma (absolute)."""
@@ -674,7 +685,7 @@ class SeriesTracker:
             first = start - (len(dev_all) - len(dev))  # before the slow window (< 0) for a large step
         return _Check(fast, slow, large, fast_p, slow_p, fast_eff, slow_eff, sum(flags), first)
 
-    def _state(self, worse: _Check, better: _Check, n_window: int, values: list[float]) -> str:
+    def _state(self, worse: _Check, better: _Check, n_window: int, values: Sequence[float]) -> str:
         """Rules, then the episode's hysteresis (half the window still violating keeps it on)."""
         s = self.settings
         if self.episode == 0:
@@ -696,7 +707,7 @@ class SeriesTracker:
             return REGRESSION if holding else SUSPICIOUS
         return IMPROVEMENT if holding else OK
 
-    def _start_episode(self, sign: int, check: _Check, n_window: int, values: list[float]) -> None:
+    def _start_episode(self, sign: int, check: _Check, n_window: int, values: Sequence[float]) -> None:
         """Freeze the baseline before the change: the runs before the first violating one."""
         first = check.first_violation if check.first_violation is not None else n_window - 1
         self.onset = len(self.values) - n_window + first
@@ -718,7 +729,7 @@ class SeriesTracker:
         verdict = self._judge()
         return replace(verdict, reason=f"baseline re-formed after a persistent {kind} from run {at}")
 
-    def _verdict(self, state: str, check: _Check, center: float, spread: float, values: list[float]) -> Verdict:
+    def _verdict(self, state: str, check: _Check, center: float, spread: float, values: Sequence[float]) -> Verdict:
         s = self.settings
         current = median(values[-s.fast_runs:])
         fired_p = check.fast_p if check.fast else check.slow_p

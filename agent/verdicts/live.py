@@ -20,20 +20,21 @@ Only the standard library and agent/verdicts/detector.py: the daemon stays light
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-import struct
 import threading
 import time
 from array import array
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sixdim.core.conditions import SETTING_KEYS
-from sixdim.core.results import RunRecord
+from sixdim.core.results import RunRecord, lean
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
-from sixdim.verdicts.causes import Finding, Packed, diagnose, pack, unpack
+from sixdim.verdicts.causes import Finding, diagnose, pack, unpack
 from sixdim.verdicts.detector import INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict
 
 log = logging.getLogger("sixdim")
@@ -50,70 +51,84 @@ class _Change:
     age: int = 0
     """Runs of the series since the change (the change is forgotten after ``restore_runs``)."""
     verdicts: dict[str, VersionVerdict] = field(default_factory=dict)
-    conditions_before: list[bytes] = field(default_factory=list)
-    conditions_after: list[bytes] = field(default_factory=list)
-    """The conditions of the runs either side (for the diagnosis of a regression at the change)."""
+    conditions_before: list[int] = field(default_factory=list)
+    conditions_after: list[int] = field(default_factory=list)
+    """The runs either side whose conditions the diagnosis of a regression at the change compares (their
+    :class:`SeriesWatch` run numbers)."""
 
 
 CAUSE_RUNS = 20
 """Runs each side of a change whose conditions the diagnosis compares."""
 
 
-def _labels_only(record: RunRecord) -> RunRecord:
-    """The newest run of a series is kept for its labels only (they name its exported verdicts): not its
-    figures, details or conditions (packed apart), which for 5,000 series are tens of megabytes."""
-    if not (record.details or record.conditions or record.figures):
-        return record
-    kept = object.__new__(RunRecord)  # a copy without __init__'s checks: it is a valid record's
-    kept.__dict__.update(record.__dict__)
-    kept.details, kept.conditions, kept.figures = {}, {}, {}
-    return kept
+ConditionsReader = Callable[[list[int]], dict[int, dict[str, Any]]]
+"""Recorded conditions by history row id (:meth:`sixdim.store.history.History.conditions_of`)."""
+
+_UNSAVED = itertools.count(-1, -1)
+"""Numbers for runs that have no history row id (not written yet, or no history to read them back from)."""
 
 
-def _entry(at: float, packed: Packed) -> bytes:
-    """A run's start time and its packed conditions as one bytes object, the conditions in single
-    precision: each series keeps its last runs' (5,000 series: about 100,000 of them), and a tuple of a
-    float and a double array cost twice as much.  Single precision is ample for the diagnosis (it
-    compares conditions with thresholds of a few percent; a text's index and every setting are exact)."""
-    return struct.pack("<d", at) + array("f", packed).tobytes()
+def _packed(conditions: dict[str, Any]) -> bytes:
+    """Conditions kept in memory, in single precision (ample for the diagnosis, which compares them with
+    thresholds of a few percent; a text's index and every setting are exact)."""
+    return array("f", pack(conditions)).tobytes()
 
 
-def _at(entry: bytes) -> float:
-    return struct.unpack_from("<d", entry)[0]
-
-
-def _open(entry: bytes) -> dict:
-    """The conditions of an :func:`_entry`."""
-    return unpack(memoryview(entry)[8:].cast("f"))  # type: ignore[arg-type]
+def _opened(packed: bytes) -> dict[str, Any]:
+    return unpack(memoryview(packed).cast("f"))  # type: ignore[arg-type]
 
 
 class SeriesWatch:
     """One series: its trackers (one per watched figure), recent values and its latest version change."""
 
-    def __init__(self, settings: Settings, keep: int) -> None:
+    def __init__(self, settings: Settings, keep: int, by_id: bool = False) -> None:
         self.settings = settings
         self.keep = keep
+        self.by_id = by_id
+        """Whether conditions are read back from the history by row id when a diagnosis needs them (the
+        daemon); else a run's conditions are kept in memory, packed."""
         self.record: RunRecord | None = None
         """The newest run, without its details and conditions (its labels name the series' exported verdicts)."""
         self.trackers: dict[str, SeriesTracker] = {}
         self.versions: dict[str, str] | None = None
-        self.recent: dict[str, list[float]] = {}
+        self.recent: dict[str, array[float]] = {}
         """Each figure's values of the current segment's last ``version_settle_runs`` accepted runs:
-        the "before" side of the next version change (lists: a deque's first block alone is 600 bytes,
-        and there is one per figure of every series)."""
+        the "before" side of the next version change (typed arrays: a deque's first block alone is 600
+        bytes, a list costs a pointer and a float object a run, and there is one per figure of every
+        series)."""
         self.change: _Change | None = None
-        self.conditions: deque[bytes] = deque(
-            maxlen=CAUSE_RUNS + settings.slow_runs + settings.reform_after)
-        """(start time, conditions) of the last runs with conditions (:func:`_entry`): the runs before an
-        episode's onset and those since, while it lasts until its baseline re-forms."""
+        self.conditions_kept = CAUSE_RUNS + settings.slow_runs + settings.reform_after
+        self.condition_times = array("d")
+        self.condition_runs = array("q")
+        """Start time and run number of the last ``conditions_kept`` runs that recorded conditions: the
+        runs before an episode's onset and those since, while it lasts until its baseline re-forms.  A
+        run number is the history's row id, or a negative number whose conditions :attr:`unsaved` holds.
+        The conditions themselves stay in the history (about 200 bytes a run packed, 50 MB for 5,000
+        series' last runs) and are read back only for a diagnosis, which only a series that regressed,
+        looks suspicious or regressed at a version change needs."""
+        self.unsaved: dict[int, bytes] = {}
+        """Packed conditions of the runs above whose conditions cannot be read back by id."""
+        self.changed = 0
+        """Counts the runs added: what a cached diagnosis was made at."""
+        self.diagnosed: tuple[int, list[Finding]] | None = None
+        """(:attr:`changed`, findings) of the last diagnosis."""
 
     def add(self, record: RunRecord) -> None:
-        self.record = _labels_only(record)
+        self.record = lean(record, figures=False)
+        self.changed += 1
         if record.conditions and record.status in ("ok", INCORRECT):
-            entry = _entry(record.started_at, pack(record.conditions))
-            self.conditions.append(entry)
+            if self.by_id and record.id is not None:
+                run = record.id
+            else:
+                run = next(_UNSAVED)
+                self.unsaved[run] = _packed(record.conditions)
+            self.condition_times.append(record.started_at)
+            self.condition_runs.append(run)
+            if len(self.condition_runs) > self.conditions_kept:
+                del self.condition_times[0], self.condition_runs[0]
+                self._forget_unsaved()
             if self.change is not None and len(self.change.conditions_after) < CAUSE_RUNS:
-                self.change.conditions_after.append(entry)
+                self.change.conditions_after.append(run)
         versions = regression.versions(record)
         if versions is not None:  # a run that did not say is no version change
             if self.versions is not None:
@@ -128,6 +143,7 @@ class SeriesWatch:
                 # forgotten while a restart still reads the runs of both its looks back: the exported
                 # change never depends on when the agent last restarted
                 self.change = None
+                self._forget_unsaved()
         if record.status == INCORRECT:
             if not self.trackers:
                 figure = regression.primary_figure(record.figures)
@@ -145,7 +161,9 @@ class SeriesWatch:
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
             tracker.update(value, at=record.started_at)
-            recent = self.recent.setdefault(figure, [])
+            recent = self.recent.get(figure)
+            if recent is None:
+                recent = self.recent[figure] = array("d")
             recent.append(value)
             if len(recent) > max(self.settings.version_runs, self.settings.version_settle_runs):
                 del recent[0]
@@ -153,9 +171,11 @@ class SeriesWatch:
 
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
         changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
+        runs = list(zip(self.condition_times, self.condition_runs, strict=True))
         self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()},
-                              conditions_before=[c for c in self.conditions if _at(c) < at][-CAUSE_RUNS:],
-                              conditions_after=[c for c in self.conditions if _at(c) >= at][:CAUSE_RUNS])
+                              conditions_before=[run for t, run in runs if t < at][-CAUSE_RUNS:],
+                              conditions_after=[run for t, run in runs if t >= at][:CAUSE_RUNS])
+        self._forget_unsaved()
         self.recent = {}
         for tracker in self.trackers.values():
             tracker.break_segment()
@@ -185,29 +205,60 @@ class SeriesWatch:
         change.verdicts[figure] = verdict
 
 
-    def causes(self) -> list[Finding]:
-        """The likely causes while a figure of the series is suspicious or regressed (the runs since the
-        episode's onset, or the last ``slow_runs``, against the runs before), else while its latest
-        version change regressed (the runs either side of it); [] otherwise."""
+    def _forget_unsaved(self) -> None:
+        """Drop the kept conditions no diagnosis can need any more."""
+        if self.unsaved:
+            wanted = {*self.condition_runs, *(self.change.conditions_before + self.change.conditions_after
+                                              if self.change is not None else ())}
+            for run in [run for run in self.unsaved if run not in wanted]:
+                del self.unsaved[run]
+
+    def cause_runs(self) -> tuple[list[int], list[int], dict[str, tuple[str, str]] | None] | None:
+        """What :meth:`causes` compares: the runs (numbers) before and after, and the version changes
+        when it is a change's diagnosis; None when nothing is to be diagnosed.  While a figure of the
+        series is suspicious or regressed: the runs since the episode's onset, or the last ``slow_runs``,
+        against the runs before; else while its latest version change regressed: the runs either side
+        of it."""
         noteworthy = (regression.REGRESSION, regression.SUSPICIOUS)
         unhealthy = [t for t in self.trackers.values() if t.last.state in noteworthy]
-        entries = list(self.conditions)
-        if unhealthy and entries:
+        times, runs = self.condition_times, self.condition_runs
+        if unhealthy and runs:
             tracker = max(unhealthy, key=lambda t: t.last.code)  # a regression before a suspicious
             if tracker.onset is not None and tracker.onset < len(tracker.times):
                 since = tracker.times[tracker.onset]
             elif tracker.times:
                 since = tracker.times[-min(self.settings.slow_runs, len(tracker.times))]
             else:  # judged on incorrect results only: the last runs against those before
-                since = _at(entries[-min(self.settings.slow_runs, len(entries))])
-            before = [_open(c) for c in entries if _at(c) < since][-CAUSE_RUNS:]
-            after = [_open(c) for c in entries if _at(c) >= since][-CAUSE_RUNS:]
-            return diagnose(before, after)
+                since = times[-min(self.settings.slow_runs, len(times))]
+            before = [run for t, run in zip(times, runs, strict=True) if t < since][-CAUSE_RUNS:]
+            after = [run for t, run in zip(times, runs, strict=True) if t >= since][-CAUSE_RUNS:]
+            return before, after, None
         change = self.change
         if change is not None and any(v.state == regression.REGRESSION for v in change.verdicts.values()):
-            return diagnose([_open(c) for c in change.conditions_before], [_open(c) for c in change.conditions_after],
-                            change.changes)
+            return list(change.conditions_before), list(change.conditions_after), change.changes
+        return None
+
+    def causes(self, read: ConditionsReader | None = None) -> list[Finding]:
+        """The likely causes (see :meth:`cause_runs`), ranked; [] when there is nothing to diagnose."""
+        return _diagnosis(self.cause_runs(), dict(self.unsaved), read)
+
+
+def _conditions(runs: list[int], unsaved: dict[int, bytes], read: ConditionsReader | None) -> list[dict[str, Any]]:
+    """The conditions of these runs, in order: kept ones (``unsaved``) from memory, the others read by id
+    (a run whose conditions are gone, pruned from the history, is left out)."""
+    ids = [run for run in runs if run >= 0]
+    found = read(ids) if read is not None and ids else {}
+    return [found[run] if run >= 0 else _opened(unsaved[run]) for run in runs if run in found or run in unsaved]
+
+
+def _diagnosis(wanted: tuple[list[int], list[int], dict[str, tuple[str, str]] | None] | None,
+               unsaved: dict[int, bytes], read: ConditionsReader | None) -> list[Finding]:
+    """:func:`sixdim.verdicts.causes.diagnose` over what :meth:`SeriesWatch.cause_runs` asked for."""
+    if wanted is None:
         return []
+    before, after, changes = wanted
+    before_c, after_c = _conditions(before, unsaved, read), _conditions(after, unsaved, read)
+    return diagnose(before_c, after_c) if changes is None else diagnose(before_c, after_c, changes)
 
 
 @dataclass(frozen=True)
@@ -238,6 +289,9 @@ class Verdicts:
         """Set once the verdicts cover the history (at once when nothing is restored)."""
         self.restored.set()
         self.restore_seconds = 0.0
+        self._read: ConditionsReader | None = None
+        """Reads conditions back from the history by row id, once :meth:`restore` was given a history that
+        can (the daemon's); until then, and for a history that cannot, conditions are kept in memory."""
 
     def add(self, record: RunRecord) -> None:
         """Feed one run (in the order runs were recorded)."""
@@ -250,7 +304,7 @@ class Verdicts:
     def _add_locked(self, record: RunRecord) -> None:
         watch = self._series.get(record.key())
         if watch is None:
-            watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs)
+            watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs, self._read is not None)
         watch.add(record)
 
     def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
@@ -260,11 +314,14 @@ class Verdicts:
         runs = self.settings.slow_runs
         with self._lock:
             own = self._series.get(key)
-            if own is None or not own.conditions:
+            if own is None or not own.condition_runs:
                 return []
-            after = [_open(c) for c in list(own.conditions)[-runs:]]
-            before = [_open(c) for peer in peers if (w := self._series.get(peer)) is not None
-                      for c in list(w.conditions)[-runs:]]
+            after_runs = (list(own.condition_runs)[-runs:], dict(own.unsaved))
+            before_runs = [(list(w.condition_runs)[-runs:], dict(w.unsaved)) for peer in peers
+                           if (w := self._series.get(peer)) is not None]
+            read = self._read
+        after = _conditions(*after_runs, read)
+        before = [c for numbers, unsaved in before_runs for c in _conditions(numbers, unsaved, read)]
         return diagnose(before, after) if before else []
 
     def restore(self, history: History, upto_id: int | None = None) -> int:
@@ -273,6 +330,10 @@ class Verdicts:
         read leaves the verdicts to form from new runs."""
         started = time.perf_counter()
         count = 0
+        read = getattr(history, "conditions_of", None)
+        with self._lock:
+            if read is not None and not self._series:  # (a watch made before keeps its conditions in memory)
+                self._read = read
         try:
             for record in history.recent_per_series(self.restore_runs, upto_id):
                 with self._lock:
@@ -302,7 +363,22 @@ class Verdicts:
         return thread
 
     def snapshot(self) -> list[SeriesVerdicts]:
+        """Every judged series' verdicts and, where it needs one, its diagnosis.  A diagnosis reads its runs'
+        conditions from the history, outside the lock (runs go on being added meanwhile), and is kept until
+        the series' next run."""
         with self._lock:
-            return [SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
-                                   dict(w.change.verdicts) if w.change is not None else {}, w.causes())
-                    for w in self._series.values() if w.record is not None and (w.trackers or w.change)]
+            shown = [(w, SeriesVerdicts(w.record, {figure: t.last for figure, t in w.trackers.items()},
+                                        dict(w.change.verdicts) if w.change is not None else {}))
+                     for w in self._series.values() if w.record is not None and (w.trackers or w.change)]
+            stale = [(w, w.changed, w.cause_runs()) for w, _ in shown
+                     if w.diagnosed is None or w.diagnosed[0] != w.changed]
+            unsaved = {w: dict(w.unsaved) for w, _, wanted in stale if wanted is not None and w.unsaved}
+            read = self._read
+        fresh: dict[int, list[Finding]] = {}
+        for watch, changed, wanted in stale:
+            fresh[id(watch)] = findings = _diagnosis(wanted, unsaved.get(watch, {}), read)
+            with self._lock:
+                if watch.changed == changed:
+                    watch.diagnosed = (changed, findings)
+        return [replace(verdicts, causes=fresh[id(watch)] if id(watch) in fresh else (watch.diagnosed or (0, []))[1])
+                for watch, verdicts in shown]

@@ -36,6 +36,7 @@ import threading
 import time
 
 from sixdim.core import catalog
+from sixdim.core.memory import give_back_free_memory
 from sixdim.core.results import Interruption, RunRecord, counts_as_run, lean
 from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
@@ -148,6 +149,7 @@ class Board:
                  sum(count for _, count in self._counts.values()), time.perf_counter() - started)
         if verdicts is not None:
             verdicts.join()
+        give_back_free_memory()  # what the restore's short-lived objects freed
 
     def _load(self, history: History) -> threading.Thread | None:
         """Read the latest results, run counts and interruptions, put them in place at once, start the

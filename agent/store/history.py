@@ -718,6 +718,15 @@ class History:
             rows = self._db.execute("SELECT * FROM daily ORDER BY day").fetchall()
         return [{**dict(row), "figures": json.loads(row["figures"])} for row in rows]
 
+    def _recent_ids(self, runs: int, upto_id: int | None) -> list[int]:
+        """The row ids of the last ``runs`` runs of every series (up to ``upto_id``), oldest first: one
+        window-function query."""
+        bound, args = ("WHERE id <= ?", (upto_id,)) if upto_id is not None else ("", ())
+        with self._lock:
+            return [row[0] for row in self._db.execute(
+                f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
+                f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
+
     def recent_per_series(self, runs: int, upto_id: int | None = None,
                           batch: int = 2_000) -> Iterator[RunRecord]:
         """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, without
@@ -726,11 +735,7 @@ class History:
 
         One window-function query picks the ids, then rows are read in batches, so restoring the
         verdicts of a large history holds neither every row nor the database for long."""
-        bound, args = ("WHERE id <= ?", (upto_id,)) if upto_id is not None else ("", ())
-        with self._lock:
-            ids = [row[0] for row in self._db.execute(
-                f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
-                f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
+        ids = self._recent_ids(runs, upto_id)
         columns = ", ".join(c for c in _COLUMNS if c not in ("details", "params"))
         for start in range(0, len(ids), batch):
             chunk = ids[start:start + batch]
@@ -740,6 +745,29 @@ class History:
                     "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(chunk),)).fetchall()
             for row in rows:
                 yield _to_record(row)
+
+    def recent_for_verdicts(self, runs: int, upto_id: int | None = None,
+                            batch: int = 2_000) -> Iterator[tuple[RunRecord, bool]]:
+        """:meth:`recent_per_series` for the daemon's regression verdicts, which read a run's conditions
+        back by id only when a diagnosis needs them (:meth:`conditions_of`): each run without its
+        ``details``, ``params`` and ``conditions``, and whether it recorded conditions.  Reading and
+        decoding fewer columns is most of what a restore of 100,000 runs costs besides judging them."""
+        ids = self._recent_ids(runs, upto_id)
+        columns = [c for c in _COLUMNS if c not in ("details", "params", "conditions")]
+        decoded = [i for i, c in enumerate(columns) if c in _JSON_COLUMNS]
+        for start in range(0, len(ids), batch):
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {', '.join(columns)}, conditions NOT IN ('{{}}', '') FROM runs "
+                    "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids[start:start + batch]),)
+                ).fetchall()
+            for row in rows:
+                values = list(row)
+                for i in decoded:
+                    values[i] = json.loads(values[i])
+                record = RunRecord(**dict(zip(columns, values[:-1], strict=True)), details={}, params={},
+                                   conditions={})
+                yield record, bool(values[-1])
 
     def conditions_of(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """The recorded conditions of the runs with these row ids (:func:`conditions_by_id`): what the

@@ -113,12 +113,17 @@ class SeriesWatch:
         self.diagnosed: tuple[int, list[Finding]] | None = None
         """(:attr:`changed`, findings) of the last diagnosis."""
 
-    def add(self, record: RunRecord) -> None:
+    def add(self, record: RunRecord, recorded: bool | None = None) -> None:
+        """Feed one run.  ``recorded``: whether it recorded conditions, where ``record`` comes without them
+        (the restore reads them back by id when needed, so it does not read them at all); else its own
+        ``conditions`` say."""
         self.record = lean(record, figures=False)
         self.changed += 1
-        if record.conditions and record.status in ("ok", INCORRECT):
+        if (bool(record.conditions) if recorded is None else recorded) and record.status in ("ok", INCORRECT):
             if self.by_id and record.id is not None:
                 run = record.id
+            elif not record.conditions:
+                return self._judge(record)  # conditions said recorded but not given, and no id: none to keep
             else:
                 run = next(_UNSAVED)
                 self.unsaved[run] = _packed(record.conditions)
@@ -129,6 +134,9 @@ class SeriesWatch:
                 self._forget_unsaved()
             if self.change is not None and len(self.change.conditions_after) < CAUSE_RUNS:
                 self.change.conditions_after.append(run)
+        self._judge(record)
+
+    def _judge(self, record: RunRecord) -> None:
         versions = regression.versions(record)
         if versions is not None:  # a run that did not say is no version change
             if self.versions is not None:
@@ -301,11 +309,11 @@ class Verdicts:
                 return
             self._add_locked(record)
 
-    def _add_locked(self, record: RunRecord) -> None:
+    def _add_locked(self, record: RunRecord, recorded: bool | None = None) -> None:
         watch = self._series.get(record.key())
         if watch is None:
             watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs, self._read is not None)
-        watch.add(record)
+        watch.add(record, recorded)
 
     def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
         """The likely causes of a series being slower than the same result on its peer GPUs: its last
@@ -330,15 +338,21 @@ class Verdicts:
         read leaves the verdicts to form from new runs."""
         started = time.perf_counter()
         count = 0
-        read = getattr(history, "conditions_of", None)
+        read = getattr(history, "conditions_of", None) if hasattr(history, "recent_for_verdicts") else None
         with self._lock:
             if read is not None and not self._series:  # (a watch made before keeps its conditions in memory)
                 self._read = read
         try:
-            for record in history.recent_per_series(self.restore_runs, upto_id):
-                with self._lock:
-                    self._add_locked(record)
-                count += 1
+            if self._read is not None:  # conditions are read back by id when needed: not read here
+                for record, recorded in history.recent_for_verdicts(self.restore_runs, upto_id):
+                    with self._lock:
+                        self._add_locked(record, recorded)
+                    count += 1
+            else:
+                for record in history.recent_per_series(self.restore_runs, upto_id):
+                    with self._lock:
+                        self._add_locked(record)
+                    count += 1
         except Exception as exc:  # locked, unreadable: verdicts form again from the runs to come
             log.warning("regression verdicts: the history could not be read (%s); they form from new runs", exc)
         with self._lock:

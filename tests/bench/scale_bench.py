@@ -4,7 +4,7 @@
 Usage (from the repository root):
 
     python -m tests.bench.scale_bench [--runs 100000] [--series 5000] [--scrapers 50] [--seconds 30]
-                                      [--python-load] [--out FILE]
+                                      [--python-load] [--no-reference] [--no-ceiling] [--out FILE]
 
 One run:
 
@@ -21,10 +21,14 @@ One run:
 4. serves the same metric families, label sets and values from a plain prometheus_client registry (a custom
    collector that yields them from memory at every scrape, served by ``prometheus_client.start_http_server``
    in its own process): the reference, under the same load;
-5. prints one table, with the machine's load average before and after.
+5. serves the same gzip bytes from the simplest server there is (a thread per connection that answers
+   every request with them): the ceiling, what this machine and this load generator allow an exposition
+   of this size whatever the server does, under the same load;
+6. prints one table, with the machine's load average before and after.
 
 The load generator shares the machine with the server under test, so latencies are an upper bound of
-what a remote Prometheus sees; both servers get the same handicap.
+what a remote Prometheus sees; every server gets the same handicap.  With 50 connections each asking
+again as soon as it has its answer, latency is queueing: about connections / requests per second.
 """
 
 from __future__ import annotations
@@ -263,18 +267,47 @@ def reference_serve(source: Path, port: int) -> None:
         time.sleep(3600)
 
 
-def run_reference(text: bytes, folder: Path, args: argparse.Namespace, load) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    source = folder / "reference.prom"
-    source.write_bytes(text)
+def ceiling_serve(body: Path, port: int) -> None:
+    """The ceiling: the simplest server there is, a thread per connection answering every request with the
+    same gzip bytes, read once (no routing, no auth, no deadlines, no TLS): what this machine and this load
+    generator allow an exposition of this size, whatever the server."""
+    import socket
+    import threading
+
+    data = body.read_bytes()
+    head = (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            b"Content-Encoding: gzip\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(data))
+
+    def answer(connection: socket.socket) -> None:
+        with connection:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    return
+                got += chunk
+            connection.sendall(head + data)
+
+    listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+    print(f"ceiling: {len(data)} gzip bytes on {port}", flush=True)
+    while True:
+        connection, _ = listener.accept()
+        threading.Thread(target=answer, args=(connection,), daemon=True).start()
+
+
+def run_server(option: str, source: Path, folder: Path, args: argparse.Namespace, load) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Start this script with ``option`` (``--reference-serve`` or ``--ceiling-serve``) on ``source``, wait
+    for its first answer, then measure it as the daemon was measured."""
     port = free_port()
-    log = open(folder / "reference.log", "wb")
+    name = option.strip("-").split("-")[0]
+    log = open(folder / f"{name}.log", "wb")
     began = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "tests.bench.scale_bench", "--reference-serve", str(source),
+    process = subprocess.Popen([sys.executable, "-m", "tests.bench.scale_bench", option, str(source),
                                 "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         while True:
             if process.poll() is not None:
-                raise AssertionError(f"reference exited: {(folder / 'reference.log').read_text()}")
+                raise AssertionError(f"{name} exited: {(folder / f'{name}.log').read_text()}")
             try:
                 body = fetch(port, timeout=60)
                 break
@@ -284,6 +317,8 @@ def run_reference(text: bytes, folder: Path, args: argparse.Namespace, load) -> 
         time.sleep(2.0)
         one = alone(port)
         idle = psutil.Process(process.pid).memory_info().rss / 2**20
+        if body[:2] == b"\x1f\x8b":  # the ceiling sends gzip whatever is asked
+            body = gzip.decompress(body)
         sizes = {"exposition_bytes": len(body), "exposition_gzip_bytes": len(gzip.compress(body, 6))}
         result = load(port, args.scrapers, args.seconds, psutil.Process(process.pid))
         result.update(sizes, rss_idle_mib=idle, alone_seconds=one, first_answer_seconds=startup,
@@ -308,11 +343,16 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="measure sixdim only")
     parser.add_argument("--keep", help="keep (or reuse) the history at this path")
     parser.add_argument("--out", help="also write the figures as JSON here")
+    parser.add_argument("--no-ceiling", action="store_true", help="leave out the static-bytes ceiling")
     parser.add_argument("--reference-serve", help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling-serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_serve:
         reference_serve(Path(args.reference_serve), args.port)
+        return
+    if args.ceiling_serve:
+        ceiling_serve(Path(args.ceiling_serve), args.port)
         return
     use_wrk = not args.python_load and subprocess.run(["which", "wrk"], capture_output=True).returncode == 0
     load = load_wrk if use_wrk else load_python
@@ -353,8 +393,12 @@ def main() -> None:
         finally:
             daemon.stop()
         result["sixdim"] = sixdim
+        if not args.no_ceiling:
+            (folder / "body.gz").write_bytes(gzip.compress(text, 6))
+            result["ceiling"] = run_server("--ceiling-serve", folder / "body.gz", folder, args, load)
         if not args.no_reference:
-            result["reference"] = run_reference(text, folder, args, load)
+            (folder / "reference.prom").write_bytes(text)
+            result["reference"] = run_server("--reference-serve", folder / "reference.prom", folder, args, load)
     result["load_after"] = os.getloadavg()
     report(result)
     if args.out:
@@ -391,17 +435,23 @@ def report(r: dict[str, Any]) -> None:
         ("server CPU per scrape", lambda x: f"{x['cpu_seconds'] / x['scrapes'] * 1e3:.2f} ms" if x["scrapes"]
          else f"{x['cpu_seconds']:.1f} s, no scrape completed"),
     ]
-    print(f"| {r['series']:,} series, {r['runs']:,} runs, {r['scrapers']} scrapers | sixdim serve |"
-          + (" prometheus_client reference |" if ref else ""))
-    print("|---|---|" + ("---|" if ref else ""))
+    columns = [(s, "sixdim serve")] + [(r[key], title) for key, title in (
+        ("reference", "prometheus_client reference"), ("ceiling", "static bytes (the ceiling)")) if key in r]
+    print(f"| {r['series']:,} series, {r['runs']:,} runs, {r['scrapers']} scrapers |"
+          + "".join(f" {title} |" for _, title in columns))
+    print("|---|" + "---|" * len(columns))
     for title, cell in rows:
-        print(f"| {title} | {cell(s)} |" + (f" {cell(ref)} |" if ref else ""))
+        print(f"| {title} |" + "".join(f" {cell(x)} |" for x, _ in columns))
     if ref:
         if ref["scrapes"] and ref["p99"] == ref["p99"] and ref["p99"] > 0:
             print(f"\nsixdim p99 / reference p99: {s['p99'] / ref['p99']:.3f}")
         else:
             print(f"\nthe reference completed no scrape within {ref['seconds']:.0f} s under this load "
                   f"(one scrape alone takes it {ref['alone_seconds']:.1f} s)")
+    if "ceiling" in r:
+        c = r["ceiling"]
+        print(f"sixdim p99 / ceiling p99: {s['p99'] / c['p99']:.3f}; requests/s {s['scrapes'] / s['seconds']:.0f} "
+              f"against {c['scrapes'] / c['seconds']:.0f}")
     print(f"first answer: {s.get('first_answer_shapes')} shapes, {s.get('first_answer_runs')} runs counted, "
           f"restored={s.get('first_answer_restored')}")
 

@@ -253,3 +253,40 @@ def test_tracker_is_cheap_per_run():
         tracker.update(v)
     assert (time.perf_counter() - t0) / len(values) < 0.002
     assert len(tracker.values) <= 2 * Settings().kept_runs
+
+
+def test_the_recent_runs_survive_a_reformed_baseline_and_cost_no_copy_otherwise():
+    """``SeriesTracker.recent``: the segment's last runs, which a drift is fitted on and a version change
+    compares, are not cut when an episode's baseline re-forms (nor by the trimming).  They are ``values``'
+    own tail, kept apart only while a re-forming cut into them.  Checked run by run against a plain list of
+    every accepted run of the segment, over series with steps, drifts, spikes, failures and breaks."""
+    import math
+
+    from sixdim.verdicts.detector import SeriesTracker
+
+    settings = Settings()
+    reformed = apart = 0
+    for seed in range(6):
+        rnd = random.Random(seed)
+        tracker, segment, level, slope = SeriesTracker("flops", settings), [], 100.0, 0.0
+        for i in range(700):
+            if rnd.random() < 0.004:
+                tracker.break_segment()
+                segment = []
+            if rnd.random() < 0.015:
+                level *= rnd.choice([0.7, 0.9, 1.1, 1.3])
+            if rnd.random() < 0.005:
+                slope = rnd.choice([0.0, -0.0006, 0.0005])
+            level *= 1 + slope
+            value = level * (1 + rnd.gauss(0, 0.005))
+            failed = rnd.random() < 0.02
+            verdict = tracker.update(math.nan if failed else value, "failed" if failed else "ok", at=1e6 + 60 * i)
+            if not failed:
+                segment.append((1e6 + 60 * i, value))
+            reformed += "re-formed" in verdict.reason
+            apart += tracker.kept_times is not None
+            for runs in (settings.drift_runs, settings.version_settle_runs, tracker.tail_runs):
+                times, values = tracker.recent(runs)
+                assert list(zip(times, values)) == segment[-runs:], (seed, i, runs)
+            assert tracker.kept_times is None or len(tracker.values) < tracker.tail_runs
+    assert reformed > 0 and apart > 0  # the case the kept tail exists for did happen

@@ -453,7 +453,7 @@ class SeriesTracker:
     direction and onset.  A later step rebuilds it from history at start, then feeds new runs."""
 
     __slots__ = ("figure", "settings", "direction", "fast_effect", "min_effect", "fast_floor", "outlier_effect",
-                 "values", "indices", "times", "timed", "drifting", "recent_times", "recent_values", "seen",
+                 "values", "indices", "times", "timed", "drifting", "tail_runs", "kept_times", "kept_values", "seen",
                  "segment_start", "frozen", "episode", "onset", "last")
 
     def __init__(self, figure: str, settings: Settings | None = None, workload: str = "",
@@ -475,11 +475,15 @@ class SeriesTracker:
         self.timed = True
         self.drifting = 0
         """The direction of the slope of a confirmed drift (0: none): it holds on a looser test."""
-        self.recent_times = array("d")
-        self.recent_values = array("d")
-        """Time and value of the segment's last ``drift_runs`` accepted runs: what a drift is fitted
-        on.  Unlike ``values`` they are not cut when an episode's baseline re-forms, so a drift that
-        started an episode before it was confirmed is still seen as one."""
+        s = self.settings
+        self.tail_runs = max(s.drift_runs, s.version_runs, s.version_settle_runs)
+        """The segment's last runs :meth:`recent` gives: what a drift is fitted on, and the "before" side
+        of a version change (sixdim.verdicts.live)."""
+        self.kept_times: array[float] | None = None
+        self.kept_values: array[float] | None = None
+        """The segment's last ``tail_runs`` runs, kept apart only while a re-formed baseline cut them from
+        ``values`` (until ``values`` holds that many again); otherwise they are ``values``' own tail, not
+        a copy of it (two arrays less for each of a big host's 20,000 trackers)."""
         self.seen = 0
         self.segment_start = 0
         self.frozen: Sequence[float] | None = None
@@ -495,7 +499,7 @@ class SeriesTracker:
     def break_segment(self) -> None:
         """A known break point (a version change): the next run starts a new segment."""
         self.values, self.indices, self.frozen, self.episode, self.onset = array("d"), array("q"), None, 0, None
-        self.times, self.recent_times, self.recent_values, self.drifting = array("d"), array("d"), array("d"), 0
+        self.times, self.kept_times, self.kept_values, self.drifting = array("d"), None, None, 0
         self.segment_start = self.seen
 
     def update(self, value: float | None, status: str = "ok", at: float | None = None) -> Verdict:
@@ -514,13 +518,31 @@ class SeriesTracker:
         if at is None:
             self.timed = False
         self.times.append(float(index) if at is None else float(at))
-        self.recent_times.append(self.times[-1])
-        self.recent_values.append(float(value))
-        if len(self.recent_times) > self.settings.drift_runs:
-            del self.recent_times[0], self.recent_values[0]
+        if self.kept_times is not None and self.kept_values is not None:
+            self.kept_times.append(self.times[-1])
+            self.kept_values.append(float(value))
+            if len(self.kept_times) > self.tail_runs:
+                del self.kept_times[0], self.kept_values[0]
+            if len(self.values) >= self.tail_runs:  # the tail is values' own again
+                self.kept_times = self.kept_values = None
         self.last = self._judge()
         self._trim()
         return self.last
+
+    def recent(self, runs: int) -> tuple[Sequence[float], Sequence[float]]:
+        """Times and values of the segment's last ``runs`` accepted runs (at most ``tail_runs``).  Unlike
+        ``values`` they are not cut when an episode's baseline re-forms, so a drift that started an episode
+        before it was confirmed is still seen as one."""
+        if self.kept_times is None or self.kept_values is None:
+            return self.times[-runs:], self.values[-runs:]
+        return self.kept_times[-runs:], self.kept_values[-runs:]
+
+    def _cut(self, cut: int) -> None:
+        """Forget the first ``cut`` accepted runs, keeping the tail :meth:`recent` gives apart where it
+        would lose some."""
+        if cut > 0 and self.kept_times is None and len(self.values) - cut < self.tail_runs:
+            self.kept_times, self.kept_values = self.times[-self.tail_runs:], self.values[-self.tail_runs:]
+        self.values, self.indices, self.times = self.values[cut:], self.indices[cut:], self.times[cut:]
 
     # -- judging --
 
@@ -549,7 +571,7 @@ class SeriesTracker:
         slope, intercept = drift
         level = intercept + slope * self.times[-1]
         per = slope / level if level else 0.0
-        start = intercept + slope * self.recent_times[0]
+        start = intercept + slope * self.recent(self.settings.drift_runs)[0][0]
         ratio = level / start if start else None
         return replace(verdict, drift=1 if per * self.direction > 0 else -1,
                        drift_per_day=per * 86400.0 if self.timed else per, drift_ratio=ratio)
@@ -563,11 +585,11 @@ class SeriesTracker:
         a line too).  Once confirmed, a drift holds while its slope stays ``drift_keep_z`` standard
         errors out and the line still beats a step, so its verdict does not flicker."""
         s = self.settings
-        n = len(self.recent_times)
+        ts, ys = self.recent(s.drift_runs)
+        n = len(ts)
         if n < s.drift_min_runs:
             self.drifting = 0
             return None
-        ts, ys = self.recent_times, self.recent_values
         third = n // 3
         early, late = median(ys[:third]), median(ys[-third:])
         if not self.drifting and abs(late - early) < 0.5 * self.min_effect * abs(early):
@@ -724,7 +746,7 @@ class SeriesTracker:
         onset = self.onset or 0
         kind = "regression" if self.episode > 0 else "improvement"
         at = self.indices[onset]
-        self.values, self.indices, self.times = self.values[onset:], self.indices[onset:], self.times[onset:]
+        self._cut(onset)
         self.segment_start, self.frozen, self.episode, self.onset = at, None, 0, None
         verdict = self._judge()
         return replace(verdict, reason=f"baseline re-formed after a persistent {kind} from run {at}")
@@ -742,11 +764,10 @@ class SeriesTracker:
         s = self.settings
         keep = s.kept_runs
         if self.episode == 0 and len(self.values) > 2 * keep:
-            cut = len(self.values) - keep
-            self.values, self.indices, self.times = self.values[cut:], self.indices[cut:], self.times[cut:]
+            self._cut(len(self.values) - keep)
         elif self.episode != 0 and self.onset is not None and self.onset > 2 * keep:
             cut = self.onset - max(s.window, s.noise_window)
-            self.values, self.indices, self.times = self.values[cut:], self.indices[cut:], self.times[cut:]
+            self._cut(cut)
             self.onset -= cut
 
 

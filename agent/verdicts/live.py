@@ -91,11 +91,6 @@ class SeriesWatch:
         """The newest run, without its details and conditions (its labels name the series' exported verdicts)."""
         self.trackers: dict[str, SeriesTracker] = {}
         self.versions: dict[str, str] | None = None
-        self.recent: dict[str, array[float]] = {}
-        """Each figure's values of the current segment's last ``version_settle_runs`` accepted runs:
-        the "before" side of the next version change (typed arrays: a deque's first block alone is 600
-        bytes, a list costs a pointer and a float object a run, and there is one per figure of every
-        series)."""
         self.change: _Change | None = None
         self.conditions_kept = CAUSE_RUNS + settings.slow_runs + settings.reform_after
         self.condition_times = array("d")
@@ -169,22 +164,19 @@ class SeriesWatch:
             if tracker is None:
                 tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
             tracker.update(value, at=record.started_at)
-            recent = self.recent.get(figure)
-            if recent is None:
-                recent = self.recent[figure] = array("d")
-            recent.append(value)
-            if len(recent) > max(self.settings.version_runs, self.settings.version_settle_runs):
-                del recent[0]
             self._after(figure, value, record)
 
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
         changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
         runs = list(zip(self.condition_times, self.condition_runs, strict=True))
-        self.change = _Change(changes, at, {figure: list(values) for figure, values in self.recent.items()},
+        s = self.settings
+        # the "before" side: each figure's last runs of the segment that ends here (the trackers keep them)
+        before = {figure: list(values) for figure, tracker in self.trackers.items()
+                  if (values := tracker.recent(max(s.version_runs, s.version_settle_runs))[1])}
+        self.change = _Change(changes, at, before,
                               conditions_before=[run for t, run in runs if t < at][-CAUSE_RUNS:],
                               conditions_after=[run for t, run in runs if t >= at][:CAUSE_RUNS])
         self._forget_unsaved()
-        self.recent = {}
         for tracker in self.trackers.values():
             tracker.break_segment()
 

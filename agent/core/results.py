@@ -197,7 +197,9 @@ _SHARED: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
 _SHARED_MAX = 100_000
 
 
-def _shared(values: dict[str, Any]) -> dict[str, Any]:
+def shared(values: dict[str, Any]) -> dict[str, Any]:
+    """One dict for all equal ones (never to be changed): many series of a host carry the same versions,
+    environment and params."""
     try:
         key = tuple(sorted(values.items()))
         hash(key)
@@ -222,6 +224,7 @@ def lean(record: RunRecord, figures: bool = True) -> RunRecord:
     for name in _LABEL_FIELDS:
         if isinstance(value := fields[name], str):
             fields[name] = sys.intern(value)
-    fields.update(details={}, conditions={}, environment=_shared(record.environment), params=_shared(record.params),
-                  figures=record.figures if figures else {})
+    # the figure names interned: each record's JSON decoding made its own copies (about 1 KB a record)
+    fields.update(details={}, conditions={}, environment=shared(record.environment), params=shared(record.params),
+                  figures={sys.intern(name): value for name, value in record.figures.items()} if figures else {})
     return kept

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sixdim.core.conditions import SETTING_KEYS
-from sixdim.core.results import RunRecord, lean
+from sixdim.core.results import RunRecord, lean, shared
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
 from sixdim.verdicts.causes import Finding, diagnose, pack, unpack
@@ -139,7 +139,7 @@ class SeriesWatch:
                     versions[key] = versions[key] or self.versions[key]
             if self.versions is not None and versions != self.versions:
                 self._version_change(self.versions, versions, record.started_at)
-            self.versions = versions
+            self.versions = shared(versions)  # every series of a host has the same: one dict for them all
         if self.change is not None:
             self.change.age += 1
             if self.change.age > self.keep - self.settings.version_settle_runs:

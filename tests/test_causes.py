@@ -315,3 +315,44 @@ def test_the_daemons_verdicts_read_conditions_back_from_the_history_and_hold_non
         restored.add(copy(make_record(gpu="0", uuid="GPU-0", seconds=0.010, ended_at=1e6 + 900 * i),
                           conditions=healthy(rnd), id=10_000 + i))
     assert not watch.unsaved
+
+
+def test_a_history_that_cannot_be_read_now_leaves_the_last_diagnosis_and_the_render_alive(tmp_path):
+    """Reading conditions back can fail (an I/O error, a vanished file): the snapshot the exporter renders
+    still comes, with the diagnosis made before, and the next snapshot reads again."""
+    from dataclasses import replace as copy
+
+    from sixdim.store.history import History
+    from sixdim.verdicts.live import Verdicts
+    from tests.helpers import make_record
+
+    history = History(tmp_path / "h.db")
+    rnd = random.Random(3)
+    for i in range(30):
+        conditions = healthy(rnd)
+        if i >= 24:
+            INJECTIONS["power_limit"](conditions)
+        history.add(copy(make_record(seconds=0.012 if i >= 24 else 0.010, ended_at=1e6 + 900 * i),
+                         conditions=conditions))
+    verdicts = Verdicts()
+    verdicts.restore(history)
+    [before] = verdicts.snapshot()
+    assert before.causes[0].cause == "power_limit"
+
+    calls = []
+
+    def broken(ids):
+        calls.append(ids)
+        raise OSError("disk I/O error")
+
+    verdicts._read = broken
+    conditions = healthy(rnd)
+    INJECTIONS["power_limit"](conditions)
+    history.add(copy(make_record(seconds=0.012, ended_at=1e6 + 900 * 30), conditions=conditions))
+    verdicts.add(history.after(history.last_id() - 1)[0])
+    [during] = verdicts.snapshot()  # a new run: the diagnosis is made again, and its read fails
+    assert calls and during.causes == before.causes
+    assert verdicts.peer_causes(during.record.key(), [during.record.key()]) == []
+    verdicts._read = history.conditions_of
+    [after] = verdicts.snapshot()  # read again, now that it can be
+    assert after.causes[0].cause == "power_limit" and len(calls) == 2

@@ -320,8 +320,12 @@ class Verdicts:
             before_runs = [(list(w.condition_runs)[-runs:], dict(w.unsaved)) for peer in peers
                            if (w := self._series.get(peer)) is not None]
             read = self._read
-        after = _conditions(*after_runs, read)
-        before = [c for numbers, unsaved in before_runs for c in _conditions(numbers, unsaved, read)]
+        try:
+            after = _conditions(*after_runs, read)
+            before = [c for numbers, unsaved in before_runs for c in _conditions(numbers, unsaved, read)]
+        except Exception as exc:  # the history unreadable now: no diagnosis this time
+            log.warning("peer causes: the recorded conditions could not be read (%s)", exc)
+            return []
         return diagnose(before, after) if before else []
 
     def restore(self, history: History, upto_id: int | None = None) -> int:
@@ -382,7 +386,12 @@ class Verdicts:
             read = self._read
         fresh: dict[int, list[Finding]] = {}
         for watch, changed, wanted in stale:
-            fresh[id(watch)] = findings = _diagnosis(wanted, unsaved.get(watch, {}), read)
+            try:
+                fresh[id(watch)] = findings = _diagnosis(wanted, unsaved.get(watch, {}), read)
+            except Exception as exc:  # the history unreadable now: the last diagnosis stands, tried again next time
+                log.warning("regression causes: the recorded conditions could not be read (%s); tried again at "
+                            "the next render", exc)
+                continue
             with self._lock:
                 if watch.changed == changed:
                     watch.diagnosed = (changed, findings)

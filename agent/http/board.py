@@ -175,10 +175,10 @@ class Board:
         verdicts = None
         with self._lock:
             by_id: dict[int | None, RunRecord] = {}
-            for record in latest:
-                kept = by_id[record.id] = lean(record)
-                self._latest[record.key()] = kept
-                self._latest_by_suite[(record.key(), record.suite)] = kept
+            for record in latest:  # lean already (History.latest_ok)
+                by_id[record.id] = record
+                self._latest[record.key()] = record
+                self._latest_by_suite[(record.key(), record.suite)] = record
             for record, count in counts:  # an ok count's newest run is a latest result: one object for both
                 kept = by_id.get(record.id) if record.id is not None else None
                 self._counts[(record.key(), record.status)] = (kept or lean(record, figures=False), count)

@@ -58,14 +58,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sixdim.core.files import make_folders
-from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, Interruption, RunRecord, counts_as_run
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, Interruption, RunRecord, counts_as_run, lean
 
 log = logging.getLogger("sixdim")
 
@@ -89,6 +89,8 @@ OPEN_TIMEOUT_SECONDS = 30.0
 MAX_PENDING = 10_000
 """Results kept in memory while the database cannot be written; beyond it the oldest are dropped
 (and counted): about 30 MB at the size of a kernel result."""
+FETCH_ROWS = 500
+"""Rows read at a time where each becomes a record."""
 PRUNE_BATCH = 5_000
 """Rows read per step while thinning, so a prune of a large history holds little memory."""
 FILE_MODE = 0o600
@@ -643,21 +645,29 @@ class History:
             log.info("history: %d result(s) from %s to write", len(self._pending), _one_line(self.spool_path))
 
     # ------------------------------------------------------------------ reading
-    def _records(self, sql: str, args: Iterable[Any] = ()) -> list[RunRecord]:
+    def _records(self, sql: str, args: Iterable[Any] = (),
+                 keep: Callable[[RunRecord], RunRecord] | None = None) -> list[RunRecord]:
+        """The runs a query selects; ``keep``: what of each is kept (:func:`sixdim.core.results.lean`), made
+        as the rows are read, a few hundred at a time, so the full records never exist all at once."""
+        out: list[RunRecord] = []
         with self._lock:
-            rows = self._db.execute(sql, tuple(args)).fetchall()
-        return [_to_record(row) for row in rows]
+            cursor = self._db.execute(sql, tuple(args))
+            while rows := cursor.fetchmany(FETCH_ROWS):
+                out += [keep(_to_record(row)) for row in rows] if keep is not None else map(_to_record, rows)
+        return out
 
     def latest_ok(self) -> list[RunRecord]:
         """The newest successful run of each series in each suite, oldest first (so the last one of
-        a series is its newest of all suites)."""
+        a series is its newest of all suites), as the board keeps it (:func:`sixdim.core.results.lean`: no
+        ``details`` or ``conditions``, which are not even read).  Reading 5,000 full records at once cost the
+        daemon 50 MB of short-lived objects at start, whose freed memory it then kept."""
         return self._records(
-            f"SELECT * FROM runs WHERE id IN (SELECT MAX(id) FROM runs WHERE status = 'ok' GROUP BY {_SERIES}, suite)"
-            " ORDER BY id")
+            f"SELECT {_without('details', 'conditions')} FROM runs WHERE id IN "
+            f"(SELECT MAX(id) FROM runs WHERE status = 'ok' GROUP BY {_SERIES}, suite) ORDER BY id", keep=lean)
 
     def status_counts(self) -> list[tuple[RunRecord, int]]:
         """Per series and status, the number of runs (pruned ones included), with the newest run as
-        the label source."""
+        the label source (lean, without figures: :func:`sixdim.core.results.lean`)."""
         with self._lock:
             rows = self._db.execute(  # interrupted skips are not runs (sixdim.core.results.counts_as_run)
                 f"SELECT MAX(id) AS newest, COUNT(*) AS n, {_SERIES}, status FROM runs "
@@ -673,7 +683,8 @@ class History:
         ids = list(newest)
         for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
             chunk = ids[start:start + 900]
-            records += self._records(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            records += self._records(f"SELECT {_without('details', 'conditions', 'figures')} FROM runs "
+                                     f"WHERE id IN ({','.join('?' * len(chunk))})", chunk, keep=_label_source)
         records.sort(key=lambda r: r.id or 0)
         counted = [(record, newest[record.id]) for record in records if record.id is not None]
         # series whose every run of that status was pruned: their count stays, labelled from what was kept
@@ -747,7 +758,7 @@ class History:
                 yield _to_record(row)
 
     def recent_for_verdicts(self, runs: int, upto_id: int | None = None,
-                            batch: int = 2_000) -> Iterator[tuple[RunRecord, bool]]:
+                            batch: int = FETCH_ROWS) -> Iterator[tuple[RunRecord, bool]]:
         """:meth:`recent_per_series` for the daemon's regression verdicts, which read a run's conditions
         back by id only when a diagnosis needs them (:meth:`conditions_of`): each run without its
         ``details``, ``params`` and ``conditions``, and whether it recorded conditions.  Reading and
@@ -962,6 +973,15 @@ def _row(record: Recorded) -> dict[str, Any]:
     for column in _JSON_COLUMNS if isinstance(record, RunRecord) else _INTERRUPTION_JSON:
         row[column] = json.dumps(row[column], sort_keys=True)
     return row
+
+
+def _label_source(record: RunRecord) -> RunRecord:
+    return lean(record, figures=False)
+
+
+def _without(*columns: str) -> str:
+    """A select list of every run column, those named read as an empty JSON object instead."""
+    return ", ".join(f"'{{}}' AS {c}" if c in columns else c for c in _COLUMNS)
 
 
 def _to_interruption(row: sqlite3.Row) -> Interruption:

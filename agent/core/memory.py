@@ -1,9 +1,11 @@
 """Giving freed memory back to the system after a burst of allocations.
 
-A restore reads 100,000 runs into short-lived objects while it builds the long-lived verdicts; the C
-allocator keeps much of what the short-lived ones freed, so the daemon's resident memory stays at its
-high-water mark.  glibc's ``malloc_trim`` returns the free pages it holds (about 10 MB after a
-5,000-series restore, measured with tests/bench/scale_bench.py).  Elsewhere (musl, macOS) it is a no-op.
+A restore reads 100,000 runs into short-lived objects while it builds the long-lived verdicts, and a
+results render makes and drops a line for each of 165,000 series; the C allocator keeps much of what
+the short-lived objects freed, so the daemon's resident memory stays at its high-water mark.  glibc's
+``malloc_trim`` returns the free pages it holds: the daemon calls it after the restore and after each
+results render (a few hundredths of a millisecond; about 10 MB after a 5,000-series restore and 8 MB
+after its render, measured with tests/bench/scale_bench.py).  Elsewhere (musl, macOS) it is a no-op.
 """
 
 from __future__ import annotations

@@ -163,8 +163,9 @@ def test_verdicts_restored_from_the_history_equal_those_of_the_agent_that_record
     assert ({s.record.key(): s.changes for s in restored.snapshot()}
             == {s.record.key(): s.changes for s in live.snapshot()})
     # only the last runs of each series are read back: a tracker never needs more
-    read = list(history.recent_per_series(restored.restore_runs))
-    assert len(read) == restored.restore_runs + 20 and all(r.details == {} for r in read)
+    read = list(history.recent_for_verdicts(restored.restore_runs))
+    assert len(read) == restored.restore_runs + 20
+    assert all(r.details == {} and r.params == {} and r.conditions == {} for r, _ in read)
     # a run recorded after the restore updates the restored verdict
     newer = series([0.0105], start=records[-1].ended_at + 60)[0]
     history.add(newer)

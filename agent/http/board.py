@@ -181,7 +181,7 @@ class Board:
                 self._latest_by_suite[(record.key(), record.suite)] = record
             for record, count in counts:  # an ok count's newest run is a latest result: one object for both
                 kept = by_id.get(record.id) if record.id is not None else None
-                self._counts[(record.key(), record.status)] = (kept or lean(record, figures=False), count)
+                self._counts[(record.key(), record.status)] = (kept or record, count)  # lean already
             self._last_id = last_id
             for interruption in interruptions:
                 self._add_interruption(interruption)

@@ -246,7 +246,7 @@ class Exposition:
             self._results_version, self._results_restored = version, restored
             began = time.monotonic()
             self._results = self._render_results()
-            give_back_free_memory()  # what the render's short-lived lines freed (glibc; a few ms)
+            give_back_free_memory()  # what the render's short-lived lines freed (glibc; 0.03-0.06 ms measured)
             self._results_at = time.monotonic()
             self._results_took = self._results_at - began
             changed = True

@@ -100,10 +100,10 @@ def read(path: str, runs: int) -> list[Any]:
 
 
 class _Runs:
-    """Rows read, as the history :meth:`sixdim.verdicts.live.Verdicts.restore` reads its runs from (its
-    ``recent_per_series``): already the last runs of each series, in recording order.  A row that is
-    no run (broken JSON, an unknown status) is left out and remembered in :attr:`error`; restore would
-    only log it."""
+    """Rows read, as a history :meth:`sixdim.verdicts.live.Verdicts.restore` reads its runs from (its
+    ``recent_per_series``, the path of a history that cannot give conditions back by id): already the
+    last runs of each series, in recording order.  A row that is no run (broken JSON, an unknown status)
+    is left out and remembered in :attr:`error`; restore would only log it."""
 
     def __init__(self, rows: Sequence[Any], conditions: dict[int, dict[str, Any]] | None = None) -> None:
         self.rows = rows

@@ -688,7 +688,7 @@ class History:
         records.sort(key=lambda r: r.id or 0)
         counted = [(record, newest[record.id]) for record in records if record.id is not None]
         # series whose every run of that status was pruned: their count stays, labelled from what was kept
-        return [(_pruned_record(row), row["runs"]) for row in pruned.values()] + counted
+        return [(_label_source(_pruned_record(row)), row["runs"]) for row in pruned.values()] + counted
 
     def last_id(self) -> int:
         with self._lock:
@@ -738,31 +738,14 @@ class History:
                 f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {_SERIES} ORDER BY id DESC) AS n "
                 f"FROM runs {bound}) WHERE n <= ? ORDER BY id", (*args, runs))]
 
-    def recent_per_series(self, runs: int, upto_id: int | None = None,
-                          batch: int = 2_000) -> Iterator[RunRecord]:
-        """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, without
-        their ``details`` and ``params`` (the regression verdicts need figures, statuses, versions and
-        conditions only: skipping the two JSON columns they never read is a good part of a restore's time).
-
-        One window-function query picks the ids, then rows are read in batches, so restoring the
-        verdicts of a large history holds neither every row nor the database for long."""
-        ids = self._recent_ids(runs, upto_id)
-        columns = ", ".join(c for c in _COLUMNS if c not in ("details", "params"))
-        for start in range(0, len(ids), batch):
-            chunk = ids[start:start + batch]
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT {columns}, '{{}}' AS details, '{{}}' AS params FROM runs "
-                    "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(chunk),)).fetchall()
-            for row in rows:
-                yield _to_record(row)
-
     def recent_for_verdicts(self, runs: int, upto_id: int | None = None,
                             batch: int = FETCH_ROWS) -> Iterator[tuple[RunRecord, bool]]:
-        """:meth:`recent_per_series` for the daemon's regression verdicts, which read a run's conditions
-        back by id only when a diagnosis needs them (:meth:`conditions_of`): each run without its
-        ``details``, ``params`` and ``conditions``, and whether it recorded conditions.  Reading and
-        decoding fewer columns is most of what a restore of 100,000 runs costs besides judging them."""
+        """The last ``runs`` runs of every series (row id up to ``upto_id``), oldest first, for the daemon's
+        regression verdicts, which read a run's conditions back by id only when a diagnosis needs them
+        (:meth:`conditions_of`): each run without its ``details``, ``params`` and ``conditions``, and
+        whether it recorded conditions.  Reading and decoding fewer columns is most of what a restore of
+        100,000 runs costs besides judging them.  One window-function query picks the ids, then rows are
+        read in batches, so a restore holds neither every row nor the database for long."""
         ids = self._recent_ids(runs, upto_id)
         columns = [c for c in _COLUMNS if c not in ("details", "params", "conditions")]
         decoded = [i for i, c in enumerate(columns) if c in _JSON_COLUMNS]
@@ -863,7 +846,7 @@ class History:
 
 
 IDS_PER_READ = 5_000
-"""Run ids per read of :func:`conditions`: each read is its own short transaction."""
+"""Run ids per read of :func:`conditions_by_id`: each read is its own short transaction."""
 
 
 def conditions_by_id(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str, Any]]:

@@ -15,7 +15,7 @@ import json
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,7 +149,7 @@ def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
 def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...],
                       batch: int = 2_000) -> Iterator[list[Any]]:
     """The last ``runs`` runs of every series (``(id, *columns)``, oldest first), a batch at a time: what
-    the daemon restores its verdicts from (``History.recent_per_series``), read-only and with only the
+    as the daemon reads them to restore its verdicts (``History.recent_for_verdicts``), read-only and with only the
     columns asked for.  One window-function query picks the ids, then the rows are read by id,
     ``batch`` a read, each its own short read.  Rows an older sixdim wrote per interrupted case are
     left out (no runs: the daemon folds them into one interruption when it opens the history)."""
@@ -168,9 +168,9 @@ def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...
             yield rows
 
 
-def conditions(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The recorded conditions of the runs with these ids (:func:`sixdim.store.history.conditions_by_id`)."""
-    return conditions_by_id(db, ids)
+conditions = conditions_by_id
+"""The recorded conditions of the runs with these ids, by id: the daemon's own query
+(:func:`sixdim.store.history.conditions_by_id`), on the read-only connection."""
 
 
 @dataclass(frozen=True)

@@ -335,6 +335,14 @@ class Suite:
     ``interval_seconds`` suite (its first result comes at once, not one interval later), false for
     a ``cron`` suite, which waits for its time: a nightly full suite must not start whenever the
     daemon (re)starts.  See :func:`default_run_at_start`."""
+    on_change: bool = False
+    """Also run at once on a device whose driver, CUDA, cuDNN, NCCL or torch version or GPU setting (power
+    limit, clocks, ECC, MIG) changed since this suite last ran there, or where it never ran: so a change
+    is measured on every case within minutes of being seen (:mod:`sixdim.run.changes`)."""
+    confirm_per_hour: int = 0
+    """When one of this suite's series turns ``suspicious``, run that case alone again after
+    :data:`CONFIRM_DELAY_SECONDS`, at most this many times an hour per device (0: never;
+    :mod:`sixdim.run.confirm`).  The confirmation is an ordinary run of the suite: it counts in the verdict."""
 
     def __post_init__(self) -> None:
         if self.run_at_start is None:
@@ -684,7 +692,9 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
 
 
 _SUITE_KEYS = {"name", "workloads", "preset", "interval_seconds", "cron", "devices", "timeout_seconds",
-               "misfire_grace_seconds", "run_at_start", "export"}
+               "misfire_grace_seconds", "run_at_start", "export", "on_change", "confirm_per_hour"}
+MAX_CONFIRM_PER_HOUR = 60
+"""The most confirmation runs a suite may ask for per device and hour (one a minute)."""
 EXPORTS = ("summary", "shapes")
 
 
@@ -729,6 +739,8 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
             misfire_grace_seconds=_seconds(table, "misfire_grace_seconds", source, where, 300.0),
             run_at_start=_bool_key(table, "run_at_start", source, where, None),
             export=_export(table.get("export", "summary"), source, f"{where}.export"),
+            on_change=bool(_bool_key(table, "on_change", source, where, False)),
+            confirm_per_hour=_count_key(table, "confirm_per_hour", source, where, 0, MAX_CONFIRM_PER_HOUR),
         ))
     return tuple(suites)
 
@@ -780,6 +792,16 @@ def _seconds(table: dict, key: str, source: str, where: str, default: float | No
         raise ConfigError(source, f"{where}.{key}", f"a positive, finite number of seconds, from {MIN_SECONDS} "
                           f"to {MAX_SECONDS} (365 days)", value)
     return float(value)
+
+
+def _count_key(table: dict, key: str, source: str, where: str, default: int, most: int) -> int:
+    """A whole number from 0 to ``most``."""
+    if key not in table:
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise ConfigError(source, f"{where}.{key}", f"a whole number from 0 to {most}", value)
+    return value
 
 
 def _bool_key(table: dict, key: str, source: str, where: str, default: bool | None) -> bool | None:

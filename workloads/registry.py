@@ -29,6 +29,9 @@ INTEGER_PRECISIONS = frozenset({"int8"})
 (the exported figure keeps its name, sixdim_workload_flops, with the precision label saying which)."""
 SETS = ("quick", "training", "inference", "full")
 GEMM_SETS = SETS + ("square",)
+SENTINEL_SETS = SETS + ("sentinel",)
+"""Conv's and RNN's sets, with ``sentinel``: one representative training shape (shapes.CONV_SENTINEL,
+shapes.RNN_SENTINEL), the cheap watch the frequent tier keeps on each kind of kernel."""
 
 TIMING_PARAMS = (
     Param("rounds", int, "timed rounds; the speed figure is their DeepSpark mean", 5, 5, minimum=3),
@@ -44,6 +47,10 @@ SELF_TEST = Param("corrupt", bool, "self-test: corrupt one output element, so th
 SLOWDOWN = Param("slowdown_seconds", float, "self-test: busy-wait this long inside every timed call, so the runs "
                  "are slower (a fire drill for the regression alert: restart the agent with it set); 0: off",
                  0.0, 0.0, minimum=0.0)
+
+
+CONV_PASSES = ("forward", "backward_data", "backward_weight")
+RNN_PASSES = ("forward", "backward")
 
 
 def set_param(help_text: str) -> Param:
@@ -122,10 +129,12 @@ GEMM = WorkloadSpec(
 
 
 def _conv_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
-    sets = {"quick": shapes.CONV_QUICK, "training": shapes.CONV_TRAINING, "inference": shapes.CONV_INFERENCE}
+    sets = {"quick": shapes.CONV_QUICK, "training": shapes.CONV_TRAINING, "inference": shapes.CONV_INFERENCE,
+            "sentinel": shapes.CONV_SENTINEL}
     cases = []
     for s in _select(sets, params, lambda s: s.n):
-        passes = ("forward", "backward_data", "backward_weight") if s.mode == "training" else ("forward",)
+        passes = [p for p in (("forward", "backward_data", "backward_weight") if s.mode == "training"
+                              else ("forward",)) if p in params["passes"]]
         for layout in params["layouts"]:
             for precision in params["precisions"]:
                 for kernel_pass in passes:
@@ -142,27 +151,33 @@ CONV = WorkloadSpec(
                 "backward-weight timed apart; FLOP/s = 2·N·K·P·Q·C·R·S / t.",
     entry="sixdim.workloads.conv:run",
     params=(
-        set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
+        Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or sentinel "
+              "(one ResNet 3x3 training shape)", "quick", "quick", choices=SENTINEL_SETS),
         Param("precisions", str, "precisions to run", list(FLOAT_PRECISIONS), list(FLOAT_PRECISIONS),
               choices=FLOAT_PRECISIONS, many=True),
         Param("layouts", str, "memory layouts", ["nchw", "channels_last"], ["nchw", "channels_last"],
               choices=("nchw", "channels_last"), many=True),
+        Param("passes", str, "passes to time (an inference shape has only forward)", list(CONV_PASSES),
+              list(CONV_PASSES), choices=CONV_PASSES, many=True),
         SCALE, MAX_BATCH, LATENCY_SAMPLES,
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_conv_cases,
     figures=_KERNEL_FIGURES + ("flops", "flop_per_joule") + _LATENCY_FIGURES,
     peak_kind="flops",
-    shapes_help=f"quick: {len(shapes.CONV_QUICK)} shapes; training: DeepBench's {len(shapes.CONV_TRAINING)} "
+    shapes_help=f"sentinel: 1 shape; quick: {len(shapes.CONV_QUICK)} shapes; "
+                f"training: DeepBench's {len(shapes.CONV_TRAINING)} "
                 f"(forward, backward-data, backward-weight each); inference: {len(shapes.CONV_INFERENCE)} (forward)",
 )
 
 
 def _rnn_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceType) -> list[Case]:
-    sets = {"quick": shapes.RNN_QUICK, "training": shapes.RNN_TRAINING, "inference": shapes.RNN_INFERENCE}
+    sets = {"quick": shapes.RNN_QUICK, "training": shapes.RNN_TRAINING, "inference": shapes.RNN_INFERENCE,
+            "sentinel": shapes.RNN_SENTINEL}
     return [Case({**params, "cell": s.cell, "hidden": s.hidden, "batch": s.batch, "steps": s.steps,
                   "dtype": precision, "pass": kernel_pass}, precision, s.label, s.mode, kernel_pass)
             for s in _select(sets, params, lambda s: s.batch) for precision in params["precisions"]
-            for kernel_pass in (("forward", "backward") if s.mode == "training" else ("forward",))]
+            for kernel_pass in (("forward", "backward") if s.mode == "training" else ("forward",))
+            if kernel_pass in params["passes"]]
 
 
 RNN = WorkloadSpec(
@@ -171,15 +186,19 @@ RNN = WorkloadSpec(
                 "timed region, backward computes weight gradients only.",
     entry="sixdim.workloads.rnn:run",
     params=(
-        set_param("shape set: quick, DeepBench's training or inference set, or full (both)"),
+        Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or sentinel "
+              "(one LSTM training layer)", "quick", "quick", choices=SENTINEL_SETS),
         Param("precisions", str, "precisions to run", ["fp32", "bf16"], list(FLOAT_PRECISIONS),
               choices=FLOAT_PRECISIONS, many=True),
+        Param("passes", str, "passes to time (an inference layer has only forward)", list(RNN_PASSES),
+              list(RNN_PASSES), choices=RNN_PASSES, many=True),
         SCALE, MAX_BATCH, LATENCY_SAMPLES,
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_rnn_cases,
     figures=_KERNEL_FIGURES + ("flops", "flop_per_joule") + _LATENCY_FIGURES,
     peak_kind="flops",
-    shapes_help=f"quick: {len(shapes.RNN_QUICK)} layers; training: DeepBench's {len(shapes.RNN_TRAINING)} "
+    shapes_help=f"sentinel: 1 layer; quick: {len(shapes.RNN_QUICK)} layers; "
+                f"training: DeepBench's {len(shapes.RNN_TRAINING)} "
                 f"(forward and backward); inference: {len(shapes.RNN_INFERENCE)} (forward)",
 )
 
@@ -217,7 +236,9 @@ MEMORY_BANDWIDTH = WorkloadSpec(
     params=(
         Param("directions", str, "copies to time", ["d2d", "h2d", "d2h"], ["d2d", "h2d", "d2h"],
               choices=("d2d", "h2d", "d2h"), many=True),
-        Param("size_bytes", int, "bytes per copy", 64 * 2**20, 1024 * 2**20, minimum=1),
+        # 256 MiB on a GPU: read and written, 4x the largest L2 of the peaks table (B200, 126 MB), so the
+        # copy streams from HBM; 1 GiB cost 13 s a direction on the H100 for the same plateau
+        Param("size_bytes", int, "bytes per copy", 64 * 2**20, 256 * 2**20, minimum=1),
     ) + TIMING_PARAMS + (SELF_TEST,),
     expander=_bandwidth_cases,
     figures=("seconds", "bytes_per_second", "seconds_iqr_ratio", "max_relative_error"),
@@ -688,8 +709,34 @@ WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
     GEMM, CONV, RNN, SPARSE_GEMM, MEMORY_BANDWIDTH, LAUNCH_LATENCY, ALLREDUCE, COMMAND, CONVERGENCE, MODEL, LINEARITY,
     ONNX)}
 
+SHORT_TIMING: dict[str, Any] = {"warmup_seconds": 0.1, "min_round_seconds": 0.05}
+"""The tiers' timing: the CPU's defaults on every device.  Five rounds of at least 50 ms each still
+time dozens of calls of the frequent tier's kernels on a GPU; a GPU's default (0.5 s of warm-up,
+rounds of 0.2 s) costs 1.15 s more per case, the price of the daily quick suite's precision."""
+
+WATCH = {"power_seconds": 0.0, **SHORT_TIMING}
+"""The frequent tier's cases: no power phase (the power tier measures power)."""
+
 # Built-in suites: what `sixdim run --suite NAME` and a configured `preset` run.
 SUITES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    # The frequent tier of the default schedule (every 15 minutes): one case of each kind of kernel,
+    # chosen for what a regression shows in per second of device time (docs/BENCHMARKS.md, the cost of
+    # watching), without power phases.
+    "frequent": [
+        ("gemm", {"set": "square", "precisions": ["bf16"], **WATCH}),
+        ("conv", {"set": "sentinel", "precisions": ["bf16"], "layouts": ["nchw"], "passes": ["forward"], **WATCH}),
+        ("rnn", {"set": "sentinel", "precisions": ["fp32"], "passes": ["forward"], **WATCH}),
+        ("memory_bandwidth", {"directions": ["d2d"], **WATCH}),
+        ("launch_latency", {"kinds": ["launch"]}),
+    ],
+    # The power tier (every 6 hours): representative cases with their power phases (3 s each).
+    "power": [
+        ("gemm", {"set": "square", "precisions": ["bf16", "fp32"], **SHORT_TIMING}),
+        ("conv", {"set": "sentinel", "precisions": ["bf16"], "layouts": ["nchw"], "passes": ["forward"],
+                  **SHORT_TIMING}),
+        ("rnn", {"set": "sentinel", "precisions": ["fp32"], "passes": ["forward"], **SHORT_TIMING}),
+        ("sparse_gemm", {"set": "quick", **SHORT_TIMING}),
+    ],
     "quick": [
         ("gemm", {"set": "quick", "precisions": ["bf16", "fp32"]}),
         # 8192³ in every precision, fp8_fast included: the case judged by its fraction of peak, and

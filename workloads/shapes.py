@@ -161,6 +161,8 @@ CONV_QUICK = [
     ConvShape(14, 14, 256, 16, 1024, 1, 1, 0, 0, 2, 2),
     ConvShape(224, 224, 3, 1, 64, 7, 7, 3, 3, 2, 2, "inference"),
 ]
+CONV_SENTINEL = [CONV_QUICK[1]]
+"""ResNet's 3x3 convolution at 56x56x64 from the quick set: the frequent tier's convolution."""
 
 
 # ----------------------------------------------------------------------------- recurrent layers
@@ -204,6 +206,8 @@ RNN_TRAINING = _rnn_training()
 RNN_INFERENCE = _rnn_inference()
 RNN_QUICK = [RnnShape(1760, 32, 50, "vanilla"), RnnShape(1024, 64, 25, "lstm"), RnnShape(1536, 32, 187, "gru"),
              RnnShape(1024, 4, 25, "lstm", "inference")]
+RNN_SENTINEL = [RNN_QUICK[1]]
+"""One LSTM layer of the quick set (1024 hidden, batch 64, 25 steps): the frequent tier's recurrence."""
 
 
 # ----------------------------------------------------------------------------- sparse GEMM

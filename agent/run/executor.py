@@ -476,7 +476,8 @@ class Executor:
 
     def execute_many(self, items: list[tuple[WorkloadSpec, dict[str, Any]]], device: Device, *, suite: str = "",
                      timeout: float = 600.0, use_guard: bool = True,
-                     on_progress: Callable[[str], None] | None = None) -> list[RunRecord]:
+                     on_progress: Callable[[str], None] | None = None,
+                     only: Callable[[WorkloadSpec, Case], bool] | None = None) -> list[RunRecord]:
         """Run the cases of several workloads (a suite) on ``device``, in as few workers as possible.
 
         Consecutive workloads with the same needs share one worker, so torch is imported and
@@ -487,14 +488,15 @@ class Executor:
         the worker goes on.  A shutdown (the stop event) ends the suite run: the cases that ended are
         recorded, the rest have no record of their own, and the run gets one
         :class:`sixdim.core.results.Interruption` (in the history, and on the run in :attr:`progress`).
-        Returns the records of the cases that ended, in order.
+        Returns the records of the cases that ended, in order.  ``only``: run just the cases it accepts
+        (a confirmation run: one case of a suite, :mod:`sixdim.run.confirm`).
         """
         device_type = "cuda" if device.type == "cuda" else "cpu"
         planned: list[tuple[WorkloadSpec, Case]] = []
         for spec, overrides in items:
             if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
                 continue  # a host-wide workload runs once, from the first GPU's job
-            planned += [(spec, case) for case in spec.cases(overrides, device_type)]
+            planned += [(spec, case) for case in spec.cases(overrides, device_type) if only is None or only(spec, case)]
         run = self.progress.begin(suite, device, [spec.name for spec, _ in planned])
         records: list[RunRecord] = []
         at = 0

@@ -307,6 +307,13 @@ class Verdicts:
             watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs, self._read is not None)
         watch.add(record, recorded)
 
+    def states(self, key: tuple[str, ...]) -> dict[str, str]:
+        """The state of each watched figure of one series (``RunRecord.key()``) after its latest run;
+        empty for a series not judged yet (what a confirmation run is asked on: :mod:`sixdim.run.confirm`)."""
+        with self._lock:
+            watch = self._series.get(key)
+            return {} if watch is None else {figure: t.last.state for figure, t in watch.trackers.items()}
+
     def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
         """The likely causes of a series being slower than the same result on its peer GPUs: its last
         ``slow_runs`` runs' conditions against theirs (the evidence's "A → B" reads "its peers' A, its

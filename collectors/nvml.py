@@ -193,6 +193,19 @@ class NvmlCollector:
     def cuda_driver_version(self) -> str:
         return self._cuda_driver_version
 
+    def read_driver_version(self) -> str:
+        """The driver's version read now, not the one cached at start: a driver replaced while the agent
+        runs (its library reloaded, or a node upgraded under a running DaemonSet pod) is seen between
+        runs, without a worker (:mod:`sixdim.run.changes`).  Empty where NVML cannot say."""
+        if not self._availability.available:
+            return ""
+        try:
+            with self._lock:
+                return _text(self._nv.nvmlSystemGetDriverVersion())
+        except Exception as exc:  # NVMLError: a driver being replaced
+            self._log.warning(f"NVML: the driver version cannot be read now: {exc}")
+            return ""
+
     def gpu(self, index: int) -> GpuIdentity:
         for gpu in self._gpus:
             if gpu.index == index:

@@ -145,6 +145,19 @@ change of one starts a new segment and is judged and named like a version change
 "power_limit 700 W → 500 W"."""
 
 
+VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime",
+                                  *SETTING_KEYS)
+"""RunRecord.environment entries whose change is a known break point (a new segment): the software versions,
+and the GPU settings that change performance by design (power limit, applications clocks, ECC and MIG
+mode: :data:`SETTING_KEYS`), judged and named like a version change (sixdim.verdicts.detector), and
+whose change starts the ``on_change`` suites (sixdim.run.changes)."""
+
+WORKLOAD_VERSION_KEYS: dict[str, frozenset[str]] = {"onnxruntime": frozenset({"onnx"})}
+"""Version keys that are a break point only for some workloads' series.  Every torch worker records
+ONNX Runtime's version (one worker serves a whole suite), but only the ``onnx`` workload runs on it:
+an ONNX Runtime upgrade must not start a new segment, and reset the baseline, of every GEMM."""
+
+
 def setting_versions(conditions: dict[str, object]) -> dict[str, str]:
     """The settings among a run's conditions as version-like texts (the ones read only)."""
     out: dict[str, str] = {}

@@ -43,6 +43,7 @@ from sixdim.http.exporter import ReloadStatus, SixdimCollector
 from sixdim.http.exposition import Exposition
 from sixdim.http.server import HttpServer, make_app
 from sixdim.run import devices
+from sixdim.run.changes import ChangeWatch
 from sixdim.run.devices import DeviceError
 from sixdim.run.executor import GuardSettings
 from sixdim.run.instance import AgentLock
@@ -82,6 +83,7 @@ class _Running:
     parts: app.Components
     reloads: ReloadStatus
     exposition: Exposition
+    watch: ChangeWatch
 
 
 def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Callable[[], Config] | None,
@@ -96,6 +98,9 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     results_collector = SixdimCollector(parts.board, [], config.hostname, config.dcgm_label_names, part="results",
                                         shape_suites=shape_suites(config))
     scheduler = SuiteScheduler(parts.executor, plan, source=config.source)
+    if parts.board.verdicts is not None:  # a suspicious series of a confirming suite is run again soon
+        parts.board.verdicts.on_judged = scheduler.judged
+    watch = ChangeWatch(parts.history, nvml, plan, scheduler.run_now)  # the on_change suites
     live = CollectorRegistry()  # telemetry and health, rendered on a timer
     ProcessCollector(registry=live)  # process_resident_memory_bytes etc.: watch the agent itself
     live.register(SixdimCollector(parts.board, [parts.nvml, parts.host], config.hostname, config.dcgm_label_names,
@@ -134,6 +139,7 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, on_signal)
     scheduler.start()
+    watch.start()
     parts.board.start_restore()  # once it listens: the restore's JSON decoding would slow the start-up
     pruner.start()
     log.info("sixdim serving on %s://%s:%d/metrics (PID %d, config: %s, history: %s, state: %s, results restoring "
@@ -141,7 +147,7 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
              config.source, config.history, config.state_dir, parts.history.check_seconds,
              f", {len(recovered)} case(s) of a dead predecessor's run recorded now" if recovered else "")
     _log_web(web)
-    running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition)
+    running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition, watch)
     with _SignalWakeup() as wakeup:
         while True:
             # those that came before the wakeup pipe was in place first; a burst of SIGHUPs is one
@@ -159,6 +165,7 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
             if stop.is_set():
                 break
             wakeup.wait()  # asleep until a signal arrives: no polling while the agent is idle
+    watch.stop()
     scheduler.shutdown()
     server.shutdown()
     exposition.stop()
@@ -246,6 +253,7 @@ def reload(running: _Running, reload_config: Callable[[], Config] | None) -> boo
     old = running.config
     kept = [key for key in RESTART_ONLY if getattr(new, key) != getattr(old, key)]
     running.scheduler.replace(plan, source=new.source)
+    running.watch.replace(plan)
     running.parts.executor.guard = GuardSettings(new.guard_enabled, new.guard_max_utilization)
     running.parts.executor.sample_hz = new.sample_hz
     running.results.set_shape_suites(shape_suites(new))

@@ -16,6 +16,14 @@ executor's :class:`sixdim.run.progress.SuiteRun` logs each workload's start and 
 named to the executor's :class:`sixdim.run.progress.SuiteProgress`, so a suite that has not run yet
 shows as not running on ``/metrics``.  Cron lines are read in UTC, the scheduler's time zone.
 
+Two kinds of run come besides the schedule's, each an ordinary run of its suite, recorded and judged
+like any: :meth:`SuiteScheduler.run_now` starts a suite on a device at once (the version watch,
+:mod:`sixdim.run.changes`, for the ``on_change`` suites), and :meth:`SuiteScheduler.judged` hears each
+run's verdict and, where a series of a suite with ``confirm_per_hour`` turned suspicious, runs that one
+case again a little later (:mod:`sixdim.run.confirm`), within the suite's hourly budget on that device.
+Both wait for the device like a scheduled run, and neither ever runs twice at once for one suite and
+device (or, for a confirmation, one series).
+
 A suite run that cannot start or fails unexpectedly (its device's lock file cannot be written: a full
 or read-only state folder; a bug) is logged, and :class:`RunHealth` notes it until that job's next run
 starts and ends without such a failure: ``/healthz`` answers 503 with the reason and
@@ -46,10 +54,12 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from sixdim.config import EMBEDDED_SOURCE, Suite, case_timeout
-from sixdim.core.results import plural, status_counts_text
+from sixdim.core.results import RunRecord, plural, status_counts_text
+from sixdim.run.confirm import CONFIRM_DELAY_SECONDS, ConfirmationBudget, wants_confirmation
 from sixdim.run.devices import Device
 from sixdim.run.executor import Executor
 from sixdim.workloads import registry
+from sixdim.workloads.spec import Case, WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +111,11 @@ class RunHealth:
 
 
 class SuiteScheduler:
-    def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]], *, source: str = ""):
-        """``source`` is where the suites were configured (a file, or the embedded default), for the log."""
+    def __init__(self, executor: Executor, plan: list[tuple[Suite, list[Device]]], *, source: str = "",
+                 confirm_delay: float = CONFIRM_DELAY_SECONDS):
+        """``source`` is where the suites were configured (a file, or the embedded default), for the log;
+        ``confirm_delay``: how long after a suspicious run its confirmation starts."""
+        self._confirm_delay = confirm_delay
         self._executor = executor
         executor.progress.end_said_by_caller = True  # a suite run's last progress goes on its end line
         self._plan = plan
@@ -114,6 +127,10 @@ class SuiteScheduler:
         self._first_run: dict[str, str] = {}
         """Job id -> why its first (next) run is when it is: ``now``, ``kept`` or ``changed`` (by a
         reload), or ``schedule``: for the log line that says when each suite runs."""
+        self._alias = ""
+        self._extra_lock = threading.Lock()
+        self._budgets: dict[tuple[str, str], ConfirmationBudget] = {}
+        """(suite, device) -> its confirmation runs' budget."""
         self._add_jobs(plan, {})
 
     def _add_jobs(self, plan: list[tuple[Suite, list[Device]]], kept: dict[str, tuple[str, datetime | None]]) -> None:
@@ -125,9 +142,21 @@ class SuiteScheduler:
         self._first_run = {}  # the jobs of this plan only
         self._generation += 1
         alias = f"plan{self._generation}"
-        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        # a thread per scheduled job, as many again for the runs started now or to confirm (each waits for
+        # its device like a scheduled run), and one spare
+        pool = ThreadPoolExecutor(max_workers=2 * max(1, jobs) + 1)
         self._pools.append(pool)
         self._scheduler.add_executor(pool, alias)
+        self._alias = alias
+        budgets: dict[tuple[str, str], ConfirmationBudget] = {}
+        with self._extra_lock:  # a reload keeps each budget's last hour, at the new rate
+            for suite, devices in plan:
+                for device in devices if suite.confirm_per_hour else ():
+                    budget = (self._budgets.get((suite.name, device.name))
+                              or ConfirmationBudget(suite.confirm_per_hour, self._confirm_delay))
+                    budget.per_hour = suite.confirm_per_hour
+                    budgets[(suite.name, device.name)] = budget
+            self._budgets = budgets
         for suite, devices in plan:
             for device in devices:
                 job_id = f"{suite.name}@{device.name}"
@@ -178,6 +207,59 @@ class SuiteScheduler:
             return f"{schedule}; next run {when} (its schedule changed in the reload)"
         return f"{schedule}; first run {when} (run_at_start = false: waits for its time)"
 
+    def run_now(self, suite: Suite, device: Device, why: str) -> bool:
+        """Start ``suite`` on ``device`` now (it waits for the device like a scheduled run); False where such
+        a run is already waiting or running."""
+        job_id = f"{suite.name}@{device.name}:now"
+        with self._extra_lock:
+            if self._scheduler.get_job(job_id) is not None:
+                return False
+            log.info("suite %s on %s: runs now: %s", suite.name, device.name, why)
+            self._scheduler.add_job(self.run_suite, "date", args=(suite, device), id=job_id, executor=self._alias,
+                                    name=f"suite {suite.name} on {device.name} now", max_instances=1,
+                                    misfire_grace_time=None, run_date=datetime.now(timezone.utc))
+        return True
+
+    def judged(self, record: RunRecord, states: dict[str, str]) -> bool:
+        """A run was recorded and judged (``states``: its series' watched figures -> verdict state): where
+        its suite confirms and the series needs it, run that case again after the budget's delay.  Returns
+        whether a confirmation was planned."""
+        if not wants_confirmation(states):
+            return False
+        found = [(suite, device) for suite, devices in self._plan for device in devices
+                 if suite.name == record.suite and device.name == record.device]
+        if not found:
+            return False
+        suite, device = found[0]
+        with self._extra_lock:
+            budget = self._budgets.get((suite.name, device.name))
+            series = record.key()
+            at = budget.ask(series, time.time()) if budget is not None else None
+            if budget is None or at is None:
+                return False
+            job_id = f"{suite.name}@{device.name}:confirm:{abs(hash(series))}"
+            log.info("suite %s on %s: %s %s is suspicious (%s); confirming it alone in %.0f s", suite.name,
+                     device.name, record.workload, record.shape,
+                     ", ".join(f"{figure} {state}" for figure, state in sorted(states.items())), at - time.time())
+            self._scheduler.add_job(self._confirm, "date", args=(suite, device, record, budget), id=job_id,
+                                    executor=self._alias, name=f"confirmation of {record.workload} {record.shape} "
+                                    f"in suite {suite.name} on {device.name}", max_instances=1,
+                                    misfire_grace_time=None, replace_existing=True,
+                                    run_date=datetime.fromtimestamp(at, timezone.utc))
+        return True
+
+    def _confirm(self, suite: Suite, device: Device, record: RunRecord, budget: ConfirmationBudget) -> None:
+        """Run the one case of ``suite`` that ``record`` is a run of, on ``device``."""
+        def same(spec: WorkloadSpec, case: Case) -> bool:
+            return (spec.name, case.precision, case.shape, case.mode, case.kernel_pass) == (
+                record.workload, record.precision, record.shape, record.mode, record.kernel_pass)
+
+        try:
+            self.run_suite(suite, device, only=same, what="confirmation")
+        finally:
+            with self._extra_lock:
+                budget.done(record.key())
+
     @property
     def running(self) -> bool:
         return self._scheduler.running
@@ -190,14 +272,16 @@ class SuiteScheduler:
         for pool in self._pools:  # and for earlier plans' runs, which a reload let finish
             pool.shutdown(wait=True)
 
-    def run_suite(self, suite: Suite, device: Device) -> None:
-        """One scheduled run: wait for the device (another suite may have it), unless stopping.
+    def run_suite(self, suite: Suite, device: Device, *, only: Callable[[WorkloadSpec, Case], bool] | None = None,
+                  what: str = "") -> None:
+        """One scheduled run: wait for the device (another suite may have it), unless stopping.  ``only``:
+        run just the cases it accepts (a confirmation, named ``what`` in the log).
 
         Never raises, and never leaves anything held: a run that cannot start (its device's lock file cannot
         be written) or fails unexpectedly is logged and noted in :attr:`health` until the job runs again."""
         job = f"{suite.name}@{device.name}"
         try:
-            self._run_suite(suite, device, job)
+            self._run_suite(suite, device, job, only, what)
         except Exception as exc:  # a bug or a full state folder in one run must not end the schedule
             reason = _failure(exc)
             log.error("suite %s on %s could not run: %s; the agent cannot run its suites until this is fixed "
@@ -205,18 +289,20 @@ class SuiteScheduler:
                       exc_info=not isinstance(exc, OSError))
             self.health.failed(job, f"suite {suite.name} on {device.name} could not run: {reason}")
 
-    def _run_suite(self, suite: Suite, device: Device, job: str) -> None:
+    def _run_suite(self, suite: Suite, device: Device, job: str,
+                   only: Callable[[WorkloadSpec, Case], bool] | None = None, what: str = "") -> None:
         stop = self._executor.stop
         with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
             if not held or stop.is_set():
                 return
             timeout, why = case_timeout(suite.timeout_seconds, device.type, suite.timeout_given)
             log.info("suite %s on %s: started (%s, timeout %g s per case%s)", suite.name, device.name,
-                     plural(len(suite.workloads), "workload"), timeout, "" if timeout == suite.timeout_seconds
-                     else f": {why}")
+                     what or plural(len(suite.workloads), "workload"), timeout,
+                     "" if timeout == suite.timeout_seconds else f": {why}")
             started = time.monotonic()
             items = [(registry.get(entry.name), entry.params) for entry in suite.workloads]
-            records = self._executor.execute_many(items, device, suite=suite.name, timeout=timeout)
+            extra = {"only": only} if only is not None else {}
+            records = self._executor.execute_many(items, device, suite=suite.name, timeout=timeout, **extra)
             run = self._executor.progress.last(suite.name, device)
             interruption = run.interruption if run is not None else None
             last = f" (last: {run.unsaid})" if run is not None and run.unsaid else ""

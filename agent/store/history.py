@@ -690,6 +690,18 @@ class History:
         # series whose every run of that status was pruned: their count stays, labelled from what was kept
         return [(_label_source(_pruned_record(row)), row["runs"]) for row in pruned.values()] + counted
 
+    def latest_environment(self, device: str, uuid: str, suite: str | None = None) -> dict[str, Any] | None:
+        """The environment (versions and settings) of the newest run on a device (by its name and UUID) that
+        ran its case (``ok`` or ``incorrect``: a worker reported it), of one suite or of any; None where there
+        is none.  Read backwards by row id, so the newest runs are found at once."""
+        where, args = "device = ? AND uuid = ? AND status IN ('ok', 'incorrect')", [device, uuid]
+        if suite is not None:
+            where, args = where + " AND suite = ?", [*args, suite]
+        with self._lock:
+            row = self._db.execute(f"SELECT environment FROM runs WHERE {where} ORDER BY id DESC LIMIT 1",
+                                   args).fetchone()
+        return None if row is None else json.loads(row["environment"])
+
     def last_id(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0])

@@ -28,7 +28,7 @@ from sixdim.core.catalog import RATES as RATES
 from sixdim.core.catalog import STATE_CODES as STATE_CODES
 from sixdim.core.catalog import UP as UP
 from sixdim.core.catalog import WATCHED as WATCHED
-from sixdim.core.conditions import SETTING_KEYS
+from sixdim.core.conditions import VERSION_KEYS, WORKLOAD_VERSION_KEYS
 
 if TYPE_CHECKING:
     from sixdim.config import Config
@@ -59,16 +59,7 @@ def primary_figure(figures: Mapping[str, Any]) -> str:
     return next((figure for figure in SPEED_FIGURES if figure in figures), "seconds")
 
 
-VERSION_KEYS: tuple[str, ...] = ("driver", "cuda_runtime", "cudnn", "nccl", "torch", "vbios", "onnxruntime",
-                                  *SETTING_KEYS)
-"""RunRecord.environment entries whose change is a known break point (a new segment): the software versions,
-and the GPU settings that change performance by design (power limit, applications clocks, ECC and MIG
-mode: ``sixdim.core.conditions.SETTING_KEYS``), judged and named like a version change."""
 
-WORKLOAD_VERSION_KEYS: dict[str, frozenset[str]] = {"onnxruntime": frozenset({"onnx"})}
-"""Version keys that are a break point only for some workloads' series.  Every torch worker records
-ONNX Runtime's version (one worker serves a whole suite), but only the ``onnx`` workload runs on it:
-an ONNX Runtime upgrade must not start a new segment, and reset the baseline, of every GEMM."""
 
 INCORRECT = "incorrect"
 

@@ -261,6 +261,10 @@ def _diagnosis(wanted: tuple[list[int], list[int], dict[str, tuple[str, str]] | 
     return diagnose(before_c, after_c) if changes is None else diagnose(before_c, after_c, changes)
 
 
+def _states(watch: SeriesWatch | None) -> dict[str, str]:
+    return {} if watch is None else {figure: t.last.state for figure, t in watch.trackers.items()}
+
+
 @dataclass(frozen=True)
 class SeriesVerdicts:
     """What the exporter shows of one series: its newest run (labels) and its verdicts."""
@@ -289,17 +293,26 @@ class Verdicts:
         """Set once the verdicts cover the history (at once when nothing is restored)."""
         self.restored.set()
         self.restore_seconds = 0.0
+        self.on_judged: Callable[[RunRecord, dict[str, str]], object] | None = None
+        """Called with each run added live (not those restored) and its series' watched figures' states
+        after it: the daemon's confirmation runs (sixdim.run.scheduler.SuiteScheduler.judged)."""
         self._read: ConditionsReader | None = None
         """Reads conditions back from the history by row id, once :meth:`restore` was given a history that
         can (the daemon's); until then, and for a history that cannot, conditions are kept in memory."""
 
     def add(self, record: RunRecord) -> None:
-        """Feed one run (in the order runs were recorded)."""
+        """Feed one run (in the order runs were recorded), then tell :attr:`on_judged` its series' states."""
         with self._lock:
             if self._backlog is not None:
                 self._backlog.append(record)
                 return
             self._add_locked(record)
+            states = _states(self._series.get(record.key()))
+        if self.on_judged is not None and states:
+            try:
+                self.on_judged(record, states)
+            except Exception:  # whoever listens must not lose the board a run
+                log.exception("verdicts: the listener of %s %s failed", record.workload, record.shape)
 
     def _add_locked(self, record: RunRecord, recorded: bool | None = None) -> None:
         watch = self._series.get(record.key())
@@ -311,8 +324,7 @@ class Verdicts:
         """The state of each watched figure of one series (``RunRecord.key()``) after its latest run;
         empty for a series not judged yet (what a confirmation run is asked on: :mod:`sixdim.run.confirm`)."""
         with self._lock:
-            watch = self._series.get(key)
-            return {} if watch is None else {figure: t.last.state for figure, t in watch.trackers.items()}
+            return _states(self._series.get(key))
 
     def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
         """The likely causes of a series being slower than the same result on its peer GPUs: its last

@@ -816,10 +816,14 @@ def _bool_key(table: dict, key: str, source: str, where: str, default: bool | No
 def _cron(value: Any, source: str, key: str) -> str | None:
     if value is None:
         return None
-    from apscheduler.triggers.cron import CronTrigger  # deferred: only suites with cron need it
-
     if not isinstance(value, str):
         raise ConfigError(source, key, "a crontab expression such as '0 3 * * *'", value)
+    if source == EMBEDDED_SOURCE:
+        # the embedded default's lines are checked by its tests (tests/test_config.py), not at every load:
+        # the commands that only read the configuration (``sixdim report``) never import APScheduler
+        return value
+    from apscheduler.triggers.cron import CronTrigger  # deferred: only suites with cron need it
+
     try:
         CronTrigger.from_crontab(value)
     except ValueError as exc:

@@ -95,6 +95,8 @@ ALL_RAN = ("every case ran (none unsupported or skipped) and no suite run was in
 NO_INTERRUPTION = "no suite run was interrupted (the series appears with the first interruption)"
 NO_SUITE_RAN = "no suite ran within the time range"
 NO_GPU_VALUES = "a CPU host has no GPU: its gpu label is empty, which All (.*) matches"
+GPU_ENERGY_COUNTER = ("the share is over the GPU's own energy counter (NVML, live telemetry), exported only by a "
+                      "host with a GPU; empty on a CPU host")
 
 EXPORT_SHAPES = 'export = "shapes"'
 
@@ -123,6 +125,11 @@ SUMMARY_FALLBACK = (f"the suite's geometric mean over its shapes, for the worklo
 
 SUITES_ROW = "Suite progress"
 """The agent health dashboard's row of each suite's run as it goes (catalog.SUITE_RUN_METRICS)."""
+COST_ROW = "What benchmarking costs the devices"
+"""The agent health dashboard's row of the device time and energy the suites spent (catalog.SUITE_COST_METRICS)."""
+SECONDS_PER_HOUR = 3600
+COST_CALCS = ("mean", "max", "lastNotNull")
+"""The cost panels' legend: the mean over the time range first, the share a schedule costs."""
 HEALTH_ROW = "GPU health"
 """The GPU detail dashboard's row of NVML health and settings (and the throttling of the results)."""
 CAUSES_TITLE = "Likely causes of open regressions"
@@ -965,6 +972,50 @@ class _Dashboards:
             mappings=_MAPPING_CURRENT, w=12, h=7, may_be_empty=NO_SUITE_RAN)
         return [progress, running, workloads]
 
+    def suite_costs(self) -> list[gf.PanelSpec]:
+        """The share of each device's time and energy the suites' cases take (catalog.SUITE_COST_METRICS)."""
+        q, c = self.q, catalog
+        seconds, energy = c.SUITE_DEVICE_SECONDS, c.SUITE_ENERGY
+        spans = ("the counters grow as each case ends, by its whole span (set-up, warm-up, timed rounds, power "
+                 "phase, check; the worker's start-up is not counted), so over a window shorter than a case a point "
+                 "can pass 100%: the legend's mean is the share over the time range")
+        gpu = (c.HOSTNAME, c.GPU, c.UUID, c.MODEL_NAME)
+        share_time = gf.timeseries(
+            "Benchmark share of device time",
+            f"The share of each device's time its suites' cases took ({seconds.name}, summed over the suites, per "
+            f"second): 1% is 36 s of the device's every hour. {spans[0].upper()}{spans[1:]}. Counted since the "
+            "agent started; a case skipped before it started adds nothing.",
+            [Q(f"sum by ({q.by(*self.dev)}) ({q.rate(q.sel(seconds))})", self.dev_legend())],
+            "percentunit", w=12, calcs=COST_CALCS)
+        share_energy = gf.timeseries(
+            "Benchmark share of GPU energy",
+            f"The share of each GPU's energy spent over its suites' cases: the energy counter's difference over "
+            f"each case's span ({energy.name}, summed over the suites) over the GPU's whole energy "
+            f"({c.GPU_ENERGY.name}), per second. A case whose energy could not be read adds none (a host-wide "
+            f"case, all-reduce or card linearity, reads its GPUs as one sum: the details of its record say so). "
+            f"{spans[0].upper()}{spans[1:]}.",
+            [Q(f"sum by ({q.by(*gpu)}) ({q.rate(q.sel(energy, **{c.DEVICE_TYPE: ('=', 'cuda')}))})\n/\n"
+               f"sum by ({q.by(*gpu)}) ({q.rate(q.sel(c.GPU_ENERGY))})", self.gpu_legend())],
+            "percentunit", w=12, calcs=COST_CALCS, gpu_only=GPU_ENERGY_COUNTER)
+        per_suite = gf.timeseries(
+            "Benchmark device time per hour, by suite",
+            f"The device time each suite's cases took, in seconds per hour of the device ({seconds.name}): which "
+            f"tier of the schedule the time goes to (36 s per hour is 1%). {spans[0].upper()}{spans[1:]}.",
+            [Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.rate(q.sel(seconds))}) * {SECONDS_PER_HOUR}",
+               self.dev_legend(c.SUITE))],
+            "s", w=12, calcs=COST_CALCS)
+        totals = gf.table(
+            "Benchmark cost in the time range, by suite",
+            f"The device time ({seconds.name}) and the device energy ({energy.name}) each suite's cases spent "
+            "within the time range, per device (the increase of counters kept since the agent started: a case "
+            "recorded before a series' first scrape is not seen).",
+            [Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.increase(q.sel(seconds), RANGE)})", name="device time",
+               unit="s"),
+             Q(f"sum by ({q.by(*self.dev, c.SUITE)}) ({q.increase(q.sel(energy), RANGE)})", name="energy",
+               unit="joule", may_be_empty=ENERGY)],
+            "none", w=12, h=8, hide=self.hidden(), sort_by="device time", descending=True)
+        return [share_time, share_energy, per_suite, totals]
+
     def agent(self) -> dict[str, Any]:
         q, c = self.q, catalog
         runs, build = c.WORKLOAD_RUNS, c.BUILD_INFO
@@ -1113,13 +1164,14 @@ class _Dashboards:
                           [Q(f"max by ({hosts}, period) ({q.sel(c.HOST_LOAD)})", q.legend(c.HOSTNAME, "period"))],
                           "none", w=24),
         ]
-        rows = [Row("The agent process", agent), Row(SUITES_ROW, suites),
+        rows = [Row("The agent process", agent), Row(SUITES_ROW, suites), Row(COST_ROW, self.suite_costs()),
                 Row("Runs", [statuses, skips, skip_reasons, durations, run_table, cadence]), Row("History", history),
                 Row("Collectors and host", collectors)]
         return self.dashboard(
             AGENT, "sixdim / Agent health",
             "Is the agent healthy: scraped, running its suites, writing its history, its collectors working, and "
-            "its own memory and CPU.", rows, time_from="now-24h", refresh="1m", verdict_annotations=False)
+            "its own memory and CPU; and what its benchmarks cost each device, in time and energy.", rows,
+            time_from="now-24h", refresh="1m", verdict_annotations=False)
 
 
 def dashboards(options: Options | None = None) -> dict[str, dict[str, Any]]:

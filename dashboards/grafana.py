@@ -196,13 +196,18 @@ def _common(title: str, description: str, queries: Sequence[Q], gpu_only: str | 
                 targets=[_target(q, _ref(i)) for i, q in enumerate(queries)])
 
 
+LEGEND_CALCS = ("lastNotNull", "min", "max")
+"""A time series legend's columns unless a panel says otherwise."""
+
+
 def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 12, h: int = 8,
                gpu_only: str | None = None, may_be_empty: str | None = None, per_shape: str | None = None,
                bars: bool = False, stack: bool = False, results: bool = False, log: bool = False,
                soft_min: int | None = None, soft_max: int | None = None, mappings: Sequence[dict[str, Any]] = (),
-               overrides: Sequence[dict[str, Any]] = ()) -> PanelSpec:
+               overrides: Sequence[dict[str, Any]] = (), calcs: Sequence[str] = LEGEND_CALCS) -> PanelSpec:
     """A time series.  A result series holds the latest run's value until the next run replaces it,
-    so ``results`` draws it as steps (``stepAfter``): a level that changes at each run."""
+    so ``results`` draws it as steps (``stepAfter``): a level that changes at each run.  ``calcs``: the
+    legend's columns (Grafana's reducers), the last value, the lowest and the highest by default."""
     panel = G.TimeSeries(
         **_common(title, description, queries, gpu_only, may_be_empty, per_shape),
         unit=unit, drawStyle="bars" if bars else "line", fillOpacity=60 if bars else (10 if stack else 0),
@@ -210,7 +215,7 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
         showPoints="never" if results else "auto", pointSize=5, lineWidth=1,
         lineInterpolation="stepAfter" if results else "linear",
         scaleDistributionType="log" if log else "linear", scaleDistributionLog=10 if log else 2,
-        legendDisplayMode="table", legendPlacement="bottom", legendCalcs=["lastNotNull", "min", "max"],
+        legendDisplayMode="table", legendPlacement="bottom", legendCalcs=list(calcs),
         tooltipMode="multi", tooltipSort="desc", axisSoftMin=soft_min, axisSoftMax=soft_max,
         mappings=list(mappings), overrides=_query_overrides(queries) + list(overrides),
         extraJson={"fieldConfig": {"defaults": {"custom": {"spanNulls": False}}}},

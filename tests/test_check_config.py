@@ -121,8 +121,14 @@ def test_cases_are_counted_for_the_device_type_each_suite_really_runs_on(tmp_pat
     cuda, cpu = len(registry.get("rnn").cases({}, "cuda")), len(registry.get("rnn").cases({}, "cpu"))
     assert cuda != cpu  # so the line below tells which expansion was counted
     lines = check(_config(tmp_path, '["auto"]'), nvml)
-    assert lines[-1].endswith(f"1 workload, {cuda} cases on each of cuda:0, cuda:1; timeout 600 s per case; "
-                              f"export summary"), lines[-1]
+    [suite] = [line for line in lines if line.startswith("suite kernels: ")]
+    assert suite.endswith(f"1 workload, {cuda} cases on each of cuda:0, cuda:1; timeout 600 s per case; "
+                          f"export summary"), suite
+    # and what they cost there: the H100 estimate on each GPU, no CPU line and no extra GPU line
+    [costs] = [line for line in lines if line.startswith("suite kernels costs about ")]
+    assert " of device time a run on each of cuda:0, cuda:1 (estimated per case: no recorded runs); " \
+           "6 runs an hour: " in costs, costs
+    assert lines[-1].startswith("schedule: about ") and not any(line.startswith("schedule on ") for line in lines)
 
 
 def test_a_gpu_the_host_does_not_have_is_refused(tmp_path):

@@ -14,13 +14,29 @@ def write(tmp_path, text, name="sixdim.toml"):
     return str(path)
 
 
-def test_embedded_default_runs_the_quick_suite_every_15_minutes():
+def test_embedded_default_is_three_tiers_the_frequent_one_every_15_minutes():
     config = load(None, env={})
     assert config.listen == f"0.0.0.0:{DEFAULT_PORT}"
-    [suite] = config.suites
-    assert (suite.name, suite.interval_seconds, suite.devices) == ("quick", 900.0, ("auto",))
-    assert [w.name for w in suite.workloads] == ["gemm", "gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth",
+    frequent, power, quick = config.suites
+    assert (frequent.name, frequent.interval_seconds, frequent.devices) == ("frequent", 900.0, ("auto",))
+    assert [w.name for w in frequent.workloads] == ["gemm", "conv", "rnn", "memory_bandwidth", "launch_latency"]
+    assert all(w.params.get("power_seconds", 0) == 0 for w in frequent.workloads)  # no power phases
+    assert (power.name, power.interval_seconds, power.run_at_start) == ("power", 21600.0, False)
+    assert (quick.name, quick.cron, quick.on_change) == ("quick", "17 3 * * *", True)
+    assert [w.name for w in quick.workloads] == ["gemm", "gemm", "conv", "rnn", "sparse_gemm", "memory_bandwidth",
                                                  "launch_latency", "allreduce"]
+
+
+def test_suite_tier_keys_are_checked(tmp_path):
+    base = '[[suites]]\nname = "a"\npreset = "frequent"\ninterval_seconds = 60\n'
+    [suite] = load(write(tmp_path, base + "confirm_per_hour = 2\non_change = true\n"), env={}).suites
+    assert (suite.confirm_per_hour, suite.on_change) == (2, True)
+    for bad, expected in (("confirm_per_hour = -1", "a whole number from 0 to 60"),
+                          ("confirm_per_hour = 2.5", "a whole number from 0 to 60"),
+                          ("on_change = 1", "true or false")):
+        with pytest.raises(ConfigError) as error:
+            load(write(tmp_path, base + bad + "\n"), env={})
+        assert "suites[0]" in str(error.value) and expected in str(error.value)
 
 
 def test_suite_preset(tmp_path):
@@ -174,12 +190,15 @@ def test_a_cron_suite_waits_for_its_time_and_an_interval_suite_runs_at_start(tmp
     assert at_start == {"nightly": False, "hourly": True, "eager": True, "patient": False}
 
 
-def test_the_embedded_default_says_it_runs_at_start():
+def test_the_embedded_default_says_which_tier_runs_at_start():
+    """The frequent tier gives a first result at once; the daily suite runs at start only through its
+    on_change (a device where it never ran), never because the daemon restarted."""
     from importlib import resources
 
-    assert "run_at_start = true" in resources.files("sixdim").joinpath("default.toml").read_text()
-    [suite] = load(None, env={}).suites
-    assert suite.run_at_start is True
+    text = resources.files("sixdim").joinpath("default.toml").read_text()
+    assert "run_at_start = true" in text and "run_at_start = false" in text
+    assert [(s.name, s.run_at_start) for s in load(None, env={}).suites] == [
+        ("frequent", True), ("power", False), ("quick", False)]
 
 
 def test_the_readme_example_does_not_start_the_full_suite_at_once():
@@ -320,11 +339,22 @@ def test_serve_rejects_a_nan_sample_rate_from_the_environment(cli_env):
         in result.stderr
 
 
-def test_user_suites_export_summaries_and_the_embedded_quick_suite_every_shape(tmp_path):
-    assert [s.export for s in load(None, env={}).suites] == ["shapes"]
+def test_user_suites_export_summaries_and_the_embedded_tiers_every_shape(tmp_path):
+    assert [s.export for s in load(None, env={}).suites] == ["shapes", "shapes", "shapes"]
     path = write(tmp_path, '[agent]\nhistory_keep_days = 30\n\n[[suites]]\nname = "nightly"\npreset = "full"\n'
                            'cron = "0 3 * * *"\n\n[[suites]]\nname = "small"\nworkloads = ["gemm"]\n'
                            'interval_seconds = 60\nexport = "shapes"\n')
     config = load(path, env={"SIXDIM_HISTORY_MAX_RUNS": "5000"})
     assert [(s.name, s.export) for s in config.suites] == [("nightly", "summary"), ("small", "shapes")]
     assert (config.history_keep_days, config.history_max_runs) == (30.0, 5000)
+
+
+def test_the_embedded_default_cron_lines_are_valid():
+    """The loader does not check the embedded default's cron lines (so ``sixdim report`` never imports
+    APScheduler): this test does, as the scheduler will read them."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    crons = [suite.cron for suite in load(None, env={}).suites if suite.cron]
+    assert crons
+    for line in crons:
+        CronTrigger.from_crontab(line)

@@ -321,3 +321,61 @@ def _promtool_test(promtool: str, tmp_path: Path, series: list[dict[str, str]], 
 
 def test_the_markers_are_the_generator_s():
     assert (grafana.PER_SHAPE, grafana.SUMMARY_ONLY) == ("Per-shape", "Summary-only")
+
+
+# --------------------------------------------------------------------------- what benchmarking costs the devices
+
+def test_the_cost_panels_give_each_device_s_share_of_time_and_energy(tmp_path, promtool):
+    """GPU 0 of host a spends 1/128 of its time on the frequent suite and 1/512 on the quick one (about 0.8%
+    and 0.2%), and 8 W and 2 W of its 512 W over them; the host's CPU 1/256 of its time, with no energy
+    counter. The figures are powers of two, so PromQL's arithmetic is exact and promtool's comparison too."""
+    found = _exprs(build.AGENT)
+    gpu = {catalog.HOSTNAME: "a", catalog.GPU: "0", catalog.UUID: "GPU-1", catalog.MODEL_NAME: "H100",
+           catalog.PCI_BUS_ID: "0000:01:00.0"}
+    cuda, cpu = {**gpu, catalog.DEVICE_TYPE: "cuda"}, {catalog.HOSTNAME: "a", catalog.GPU: "", catalog.UUID: "",
+                                                       catalog.MODEL_NAME: "EPYC", catalog.PCI_BUS_ID: "",
+                                                       catalog.DEVICE_TYPE: "cpu"}
+    watts, minute, hour = 512, 60, 3600
+    costs = {"frequent": (2 ** -7, 8), "quick": (2 ** -9, 2)}  # (seconds per second, joules per second)
+    series = [{"series": _series(catalog.GPU_ENERGY.name, **gpu), "values": f"1e6+{watts * minute}x60"}]
+    for suite, (seconds, joules) in costs.items():
+        series += [{"series": _series(catalog.SUITE_DEVICE_SECONDS.name, **cuda, suite=suite),
+                    "values": f"0+{seconds * minute!r}x60"},
+                   {"series": _series(catalog.SUITE_ENERGY.name, **cuda, suite=suite),
+                    "values": f"0+{joules * minute}x60"}]
+    series.append({"series": _series(catalog.SUITE_DEVICE_SECONDS.name, **cpu, suite="frequent"),
+                   "values": f"0+{2 ** -8 * minute!r}x60"})
+    shown = {k: cuda[k] for k in (catalog.HOSTNAME, catalog.DEVICE_TYPE, catalog.GPU, catalog.MODEL_NAME)}
+    cpu_shown = {k: cpu[k] for k in shown}
+    per_suite = [{"labels": _labels(**shown, suite="frequent"), "value": 2 ** -7 * hour},
+                 {"labels": _labels(**shown, suite="quick"), "value": 2 ** -9 * hour},
+                 {"labels": _labels(**cpu_shown, suite="frequent"), "value": 2 ** -8 * hour}]
+    _promtool_test(promtool, tmp_path, series, [
+        {"expr": found["Benchmark share of device time", "A"], "eval_time": "30m", "exp_samples": [
+            {"labels": _labels(**shown), "value": 2 ** -7 + 2 ** -9},
+            {"labels": _labels(**cpu_shown), "value": 2 ** -8}]},
+        {"expr": found["Benchmark share of GPU energy", "A"], "eval_time": "30m", "exp_samples": [
+            {"labels": _labels(**{k: gpu[k] for k in (catalog.HOSTNAME, catalog.GPU, catalog.UUID,
+                                                     catalog.MODEL_NAME)}), "value": (8 + 2) / watts}]},
+        {"expr": found["Benchmark device time per hour, by suite", "A"], "eval_time": "30m", "exp_samples": per_suite},
+        {"expr": found["Benchmark cost in the time range, by suite", "A"], "eval_time": "60m",
+         "exp_samples": per_suite},  # an hour's increase: the hour's seconds
+        {"expr": found["Benchmark cost in the time range, by suite", "B"], "eval_time": "60m", "exp_samples": [
+            {"labels": _labels(**shown, suite="frequent"), "value": 8 * hour},
+            {"labels": _labels(**shown, suite="quick"), "value": 2 * hour}]},
+    ])
+    board = BOARDS[f"{build.AGENT}.json"]
+    row, titles = None, []
+    for panel in queries.panels(board):
+        if panel["type"] == "row":
+            row = panel["title"]
+        elif row == build.COST_ROW:
+            titles.append(panel["title"])
+            assert panel["fieldConfig"]["defaults"]["unit"] == {
+                "Benchmark device time per hour, by suite": "s", "Benchmark cost in the time range, by suite": "none"
+            }.get(panel["title"], "percentunit"), panel["title"]
+    assert titles == ["Benchmark share of device time", "Benchmark share of GPU energy",
+                      "Benchmark device time per hour, by suite", "Benchmark cost in the time range, by suite"]
+    energy = next(q for q in PANEL_QUERIES if q.panel_title == "Benchmark share of GPU energy")
+    assert energy.gpu_only and not energy.required(queries.DEFAULT)  # marked as the GPU-only panels are
+    assert {m.name for m in catalog.SUITE_COST_METRICS} <= ON_PANELS

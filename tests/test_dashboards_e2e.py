@@ -28,6 +28,7 @@ is never empty for a user's own suite without saying what it needs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import re
 import subprocess
@@ -36,7 +37,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -48,9 +49,10 @@ from sixdim.collectors.base import Sample
 from sixdim.collectors.nvml import NvmlCollector
 from sixdim.config import parse_toml
 from sixdim.core import catalog
-from sixdim.dashboards.build import CAUSES_TITLE, EXPORT_SHAPES, HEALTH_ROW
+from sixdim.dashboards.build import CAUSES_TITLE, COST_ROW, EXPORT_SHAPES, HEALTH_ROW
 from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
+from sixdim.store.reader import reading
 from sixdim.workloads import registry
 from tests.conftest import free_port, required_tool
 from tests.daemon import Daemon, write_config
@@ -138,22 +140,34 @@ that retires pages instead of remapping rows, here on a board without NVLink."""
 
 
 class _GpuHostExposition(SixdimCollector):
-    """The exporter's rendering of the GPU host's series (no board, no history: only these)."""
+    """The exporter's rendering of the GPU host's series (no board, no history: only these), read afresh at
+    each scrape."""
 
-    def __init__(self, samples: list[Sample]) -> None:
+    def __init__(self, samples: Callable[[], list[Sample]]) -> None:
         super().__init__(Board(), [], GPU_HOST)
-        self._fixed = samples
+        self._read = samples
 
     def _samples(self) -> Iterator[Sample]:
-        return iter(self._fixed)
+        return iter(self._read())
 
 
-def gpu_host_samples() -> list[Sample]:
+SUITE_COSTS = {"frequent": (0.008, 0.012), "quick": (0.002, 0.008)}
+"""The GPU host's suites on its H100: (device seconds per second, share of the GPU's energy) each, so that
+benchmarks take 1% of its time and 2% of its energy."""
+
+
+def gpu_host_samples(nvml: NvmlCollector, gpus: list[FakeGpu], elapsed: float) -> list[Sample]:
     """Live GPU series and health from the NVML collector over the fake, per-result throttle flags of the
-    H100's results, and the likely causes of one of them."""
-    nvml = NvmlCollector(GPU_HOST, module=FakeNvml([DEGRADED_H100, VOLTA]))
+    H100's results, and the likely causes of one of them; ``elapsed`` seconds after the host started, each
+    GPU's energy counter advanced at its power, and the suites' cost counters at :data:`SUITE_COSTS`."""
+    for gpu in gpus:  # NVML's counter, in millijoules: milliwatts times seconds
+        gpu.energy_mj = FakeGpu.energy_mj + round(gpu.power_mw * elapsed)
     samples = nvml.collect()
     device = {**nvml.identity_labels(nvml.gpu(0)), catalog.DEVICE_TYPE: "cuda"}
+    watts = gpus[0].power_mw / 1000
+    for suite, (share, energy_share) in SUITE_COSTS.items():
+        samples += [Sample(catalog.SUITE_DEVICE_SECONDS, {**device, catalog.SUITE: suite}, share * elapsed),
+                    Sample(catalog.SUITE_ENERGY, {**device, catalog.SUITE: suite}, energy_share * watts * elapsed)]
     versions = {catalog.DRIVER_VERSION: "550.54.15", catalog.CUDA_VERSION: "12.4", catalog.TORCH_VERSION: "2.4.0"}
     for shape, capped in (("m=8192,n=8192,k=8192", 1.0), ("m=1024,n=1024,k=1024", 0.0)):
         result = {**device, **versions, catalog.WORKLOAD: "gemm", catalog.PRECISION: "bf16", catalog.SHAPE: shape,
@@ -175,12 +189,17 @@ def gpu_host_samples() -> list[Sample]:
 
 def serve_gpu_host() -> tuple[ThreadingHTTPServer, int]:
     """The GPU host's exposition on a loopback port, in a thread of this process."""
+    gpus = [dataclasses.replace(DEGRADED_H100), dataclasses.replace(VOLTA)]  # their counters advance
+    nvml = NvmlCollector(GPU_HOST, module=FakeNvml(gpus))
+    started = time.time()
     registry = CollectorRegistry()
-    registry.register(_GpuHostExposition(gpu_host_samples()))
-    body = generate_latest(registry)
+    registry.register(_GpuHostExposition(lambda: gpu_host_samples(nvml, gpus, time.time() - started)))
+    lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            with lock:
+                body = generate_latest(registry)
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -215,6 +234,9 @@ def start_prometheus(tmp_path: Path, ports: list[int], rules: Path) -> tuple[sub
 ALERT_INPUTS_ON_A_GPU = {"Slowdowns the alerts see, per device", "Clock limits during the measurements",
                          "Likely causes of GPUs slower than their host peers", "Processes on the GPU", "Live GPU power"}
 """Panels that show what an alert or the runbook reads on a GPU (docs/ALERTS.md), new with issue 29."""
+COSTS_ON_A_GPU = {"Benchmark share of device time", "Benchmark share of GPU energy",
+                  "Benchmark device time per hour, by suite", "Benchmark cost in the time range, by suite"}
+"""The agent health dashboard's panels of what the suites cost each device (issue 41)."""
 
 
 def gpu_host_panels() -> set[tuple[str, str]]:
@@ -228,9 +250,50 @@ def gpu_host_panels() -> set[tuple[str, str]]:
             if panel.get("type") == "row":
                 row = panel["title"]
             elif ((board["uid"] == "sixdim-gpu" and row == HEALTH_ROW) or panel["title"] == CAUSES_TITLE
-                  or panel["title"] in ALERT_INPUTS_ON_A_GPU):
+                  or panel["title"] in ALERT_INPUTS_ON_A_GPU or (board["uid"] == "sixdim-agent" and row == COST_ROW)):
                 out.add((board["uid"], panel["title"]))
     return out
+
+
+def check_costs(port: int, now: float, history: Path, failures: list[str]) -> None:
+    """The cost panels' values: on the GPU host the shares and hours :data:`SUITE_COSTS` make; on the real
+    agent (host ``testhost``, whose history is new) the device seconds Prometheus last read equal the sum of
+    the case spans the history holds, per suite (what the counters count, since the agent started)."""
+    board = json.loads((ROOT / "dashboards" / "json" / "sixdim-agent.json").read_text())
+    found = {q.panel_title: q for q in all_queries(board) if q.kind == PANEL and q.panel_title in COSTS_ON_A_GPU}
+    assert set(found) == COSTS_ON_A_GPU, found
+
+    def values(title: str, host: str) -> dict[str, float]:
+        expr = substitute(found[title].expr, {"hostname": host}, rate_interval="30s", range_="5m")
+        result = api(port, "query", query=expr, time=str(now))["data"]["result"]
+        return {r["metric"].get(catalog.SUITE, r["metric"].get(catalog.GPU, "")): float(r["value"][1])
+                for r in result}
+
+    expected = {"Benchmark share of device time": {"0": sum(s for s, _ in SUITE_COSTS.values())},
+                "Benchmark share of GPU energy": {"0": sum(e for _, e in SUITE_COSTS.values())},
+                "Benchmark device time per hour, by suite": {suite: s * 3600 for suite, (s, _) in SUITE_COSTS.items()}}
+    for title, want in expected.items():
+        got = values(title, GPU_HOST)
+        if got.keys() != want.keys() or any(abs(got[k] - v) > 0.02 * v for k, v in want.items()):
+            failures.append(f"GPU host: {title}: {got}, expected {want} within 2%")
+    deadline = time.monotonic() + 60  # the suite's last cases, and the scrape after them
+    while True:
+        spans: collections.Counter[str] = collections.Counter()
+        with reading(str(history)) as db:
+            for suite, details in db.execute("SELECT suite, details FROM runs"):
+                wall = json.loads(details).get("case_wall")
+                if wall:
+                    spans[suite] += wall[1] - wall[0]
+        last = api(port, "query", query=f'{catalog.SUITE_DEVICE_SECONDS.name}{{{catalog.HOSTNAME}="{TESTHOST}"}}',
+                   time=str(time.time()))["data"]["result"]
+        scraped = {r["metric"][catalog.SUITE]: float(r["value"][1]) for r in last}
+        if scraped.keys() == spans.keys() and all(abs(scraped[k] - v) <= 1e-9 * v for k, v in spans.items()):
+            return
+        if time.monotonic() > deadline:
+            failures.append(f"testhost: {catalog.SUITE_DEVICE_SECONDS.name} {scraped}, the history's case spans "
+                            f"{dict(spans)}")
+            return
+        time.sleep(1)
 
 
 def api(port: int, path: str, **params: str) -> dict:
@@ -304,7 +367,8 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
     gpu_host, gpu_host_port = serve_gpu_host()
     server, prom_port = start_prometheus(tmp_path, [agent_port, gpu_host_port, readme_port], RULES)
     must_fill = gpu_host_panels()
-    assert len(must_fill) == 15, must_fill  # the health row's 8, a causes table on 2 dashboards, 5 of alert inputs
+    # the health row's 8, a causes table on 2 dashboards, 5 of alert inputs, the 4 of what benchmarks cost
+    assert len(must_fill) == 19, must_fill
     cli_env["OMP_NUM_THREADS"] = "1"
     readme_env = {**cli_env, "SIXDIM_HISTORY": str(tmp_path / "readme.db"),
                   "SIXDIM_STATE_DIR": str(tmp_path / "readme-state")}
@@ -330,6 +394,7 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
         counts, empty_reasons = run_queries(prom_port, started, now, f"{TESTHOST}|{GPU_HOST}", DEFAULT, must_fill,
                                             failures)
         readme_counts, readme_reasons = run_queries(prom_port, started, now, README_HOST, README, set(), failures)
+        check_costs(prom_port, now, Path(cli_env["SIXDIM_HISTORY"]), failures)  # the environment names it
         with capsys.disabled():  # in CI's output too, not only with -s
             for name, found, reasons in (("default configuration (testhost and the GPU host)", counts,
                                           empty_reasons),

@@ -148,6 +148,9 @@ def test_every_catalog_metric_is_exported_and_lint_clean(promtool, tmp_path):
     board.add(make_record(**figures))
     for status in ("failed", "timeout", "skipped"):
         board.add(make_record(status))
+    spent = make_record("timeout")  # not ok: the ok record above carries every figure
+    spent.details = {"case_wall": [1995.0, 2000.0], "case_energy_joules": 3500.0}  # the suite cost counters
+    board.add(spent)
     board.add_interruption(interruption())
     progress = SuiteProgress("node1")  # a suite running: the suite progress metrics
     progress.begin("quick", GPU_A, ["gemm", "gemm", "conv"]).case_started(0)

@@ -280,7 +280,7 @@ def test_a_workload_error_in_the_power_phase_still_fails_the_case():
 def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypatch):
     """all-reduce and linearity (runs_in_ranks): the worker runs them without touching its own
     allocator's statistics, which would report their memory as 0."""
-    from sixdim.run.executor import _worker_groups
+    from sixdim.run.executor import worker_groups
     from sixdim.run.worker import run_case
     from sixdim.workloads import timing
 
@@ -300,7 +300,7 @@ def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypa
     # and a rank-running workload never shares a worker with one that measures its own memory
     gemm, allreduce = registry.get("gemm"), registry.get("allreduce")
     planned = [(gemm, c) for c in gemm.cases({}, "cpu")[:1]] + [(allreduce, c) for c in allreduce.cases({}, "cpu")[:1]]
-    assert [[spec.name for spec, _ in group] for group in _worker_groups(planned)] == [["gemm"], ["allreduce"]]
+    assert [[spec.name for spec, _ in group] for group in worker_groups(planned)] == [["gemm"], ["allreduce"]]
 
 
 class _SteppedMeter(_FakeMeter):

@@ -72,7 +72,8 @@ def test_every_workload_has_its_figures_and_every_metric_is_counted():
         assert set(spec.figures) <= known, (name, set(spec.figures) - known)
     counted = {m.name for m in catalog.RESULT_METRICS + catalog.SUMMARY_METRICS + catalog.VERDICT_METRICS}
     counted |= {m.name for m in (catalog.WORKLOAD_RUNS, catalog.WORKLOAD_LAST_SUCCESS, catalog.WORKLOAD_SKIPS,
-                                 catalog.WORKLOAD_CASE_SECONDS, *catalog.SUITE_RUN_METRICS)}
+                                 catalog.WORKLOAD_CASE_SECONDS, *catalog.SUITE_RUN_METRICS,
+                                 *catalog.SUITE_COST_METRICS)}
     counted |= {m.name for m in catalog.ALL_METRICS if m.name.startswith("sixdim_gpu_")}
     counted |= set(series.HOST_AND_AGENT) | {catalog.HOST_RAPL_ENERGY.name}
     assert {m.name for m in catalog.ALL_METRICS} <= counted, {m.name for m in catalog.ALL_METRICS} - counted
@@ -190,7 +191,8 @@ def test_the_count_matches_a_real_daemons_scrape_series_for_series(tmp_path, cli
     count = series.count_series(suites, [[Device("cpu")]] * len(suites), [],
                                 rapl_domains=len(rapl.read()) if rapl.available else 0, statuses=statuses,
                                 skip_reasons=0, interrupted=False, running=False, steady=False,
-                                figures={name: frozenset(figures) for name, figures in reported.items()})
+                                figures={name: frozenset(figures) for name, figures in reported.items()},
+                                energy=rapl.available)
     assert sum(scraped.values()) == count.total, (dict(scraped), count.parts)
     shape_results = sum(scraped[m.name] for m in catalog.RESULT_METRICS)
     assert shape_results == count.parts["per-shape results"]

@@ -426,6 +426,23 @@ SUITE_INTERRUPTIONS = MetricDef(
     "SIGTERM of sixdim run, the death of the agent), from the history: one record per run, whatever the number "
     "of cases left; the cases that had finished are runs, those left are neither runs, skips nor failures.",
     SUITE_LABELS)
+SUITE_DEVICE_SECONDS = MetricDef(
+    "sixdim_suite_device_seconds_total", "counter",
+    "Device time the suite's cases took on the device since the agent started, seconds: the sum of each recorded "
+    "case's span as its worker reported it (set-up, warm-up, timed rounds, power phase, check), of every status "
+    "(a case skipped before it started adds 0); the worker's start-up (importing torch, creating the CUDA "
+    "context) is not included. A host-wide case (all-reduce, card linearity) counts on the GPU whose job ran it.",
+    SUITE_LABELS)
+SUITE_ENERGY = MetricDef(
+    "sixdim_suite_energy_joules_total", "counter",
+    "Device energy over the spans of the suite's cases on the device since the agent started (the same spans as "
+    "sixdim_suite_device_seconds_total, the worker's start-up not included), joules: the difference of the "
+    "device's energy counter (NVML's total energy on a GPU, RAPL's packages on a CPU) over each span, read by the "
+    "agent's sampler; a case it could not be read for (no counter, a host-wide case's sum over several GPUs) "
+    "adds nothing, and the series is absent until a case has a reading.",
+    SUITE_LABELS)
+SUITE_COST_METRICS: tuple[MetricDef, ...] = (SUITE_DEVICE_SECONDS, SUITE_ENERGY)
+"""What the suites' cases cost each device: the share of its time and energy spent on benchmarks."""
 SUITE_RUN_METRICS: tuple[MetricDef, ...] = (
     SUITE_RUNNING, SUITE_CASES, SUITE_CASES_DONE, SUITE_CURRENT_WORKLOAD, SUITE_INTERRUPTIONS)
 
@@ -707,6 +724,7 @@ HOST_RAPL_ENERGY = MetricDef(
 
 ALL_METRICS: tuple[MetricDef, ...] = RESULT_METRICS + SUMMARY_METRICS + VERDICT_METRICS + (
     WORKLOAD_RUNS, WORKLOAD_LAST_SUCCESS, WORKLOAD_SKIPS, WORKLOAD_CASE_SECONDS, *SUITE_RUN_METRICS,
+    *SUITE_COST_METRICS,
     HISTORY_UP, HISTORY_PENDING,
     HISTORY_WRITE_ERRORS, HISTORY_RESTORED,
     CONFIG_RELOAD_SUCCESS, CONFIG_LAST_RELOAD, AGENT_CAN_RUN, GPU_INFO, BUILD_INFO, COLLECTOR_UP,

@@ -9,21 +9,32 @@ than start-up can afford to: it expands every workload's cases for the device ty
 really run on (the loader expands them for the CPU), and counts the Prometheus series they export on this
 host against the series budget (``agent.series_budget``; :mod:`sixdim.daemon.series`).  Nothing is started
 or taken: no lock,
-no history, no port, no worker, no CUDA context, so it is safe beside a running daemon.  The
+no history written (it is read read-only, if there is one), no port, no worker, no CUDA context, so it is safe
+beside a running daemon.  The
 systemd unit runs it before each reload, so ``systemctl reload sixdim`` fails with the error.
+
+It also says what watching costs (:mod:`sixdim.daemon.cost`): for each suite, its runs an hour and the device
+time of one run on each of its devices, from the history's recorded case times where it has some (read
+read-only, as the reports read it: a missing history is simply no recorded times) and otherwise from the
+estimate per case; then the schedule's share of each device's hour.  On a host without a GPU it adds the
+same schedule's estimate on an H100-class GPU, said to be one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import DEFAULT_SOURCE, Config, ConfigError
+from sixdim.config import DEFAULT_SOURCE, Config, ConfigError, Suite
+from sixdim.daemon import cost
 from sixdim.daemon.series import SeriesCount, count_series
 from sixdim.daemon.serve import load_web_config
 from sixdim.run import devices
 from sixdim.run.scheduler import suite_trigger
+from sixdim.store import reader
+from sixdim.store.history import HistoryError
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError
 
@@ -49,10 +60,149 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
                      f"{_where(counts)}; timeout {suite.timeout_seconds:g} s per case; export {suite.export}")
     rapl = RaplReader()
-    series = count_series(config.suites, where, devices.host_gpus(nvml),
-                          rapl_domains=len(rapl.read()) if rapl.available else 0)
+    gpus = devices.host_gpus(nvml)
+    series = count_series(config.suites, where, gpus, rapl_domains=len(rapl.read()) if rapl.available else 0)
     check_budget(config, series)
-    return lines[:5] + series.lines(config.series_budget) + lines[5:]  # the count, then each suite
+    costs = cost_lines(config, where, first_gpu=min((gpu.index or 0 for gpu in gpus), default=0),
+                       cpu_power=rapl.available, now=now)
+    return lines[:5] + series.lines(config.series_budget) + lines[5:] + costs  # the count, each suite, the cost
+
+
+def cost_lines(config: Config, where: list[list[devices.Device]], *, first_gpu: int = 0, cpu_power: bool = False,
+               now: datetime | None = None) -> list[str]:
+    """What the schedule costs: a line per suite (runs an hour, device time a run, confirmation runs' bound,
+    runs on a change), on a host without a GPU a line with the schedule's estimate on an H100-class GPU,
+    and last the schedule's share of each device's hour.  ``where``: each suite's devices; ``first_gpu``:
+    the GPU a host-wide workload runs from; ``cpu_power``: the CPU has an energy counter (so power phases run).
+
+    The share counts the scheduled runs only.  A confirmation run is not scheduled: it follows a suspicious
+    series, at most ``confirm_per_hour`` an hour, so its bound (that many runs of the suite's most expensive
+    case, alone) is shown beside the share, not in it; runs on a change (``on_change``) are rarer still and
+    named, not counted."""
+    now = now or datetime.now(timezone.utc)
+    recorded, note = _recorded_times(config, where)
+    hour: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    lines: list[str] = []
+    for index, (suite, found) in enumerate(zip(config.suites, where)):
+        rate = cost.runs_per_hour(suite, now)
+        runs: dict[str, cost.RunCost] = {}
+        worst: dict[str, float] = {}
+        for device in found:
+            model = cost.model_for(device.type)
+            power = device.type == "cuda" or cpu_power
+            planned = cost.planned_cases(suite, device.type, first_gpu=device.index in (None, first_gpu))
+            runs[device.name] = cost.run_cost(planned, model, power_counter=power,
+                                              recorded=recorded.get((index, device.name)))
+            worst[device.name] = cost.confirmation_seconds(runs[device.name], planned, model, power_counter=power)
+            hour[device.name] = hour.get(device.name, 0.0) + rate * runs[device.name].seconds
+            bound[device.name] = bound.get(device.name, 0.0) + suite.confirm_per_hour * worst[device.name]
+        lines.append(_suite_cost_line(suite, rate, runs, worst, note))
+    if not any(device.type == "cuda" for found in where for device in found):
+        lines += _gpu_estimate(config, now)
+    if hour:
+        lines.append(f"schedule: about {_span_of(hour.values(), _seconds)} of each device's hour "
+                     f"({_span_of(hour.values(), _share)})" + _bound_note(hour, bound))
+    return lines
+
+
+def _recorded_times(config: Config, where: list[list[devices.Device]]
+                    ) -> tuple[dict[tuple[int, str], dict[cost.CaseKey, list[float]]], str]:
+    """Each (suite, device)'s cases' recent device times from the history, read-only, and a note when the
+    history could not be read (a missing file is no note: nothing has run yet)."""
+    times: dict[tuple[int, str], dict[cost.CaseKey, list[float]]] = {}
+    try:
+        with reader.reading(config.history) as db:
+            for index, (suite, found) in enumerate(zip(config.suites, where)):
+                for device in found:
+                    keys = [cost.case_key(spec, case) for spec, case in cost.planned_cases(suite, device.type)]
+                    key = (config.hostname, device.type, "" if device.index is None else str(device.index),
+                           device.uuid)
+                    times[(index, device.name)] = reader.case_times(db, suite.name, key, keys, cost.RECORDED_RUNS)
+    except HistoryError as exc:
+        return {}, "" if "no such file" in str(exc) else f"; the history was not read ({exc})"
+    return times, ""
+
+
+def _suite_cost_line(suite: Suite, rate: float, runs: dict[str, cost.RunCost], worst: dict[str, float],
+                     note: str) -> str:
+    """One suite's cost line: device time a run on its devices (and where it comes from), runs an hour, the
+    confirmation runs' bound and the runs on a change."""
+    names = ", ".join(runs)
+    cases = sum(len(run.cases) for run in runs.values())
+    recorded = sum(run.recorded for run in runs.values())
+    unknown = sum(run.unknown for run in runs.values())
+    if recorded == cases:
+        source = f"recorded: the median of each case's last {cost.RECORDED_RUNS} runs"
+    elif recorded:
+        source = f"recorded for {recorded} of {cases} cases, estimated per case for the rest"
+    else:
+        source = "estimated per case: no recorded runs"
+    if unknown:
+        source += f"; {_plural(unknown, 'case')} with neither, not counted"
+    each = "each of " if len(runs) > 1 else ""
+    seconds = [run.seconds for run in runs.values()]
+    line = (f"suite {suite.name} costs about {_span_of(seconds, _seconds)} of device time a run on {each}{names} "
+            f"({source}{note}); {_rate(rate)}: {_span_of([rate * s for s in seconds], _seconds)} an hour")
+    if suite.confirm_per_hour:
+        line += (f"; confirmation runs: at most {suite.confirm_per_hour} an hour x "
+                 f"{_span_of(worst.values(), _seconds)} (its most expensive case alone) = "
+                 f"{_span_of([suite.confirm_per_hour * w for w in worst.values()], _seconds)} an hour, "
+                 f"not in the share")
+    if suite.on_change:
+        line += "; also at once after a version or setting change, not in the share"
+    return line
+
+
+def _gpu_estimate(config: Config, now: datetime) -> list[str]:
+    """The schedule's estimate on an H100-class GPU (its suites that would run on a GPU there), one line."""
+    model = cost.H100
+    total = worst = 0.0
+    parts = []
+    for suite in config.suites:
+        if all(selector == "cpu" for selector in suite.devices):
+            continue
+        planned = cost.planned_cases(suite, "cuda")
+        run = cost.run_cost(planned, model, power_counter=True)
+        rate = cost.runs_per_hour(suite, now)
+        total += rate * run.seconds
+        worst += suite.confirm_per_hour * cost.confirmation_seconds(run, planned, model, power_counter=True)
+        parts.append(f"{suite.name} {_seconds(run.seconds)} a run, {_seconds(rate * run.seconds)} an hour")
+    if not parts:
+        return []
+    return [f"schedule on {model.label}: about {_seconds(total)} of each GPU's hour ({_share(total)})"
+            + _bound_note({"gpu": total}, {"gpu": worst}) + f": {'; '.join(parts)} ({model.source})"]
+
+
+def _bound_note(hour: dict[str, float], bound: dict[str, float]) -> str:
+    if not any(bound.values()):
+        return ""
+    most = [hour[name] + bound.get(name, 0.0) for name in hour]
+    return f"; at most {_span_of(most, _seconds)} ({_span_of(most, _share)}) with every confirmation run allowed"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _share(value: float) -> str:
+    return f"{100 * value / cost.HOUR:.1f}%"
+
+
+def _span_of(values: Iterable[float], show: Callable[[float], str]) -> str:
+    """One figure where the devices agree (as shown), else the lowest and highest: ``31 s``, ``31 s-35 s``."""
+    shown = list(dict.fromkeys(show(v) for v in sorted(values)))
+    return shown[0] if len(shown) == 1 else f"{shown[0]}-{shown[-1]}"
+
+
+def _rate(rate: float) -> str:
+    """``4 runs an hour``, ``1 run an hour``, ``1/24 of a run an hour`` (a daily cron)."""
+    if rate >= 1:
+        return f"{rate:g} run{'' if rate == 1 else 's'} an hour" if rate == round(rate) else f"{rate:.2f} runs an hour"
+    inverse = 1 / rate if rate else 0.0
+    if rate and abs(inverse - round(inverse)) < 0.01:
+        return f"1/{round(inverse)} of a run an hour"
+    return f"{rate:.3g} runs an hour"
 
 
 def check_budget(config: Config, series: SeriesCount) -> None:

@@ -20,6 +20,8 @@ renders it:
 - **run counters** per device and workload (upper bound: every status, every skip reason), and
   interruptions per device and suite (at most one series each);
 - **suite progress** per device and suite (running, cases, cases done by status, the workload running);
+- **suite costs** per device and suite: the device seconds its cases spent, and their energy where the
+  device has an energy counter;
 - **GPU telemetry** per GPU of the host (identity, readings, clock-event reasons, health: an upper
   bound, as a GPU without NVLink or an Ampere or later GPU leaves one or two out);
 - **host and agent**: host readings (RAPL per package domain), build, collectors, configuration
@@ -136,24 +138,29 @@ class SeriesCount:
 def count_series(suites: Sequence[Suite], devices: Sequence[Sequence[Device]], gpus: Sequence[Device], *,
                  rapl_domains: int = DEFAULT_RAPL_DOMAINS, statuses: Sequence[str] = catalog.RUN_STATUSES,
                  skip_reasons: int = RUN_SKIP_REASONS, interrupted: bool = True, running: bool = True,
-                 steady: bool = True, figures: dict[str, frozenset[str]] | None = None) -> SeriesCount:
+                 steady: bool = True, figures: dict[str, frozenset[str]] | None = None,
+                 energy: bool = True) -> SeriesCount:
     """The series ``suites`` export on a host whose NVML GPUs are ``gpus``, each suite running on its
     ``devices`` (resolved as :func:`sixdim.run.devices.resolve` does).  The keyword arguments are
     the upper bounds' assumptions, which a test that compares with a real scrape narrows: the run
     statuses and skip reasons each device and workload has seen, whether each suite has been
     interrupted and is running now, whether verdicts are steady (ratio and baseline known), and the
-    figures each workload reports (by name; :func:`possible_figures` where not given)."""
+    figures each workload reports (by name; :func:`possible_figures` where not given), and whether a case
+    of each suite had an energy reading on its device (the suite cost counters: device seconds always,
+    energy only then)."""
     first_gpu = min((g.index for g in gpus if g.index is not None), default=None)
     results: set[tuple] = set()  # (device, workload, precision, shape, mode, pass, suite)
     shown: dict[tuple, frozenset[str]] = {}  # series key -> figures
     summaries: dict[tuple, set[str]] = {}  # (device, suite, workload, precision, mode, pass) -> figures
     counted: set[tuple[str, str]] = set()  # (device, workload)
     progress = 0
+    costs = 0
     total_cases = 0
     for suite, where in zip(suites, devices):
         for device in where:
             device_type = "cuda" if device.type == "cuda" else "cpu"
             progress += 2 + len(catalog.RUN_STATUSES) + (1 if running else 0) + (1 if interrupted else 0)
+            costs += 1 + (1 if energy else 0)
             for entry in suite.workloads:
                 spec = registry.get(entry.name)
                 if spec.scope == "host" and device_type == "cuda" and device.index != first_gpu:
@@ -190,6 +197,7 @@ def count_series(suites: Sequence[Suite], devices: Sequence[Sequence[Device]], g
     count.parts["summary peer ratios"] = peers([group for group, can in summaries.items() if _has_rate(can)])
     count.parts["run counters"] = len(counted) * (2 * len(statuses) + 1 + skip_reasons)
     count.parts["suite progress"] = progress
+    count.parts["suite costs"] = costs
     gpu_metrics = [m for m in catalog.ALL_METRICS if m.name.startswith("sixdim_gpu_") and m.labels[:5] == GPU_LABELS]
     per_gpu = sum(len(CLOCK_EVENT_REASONS) if m is catalog.GPU_THROTTLE
                   else sum(1 for gauge, _, _ in HEALTH_GAUGES if gauge is m) or 1 for m in gpu_metrics)

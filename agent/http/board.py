@@ -9,6 +9,12 @@ this host, therefore appear without a restart.  SQLite hands out row ids in comm
 Interrupted suite runs (one record each, in the history's own table) are counted per device and
 suite the same way: loaded at start, caught up, shown while they wait to be written.
 
+What the suites cost each device is counted from the runs added since the board was made (as the
+skips and mean case durations are, not loaded from the history: counters since the agent started,
+which Prometheus' ``rate()`` carries over a restart): each counted run adds its case span
+(``details.case_wall``) to its suite's device seconds, and the device energy over that span
+(``details.case_energy_joules``) where it was read (:meth:`Board.suite_costs`).
+
 The daemon loads it **in the background** (:meth:`Board.from_history` with ``background=True``): the board
 is empty until the history's latest results, run counts and interruptions are read, then they appear all
 at once (never a partial count), and the catch-up by row id starts from the last row that load covered,
@@ -56,14 +62,31 @@ def skip_class(reason: str) -> str:
     return "other"
 
 
+def case_span_seconds(record: RunRecord) -> float | None:
+    """A case's device time: the span the worker reported for it (``details.case_wall``: set-up, warm-up,
+    timed rounds, power phase, check; not the worker's start-up), or None where the record has none."""
+    wall = record.details.get("case_wall")
+    if isinstance(wall, list) and len(wall) == 2 and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) for t in wall):
+        return max(0.0, float(wall[1]) - float(wall[0]))
+    return None
+
+
 def case_seconds(record: RunRecord) -> float:
-    """How long the case itself ran: the span the worker reported for it (``details.case_wall``),
+    """How long the case itself ran: the span the worker reported for it (:func:`case_span_seconds`),
     not the record's started_at/ended_at (started_at is its worker's, shared by every case the
     worker ran).  A record without one (made before per-case spans were kept) falls back to those."""
-    wall = record.details.get("case_wall")
-    if isinstance(wall, list) and len(wall) == 2 and all(isinstance(t, (int, float)) for t in wall):
-        return max(0.0, float(wall[1]) - float(wall[0]))
-    return max(0.0, record.ended_at - record.started_at)
+    span = case_span_seconds(record)
+    return span if span is not None else max(0.0, record.ended_at - record.started_at)
+
+
+def case_energy_joules(record: RunRecord) -> float | None:
+    """The device energy over the case's span (``details.case_energy_joules``, sixdim.run.executor), or None
+    where it could not be read (``case_energy_note`` says why): never 0 for a missing reading."""
+    joules = record.details.get("case_energy_joules")
+    if isinstance(joules, (int, float)) and not isinstance(joules, bool) and joules >= 0:
+        return float(joules)
+    return None
 
 
 RESTORE_TRIES = 5
@@ -85,6 +108,9 @@ class Board:
         self._since_start: dict[tuple, list] = {}
         """(metric, device labels, workload, status or skip class) -> [labels, value]: the skips and
         case durations of the runs added since the board was made (not those it was loaded with)."""
+        self._suite_costs: dict[tuple[tuple[str, ...], str], list] = {}
+        """(device labels, suite) -> [labels, device seconds, joules or None]: what the cases added since the
+        board was made cost their device (:meth:`suite_costs`)."""
         self._last_id = 0
         self._shown_pending: set[str] = set()
         self._interruptions: dict[tuple[tuple[str, ...], str], list] = {}
@@ -283,6 +309,7 @@ class Board:
                 skips = self._since_start.setdefault(("skips", device, record.workload, skip_class(record.reason)),
                                                      [labels, 0])
                 skips[1] += 1
+            self._add_cost(record, labels, device)
         kept = lean(record)
         if record.status == "ok":
             self._latest[record.key()] = kept
@@ -292,6 +319,29 @@ class Board:
             previous = self._counts.get(key)
             self._counts[key] = (kept, (previous[1] if previous else 0) + 1)
         self.version += 1
+
+    def _add_cost(self, record: RunRecord, labels: dict[str, str], device: tuple[str, ...]) -> None:
+        """Add a counted run's device time and energy to its suite's: its case span (none where the record
+        has no ``case_wall``) and the energy over it where that was read (never 0 for a missing reading)."""
+        seconds = case_span_seconds(record)
+        if seconds is None:
+            return
+        cost = self._suite_costs.get((device, record.suite))
+        if cost is None:
+            kept = {label: labels[label] for label in catalog.DEVICE_LABELS}
+            cost = self._suite_costs[(device, record.suite)] = [{**kept, catalog.SUITE: record.suite}, 0.0, None]
+        cost[1] += seconds
+        joules = case_energy_joules(record)
+        if joules is not None:
+            cost[2] = (cost[2] or 0.0) + joules
+
+    def suite_costs(self) -> list[tuple[dict[str, str], float, float | None]]:
+        """What each suite's cases cost each device since the board was made (the runs added since, as
+        :meth:`since_start`; every counted status, interrupted skips apart): (the device's labels and the
+        suite, the sum of the cases' spans in seconds, the energy over those that had a reading in joules, or
+        None where none had)."""
+        with self._lock:
+            return [(dict(labels), seconds, joules) for labels, seconds, joules in self._suite_costs.values()]
 
     def latest(self) -> list[RunRecord]:
         with self._lock:

@@ -161,7 +161,8 @@ class SixdimCollector(PromCollector):
 
     - ``results``: summary series of every suite; every metric per shape for the results of the
       suites in ``shape_suites`` (a suite's ``export = "shapes"``; ``""`` stands for ad-hoc
-      ``sixdim run --workload`` runs); run counters per device, workload and status;
+      ``sixdim run --workload`` runs); run counters per device, workload and status; interrupted suite
+      runs, and the device time and energy the suites' cases spent, per device and suite;
     - ``live``: build info, collector availability and readings, the history's health, and the
       suites' progress (``progress``: running or not, cases done and in all, the workload running);
     - ``all``: both (tests, and tools that render once).
@@ -283,7 +284,9 @@ class SixdimCollector(PromCollector):
                     catalog.CHANGE_VERDICT: change.state}, change.ratio)
 
     def _run_counts(self) -> Iterator[Sample]:
-        """Runs per device, workload and status (not per shape: a full suite has thousands)."""
+        """Runs per device, workload and status (not per shape: a full suite has thousands); interrupted suite
+        runs, and the device time and energy of each suite's cases since the agent started, per device and
+        suite."""
         totals: dict[tuple[tuple[str, ...], str, str], list] = {}
         last_ok: dict[tuple[tuple[str, ...], str], list] = {}
         for record, count in self._board.counts():  # interrupted skips are not counted (agent/core/results.py)
@@ -300,6 +303,12 @@ class SixdimCollector(PromCollector):
             yield Sample(catalog.WORKLOAD_LAST_SUCCESS, labels, ended)
         for labels, count in self._board.interruptions():
             yield Sample(catalog.SUITE_INTERRUPTIONS, labels, float(count))
+        costs = self._board.suite_costs()  # each family's samples together (the exposition groups them)
+        for labels, seconds, _ in costs:
+            yield Sample(catalog.SUITE_DEVICE_SECONDS, labels, seconds)
+        for labels, _, joules in costs:
+            if joules is not None:  # no case had a reading: absent, never 0 J
+                yield Sample(catalog.SUITE_ENERGY, labels, joules)
         for kind, labels, what, value in self._board.since_start():
             if kind == "skips":
                 yield Sample(catalog.WORKLOAD_SKIPS, {**labels, catalog.SKIP_REASON: what}, value)

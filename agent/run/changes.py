@@ -75,6 +75,9 @@ class ChangeWatch:
         self.poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._plan = self._watched(plan)
+        self._latest: dict[tuple[str, str, str | None], tuple[int, dict[str, Any]]] = {}
+        """(device, UUID, suite or None for any) -> the row id and environment of the newest such run found:
+        each look reads only the runs recorded since."""
         self._started: dict[tuple[str, str], tuple[str, ...]] = {}
         """(suite, device) -> what its last change-started run was for: one run per change."""
         self._stop = threading.Event()
@@ -107,15 +110,24 @@ class ChangeWatch:
 
     def _why(self, suite: Suite, device: Device) -> tuple[str | None, tuple[str, ...]]:
         """Why ``suite`` should run on ``device`` now (None: no reason), and what it would run for."""
-        last = self._history.latest_environment(device.name, device.uuid, suite.name)
+        last = self._environment(device, suite.name)
         if last is None:
             return NEVER_RAN, (NEVER_RAN,)
-        now = dict(self._history.latest_environment(device.name, device.uuid) or {})
+        now = dict(self._environment(device) or {})
         now.update(nvml_view(self._nvml, device))
         found = changes(last, now)
         if not found:
             return None, ()
         return "changed since its last run here: " + ", ".join(found), tuple(found)
+
+    def _environment(self, device: Device, suite: str | None = None) -> dict[str, Any] | None:
+        """The environment of the newest run on ``device`` (of ``suite``, or of any)."""
+        key = (device.name, device.uuid, suite)
+        known = self._latest.get(key)
+        found = self._history.latest_environment(device.name, device.uuid, suite, after_id=known[0] if known else 0)
+        if found is not None:
+            self._latest[key] = known = found
+        return known[1] if known is not None else None
 
     def start(self) -> ChangeWatch:
         """Look now, then every :attr:`poll_seconds`, on a thread of its own, until :meth:`stop`."""

@@ -28,6 +28,11 @@ A missing reading is never 0: a figure the telemetry has no reading for (no samp
 the window, a device without the reading, a worker that had ended) is absent, with the reason
 in ``details["telemetry"]``; a run that is not ``ok`` or ``incorrect`` has no figures at all
 (what its workload reported is kept in ``details["unreported_figures"]``).
+
+Each record's details also say what the case cost the device: its span (``case_wall``, from set-up to check,
+the worker's start-up not included) and the device's energy over that span (``case_energy_joules``, from the
+energy counter the sampler read; where it cannot be had, ``case_energy_note`` says why), which
+``sixdim_suite_device_seconds_total`` and ``sixdim_suite_energy_joules_total`` add up per suite.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from sixdim.run.telemetry import (
     Probe,
     Sampler,
     TelemetrySample,
+    counter_energy,
     probe_for,
     summarize_window,
     window_conditions,
@@ -238,6 +244,43 @@ def window_telemetry(sampled: Sampled, window: tuple[float, float] | None,
     return telemetry
 
 
+CASE_SPAN = "case span"
+"""What the energy of a case's whole span is called in its notes (:func:`case_energy`)."""
+
+
+def case_span(wall: tuple[float, float] | None, offset: float | None = None) -> tuple[float, float] | None:
+    """A case's span (``details.case_wall``: Unix times, as its worker read them) on the monotonic clock the
+    sampler's readings carry.  ``offset`` is Unix time less monotonic time (read now where not given): both
+    clocks tick alike but for NTP's slewing, at most 0.05% of the time since the case began (30 ms for a case
+    of a minute; far less where NTP keeps the clock close), the same at both ends of a short case.  A clock
+    stepped during the case (set by hand) would move the span by the step."""
+    if wall is None:
+        return None
+    if offset is None:
+        offset = time.time() - time.monotonic()
+    return wall[0] - offset, wall[1] - offset
+
+
+def case_energy(sampled: Sampled, wall: tuple[float, float] | None, unavailable: str | None = None,
+                offset: float | None = None) -> dict[str, Any]:
+    """The device's energy over the case's whole span (``details.case_wall``: set-up, warm-up, timed rounds,
+    power phase, check; not the worker's start-up), from the energy counter the sampler read while the
+    worker ran (:func:`sixdim.run.telemetry.counter_energy`: interpolated at the span's ends, never
+    extrapolated): ``{"case_energy_joules": J}``, or ``{"case_energy_note": why}`` where it cannot be had,
+    never 0 J for a missing reading.  ``unavailable``: why this device's readings cannot give it whatever the
+    samples hold (a CPU without readable RAPL, a host-wide run's sum over several GPUs).  This is what
+    ``sixdim_suite_energy_joules_total`` adds up (:mod:`sixdim.http.board`)."""
+    span = case_span(wall, offset)
+    if span is None:
+        return {"case_energy_note": "the worker reported no span for the case"}
+    if span[1] <= span[0]:
+        return {"case_energy_note": "the case's span is empty: it did not run on the device"}
+    if unavailable is not None:
+        return {"case_energy_note": unavailable}
+    joules, note = counter_energy(sampled.samples, *span, span=CASE_SPAN)
+    return {"case_energy_joules": joules} if joules is not None else {"case_energy_note": note}
+
+
 def unreported_figures(status: str, figures: dict[str, float]) -> dict[str, Any]:
     """Details that keep a failed, timed-out or skipped run's figures out of its figures.
 
@@ -257,7 +300,7 @@ class GuardSettings:
     max_utilization: float = 0.05
 
 
-def _worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[WorkloadSpec, Case]]]:
+def worker_groups(planned: list[tuple[WorkloadSpec, Case]]) -> list[list[tuple[WorkloadSpec, Case]]]:
     """Consecutive cases whose workloads need the same kind of worker (GPU visibility, torch)."""
     def needs(spec: WorkloadSpec) -> tuple:
         return spec.scope, spec.uses_torch, spec.runs_in_ranks
@@ -501,7 +544,7 @@ class Executor:
         records: list[RunRecord] = []
         at = 0
         try:
-            for group in _worker_groups(planned):
+            for group in worker_groups(planned):
                 done, left = self._run_group(group, at, planned, device, suite, timeout, use_guard, on_progress, run)
                 records += done
                 if left is not None:
@@ -699,7 +742,52 @@ class Executor:
             reason=scrub(result.reason, secrets), started_at=started_at, ended_at=ended_at, figures=figures,
             environment=scrub(environment, secrets), conditions=conditions,
             details=scrub({**notes, **result.details, "telemetry": telemetry,
-                           **({"case_wall": list(result.wall)} if result.wall else {})}, secrets), uid=uid)
+                           **({"case_wall": list(result.wall)} if result.wall else {}),
+                           **self._case_energy(spec, device, sampled, result.wall)}, secrets), uid=uid)
+
+    def _case_energy(self, spec: WorkloadSpec, device: Device, sampled: Sampled,
+                     wall: tuple[float, float] | None) -> dict[str, Any]:
+        """The device energy over a case's span, or why there is none (:func:`case_energy`).  A span that ends
+        after the sampler's last reading (a case its worker did not report, a crash or a timeout: its end is
+        when the executor saw the worker gone, after the sampler stopped) is closed by one more reading of
+        the same counter, taken now."""
+        unavailable = self._no_case_energy(spec, device)
+        offset = time.time() - time.monotonic()
+        span = case_span(wall, offset)
+        samples = sampled.samples
+        if unavailable is None and span is not None and samples and samples[-1].time < span[1] <= time.monotonic():
+            closing = self._energy_reading(device)
+            if closing is not None:
+                samples = [*samples, closing]
+        return case_energy(Sampled(samples), wall, unavailable, offset)
+
+    def _energy_reading(self, device: Device) -> TelemetrySample | None:
+        """The device's energy counter now, as the sampler reads it (NVML's on a GPU, the RAPL reader's total on
+        a CPU: the same reader, so the same origin); None where it gives none."""
+        try:
+            if device.type == "cuda" and device.index is not None:
+                reading = self.nvml.sample(device.index)
+                return TelemetrySample(reading.time, energy_joules=reading.energy_joules)
+            if self.rapl is not None and self.rapl.available:
+                now = time.monotonic()
+                return TelemetrySample(now, energy_joules=self.rapl.total_joules())
+        except Exception as exc:  # a failed read is a missing reading, never a failed record
+            log.debug("could not read the energy counter of %s: %s", device.name, exc)
+        return None
+
+    def _no_case_energy(self, spec: WorkloadSpec, device: Device) -> str | None:
+        """Why no telemetry of this device gives the energy of one of its cases, whatever was sampled; None
+        where the samples may (:func:`case_energy`)."""
+        if device.type == "cuda":
+            gpus = len(self._gpus(spec, device))
+            if gpus > 1:  # sixdim.run.hostprobe: one reading, summed over the GPUs
+                return (f"the case ran on the host's {gpus} GPUs, whose telemetry is read as their sum: no energy "
+                        f"of this GPU alone")
+            return None
+        if self.rapl is None or not self.rapl.available:
+            why = self.rapl.reason if self.rapl is not None else "no RAPL reader"
+            return f"the CPU has no energy counter the agent can read (RAPL: {why})"
+        return None
 
     def _gpus(self, spec: WorkloadSpec, device: Device) -> list[Device]:
         """The GPUs a worker for ``spec`` on ``device`` uses: every GPU of the host (NVML order)
@@ -780,7 +868,9 @@ class Executor:
 
         def reported(index: int, result: CaseResult, worker_environment: dict[str, Any]) -> None:
             # the telemetry so far, once a sample brackets the case's window and power phase
-            ends = [span[1] for span in (result.window, power_span(result.details)) if span is not None]
+            # (the case's whole span too: its energy, sixdim_suite_energy_joules_total)
+            ends = [span[1] for span in (result.window, power_span(result.details), case_span(result.wall))
+                    if span is not None]
             samples = sampler.samples_after(max(ends)) if ends else sampler.samples_after(float("-inf"))
             try:
                 share.reported(index, result, worker_environment,

@@ -28,7 +28,9 @@ side only are not stretched over the window.  Otherwise the figure is absent and
 process had ended before the window could be read.  An energy counter that did not advance is
 not 0 W, and a process that has exited is not a process with 0 bytes resident.
 
-Which of these become a result's figures is the executor's choice (:mod:`sixdim.run.executor`).
+Which of these become a result's figures is the executor's choice (:mod:`sixdim.run.executor`).  The energy
+over another span, a case's whole span from set-up to check (what the suites cost each device), comes from
+the same counter by the same rule (:func:`counter_energy`).
 """
 
 from __future__ import annotations
@@ -193,13 +195,15 @@ class Sampler:
             self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _loop(self) -> None:
-        next_time = time.monotonic()
-        while not self._stop.is_set():
+        next_time = time.monotonic() + self._period  # start() took the first read
+        while not self._stop.wait(max(0.0, next_time - time.monotonic())):
             self._take()
             next_time += self._period
-            self._stop.wait(max(0.0, next_time - time.monotonic()))
 
     def start(self) -> Sampler:
+        """Take the first read now, before the caller goes on, then one every period on a thread: whatever the
+        caller starts next (a worker, its first case) begins after a reading, so the counter brackets it."""
+        self._take()
         self._thread.start()
         return self
 
@@ -277,21 +281,38 @@ def _missing_reason(points: Points, taken: int, start: float, end: float, what: 
             f"before the first sample)")
 
 
+def counter_energy(samples: list[TelemetrySample], start: float, end: float,
+                   span: str = "measured window") -> tuple[float | None, str | None]:
+    """The device's energy over [start, end] (monotonic) from its energy counter (NVML's total energy on a
+    GPU, RAPL's packages on a CPU), interpolated between the readings either side of each end: (joules,
+    None), or (None, why not).
+
+    The counter must be read at or before the start and at or after the end: a span the samples do not
+    bracket would be extrapolated, a figure nobody read.  A counter that did not advance (or went back: a
+    driver reload, a reset) is no reading of 0 J.  One definition for a run's measured window and for the
+    whole span of a case (the device energy the suite's cases spent, :mod:`sixdim.run.executor`)."""
+    duration = end - start
+    energy = _series(samples, "energy_joules")
+    note = _missing_reason(energy, len(samples), start, end, "energy counter", span)
+    if note is None and not (energy[0][0] <= start and energy[-1][0] >= end):
+        note = f"the energy counter was not read both before and after the {span}"
+    if note is not None:
+        return None, note
+    joules = value_at(energy, end) - value_at(energy, start)
+    if joules > 0:
+        return joules, None
+    return None, (f"the energy counter did not advance over the {duration:.3g} s {span}" if joules == 0
+                  else f"the energy counter went back by {-joules:.3g} J over the {span} (reset?)")
+
+
 def _power(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
     """Energy and power from the counter, else from power samples; notes where either is missing.
 
     A counter that did not advance (or went backwards: a driver reload) is no reading of 0 J."""
     duration = end - start
-    energy = _series(samples, "energy_joules")
-    energy_note = _missing_reason(energy, len(samples), start, end, "energy counter")
-    if energy_note is None and not (energy[0][0] <= start and energy[-1][0] >= end):
-        energy_note = "the energy counter was not read both before and after the measured window"
-    if energy_note is None:
-        joules = value_at(energy, end) - value_at(energy, start)
-        if joules > 0:
-            return {"energy_joules": joules, "power_watts": joules / duration, "power_source": "energy_counter"}
-        energy_note = (f"the energy counter did not advance over the {duration:.3g} s measured window" if joules == 0
-                       else f"the energy counter went back by {-joules:.3g} J over the measured window (reset?)")
+    joules, energy_note = counter_energy(samples, start, end)
+    if joules is not None:
+        return {"energy_joules": joules, "power_watts": joules / duration, "power_source": "energy_counter"}
     power = _series(samples, "power_watts")
     power_note = _missing_reason(power, len(samples), start, end, "power")
     if power_note is None:

@@ -690,17 +690,19 @@ class History:
         # series whose every run of that status was pruned: their count stays, labelled from what was kept
         return [(_label_source(_pruned_record(row)), row["runs"]) for row in pruned.values()] + counted
 
-    def latest_environment(self, device: str, uuid: str, suite: str | None = None) -> dict[str, Any] | None:
-        """The environment (versions and settings) of the newest run on a device (by its name and UUID) that
-        ran its case (``ok`` or ``incorrect``: a worker reported it), of one suite or of any; None where there
-        is none.  Read backwards by row id, so the newest runs are found at once."""
-        where, args = "device = ? AND uuid = ? AND status IN ('ok', 'incorrect')", [device, uuid]
+    def latest_environment(self, device: str, uuid: str, suite: str | None = None,
+                           after_id: int = 0) -> tuple[int, dict[str, Any]] | None:
+        """The row id and environment (versions and settings) of the newest run on a device (by its name and
+        UUID) that ran its case (``ok`` or ``incorrect``: a worker reported it), of one suite or of any, among
+        the runs after ``after_id``; None where there is none.  Read backwards by row id down to ``after_id``,
+        so a caller that remembers what it found reads only the runs recorded since."""
+        where, args = "id > ? AND device = ? AND uuid = ? AND status IN ('ok', 'incorrect')", [after_id, device, uuid]
         if suite is not None:
             where, args = where + " AND suite = ?", [*args, suite]
         with self._lock:
-            row = self._db.execute(f"SELECT environment FROM runs WHERE {where} ORDER BY id DESC LIMIT 1",
+            row = self._db.execute(f"SELECT id, environment FROM runs WHERE {where} ORDER BY id DESC LIMIT 1",
                                    args).fetchone()
-        return None if row is None else json.loads(row["environment"])
+        return None if row is None else (int(row["id"]), json.loads(row["environment"]))
 
     def last_id(self) -> int:
         with self._lock:

@@ -15,12 +15,13 @@ import json
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sixdim.core.catalog import RUN_STATUSES
 from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET
 from sixdim.store.history import HistoryError, conditions_by_id
 
@@ -166,6 +167,36 @@ def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...
                           (json.dumps(ids[start:start + batch]),)).fetchall()
         if rows:
             yield rows
+
+
+def case_times(db: sqlite3.Connection, suite: str, device: tuple[str, str, str, str],
+               cases: Iterable[tuple[str, str, str, str, str]], runs: int = 5) -> dict[tuple[str, str, str, str, str],
+                                                                                    list[float]]:
+    """The device time of each case's last ``runs`` runs in ``suite`` on ``device`` (hostname, device type, GPU
+    index, UUID), newest first, by case (workload, precision, shape, mode, pass: with ``device``, its series
+    key); a case with none is left out.  ``serve --check-config`` reads it to say what a suite run costs.
+
+    A run's device time is its ``details.case_wall`` span, the one :func:`sixdim.http.board.case_seconds`
+    computes; a run without one (an older sixdim's) is left out rather than given its worker's span, and
+    so is a ``skipped`` one (it never ran).  Each case is a few short indexed reads, one per status: the
+    series index ends with the status, so within one status the rows come in id order and the newest
+    are read first, without sorting the series' whole history (SQLite's plan: a search of the series
+    index, no sort; a frequent-tier series, 4 runs an hour, gathers 35,000 runs a year); only those
+    rows' ``details`` are read, by SQLite, for the span."""
+    span = "json_extract(details, '$.case_wall[1]') - json_extract(details, '$.case_wall[0]')"
+    sql = (f"SELECT id, {span} FROM runs WHERE {' AND '.join(f'{name} = ?' for name in SERIES_COLUMNS)} "
+           f"AND status = ? AND suite = ? AND json_valid(details) "
+           f"AND json_type(details, '$.case_wall[0]') IN ('integer', 'real') "
+           f"AND json_type(details, '$.case_wall[1]') IN ('integer', 'real') ORDER BY id DESC LIMIT ?")
+    times: dict[tuple[str, str, str, str, str], list[float]] = {}
+    for case in cases:
+        found: list[tuple[int, float]] = []
+        for status in RUN_STATUSES:
+            if status != "skipped":
+                found += db.execute(sql, (*device, *case, status, suite, runs)).fetchall()
+        if found:
+            times[case] = [max(0.0, float(seconds)) for _, seconds in sorted(found, reverse=True)[:runs]]
+    return times
 
 
 conditions = conditions_by_id

@@ -18,6 +18,7 @@ from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.run.scheduler import SuiteScheduler
 from sixdim.store.history import History
+from sixdim.verdicts.detector import SeriesTracker
 from sixdim.verdicts.live import Verdicts
 from sixdim.workloads import registry
 from tests.fakenvml import FakeGpu, FakeNvml
@@ -37,22 +38,39 @@ def test_one_confirmation_pending_per_series_and_at_most_the_hours_budget():
     assert budget.pending() == 2
 
 
-def test_only_a_suspicious_series_that_has_not_regressed_asks_for_one():
+def test_a_suspicious_series_or_one_slow_run_asks_for_one_unless_it_regressed():
     assert wants_confirmation({"seconds": "suspicious", "flops": "ok"})
-    assert not wants_confirmation({"seconds": "suspicious", "flops": "regression"})  # confirmed already
+    assert wants_confirmation({"seconds": "ok"}, slow=True)  # the first slow run of a step
+    assert not wants_confirmation({"seconds": "suspicious", "flops": "regression"}, slow=True)  # confirmed already
     assert not wants_confirmation({"seconds": "ok"}) and not wants_confirmation({})
+
+
+def test_a_slow_run_is_one_worse_than_the_baseline_by_the_minimum_effect_while_ok():
+    tracker = SeriesTracker("seconds")  # larger is worse; minimum effect 1.8%
+    for i in range(40):
+        tracker.update(1.0 + 0.002 * (i % 3 - 1))
+    assert tracker.last.state == "ok" and tracker.last.baseline == 1.0
+    assert tracker.slow_run(1.019) and not tracker.slow_run(1.017) and not tracker.slow_run(0.9)
+    assert not tracker.slow_run(None) and not tracker.slow_run(float("nan"))
+    faster = SeriesTracker("flops")  # smaller is worse
+    for _ in range(40):
+        faster.update(100.0)
+    assert faster.slow_run(98.0) and not faster.slow_run(102.0)
+    assert not SeriesTracker("seconds").slow_run(5.0)  # no baseline yet
     assert CONFIRM_DELAY_SECONDS <= 300  # "within a few minutes"
 
 
 @pytest.mark.slow
 def test_a_suspicious_series_is_confirmed_by_a_run_of_that_case_alone_and_it_counts(tmp_path, monkeypatch):
+    """The first confirmation meets a busy GPU (the guard skips it) and is asked for again; the second runs
+    the case alone, and its run confirms the step."""
     fake = FakeNvml([FakeGpu(uuid="GPU-aaaa")])
     nvml = NvmlCollector("node1", module=fake)
     history = History(tmp_path / "h.db")
     verdicts = Verdicts()
     board = Board(verdicts)
     executor = Executor(hostname="node1", history=history, nvml=nvml, rapl=None, on_recorded=board.catch_up,
-                        guard=GuardSettings(enabled=False, max_utilization=0.05))
+                        guard=GuardSettings(enabled=True, max_utilization=0.05))
     [gpu] = resolve(["cuda:0"], nvml)
     steady = {"step": spec("step", [{"seconds": 0.05}, {"seconds": 0.02}])}
     monkeypatch.setattr(registry, "get", lambda name: steady[name])
@@ -72,13 +90,19 @@ def test_a_suspicious_series_is_confirmed_by_a_run_of_that_case_alone_and_it_cou
             history.add(dataclasses.replace(first, uid=uuid.uuid4().hex, figures={**first.figures, "seconds": seconds}))
         slowed = history.last_id()
         steady["step"] = spec("step", [{"seconds": 0.0525}, {"seconds": 0.02}])  # the GPU is slower now
+        fake.gpus[0].utilization_gpu = 90  # someone else's job: the guard skips the first confirmation
         asked = time.monotonic()
         board.catch_up(history)  # the verdicts see the past: the series turns suspicious
         assert verdicts.states(key)["seconds"] == "suspicious"
-        deadline = asked + 60  # the delay (0.5 s here), a worker's start, the case
-        while not (confirmations := history.after(slowed)):
+        deadline = asked + 60  # the delay (0.5 s here) twice, workers' starts, the case
+        while not (skipped := history.after(slowed)):
             assert time.monotonic() < deadline, "no confirmation run"
-            time.sleep(0.1)
+            time.sleep(0.05)
+        assert [(r.status, r.key()) for r in skipped] == [("skipped", key)] and "busy" in skipped[0].reason
+        fake.gpus[0].utilization_gpu = 0
+        while not (confirmations := [r for r in history.after(slowed) if r.status != "skipped"]):
+            assert time.monotonic() < deadline, "the skipped confirmation was not asked for again"
+            time.sleep(0.05)
         [confirmation] = confirmations  # that case alone, not the suite's other case
         assert (confirmation.suite, confirmation.key(), confirmation.figures["seconds"]) == ("frequent", key, 0.0525)
         while verdicts.states(key)["seconds"] == "suspicious":  # the board feeds it to the verdicts

@@ -220,17 +220,22 @@ class SuiteScheduler:
                                     misfire_grace_time=None, run_date=datetime.now(timezone.utc))
         return True
 
-    def judged(self, record: RunRecord, states: dict[str, str]) -> bool:
-        """A run was recorded and judged (``states``: its series' watched figures -> verdict state): where
-        its suite confirms and the series needs it, run that case again after the budget's delay.  Returns
-        whether a confirmation was planned."""
-        if not wants_confirmation(states):
+    def judged(self, record: RunRecord, states: dict[str, str], slow: bool = False) -> bool:
+        """A run was recorded and judged (``states``: its series' watched figures -> verdict state; ``slow``:
+        it was one slow run): where its suite confirms and the series needs it, run that case again after the
+        budget's delay.  Returns whether a confirmation was planned."""
+        if not wants_confirmation(states, slow):
             return False
         found = [(suite, device) for suite, devices in self._plan for device in devices
                  if suite.name == record.suite and device.name == record.device]
         if not found:
             return False
         suite, device = found[0]
+        why = ", ".join(f"{figure} {state}" for figure, state in sorted(states.items()) if state != "ok") \
+            or "one slow run"
+        return self._plan_confirmation(suite, device, record, why)
+
+    def _plan_confirmation(self, suite: Suite, device: Device, record: RunRecord, why: str) -> bool:
         with self._extra_lock:
             budget = self._budgets.get((suite.name, device.name))
             series = record.key()
@@ -238,9 +243,8 @@ class SuiteScheduler:
             if budget is None or at is None:
                 return False
             job_id = f"{suite.name}@{device.name}:confirm:{abs(hash(series))}"
-            log.info("suite %s on %s: %s %s is suspicious (%s); confirming it alone in %.0f s", suite.name,
-                     device.name, record.workload, record.shape,
-                     ", ".join(f"{figure} {state}" for figure, state in sorted(states.items())), at - time.time())
+            log.info("suite %s on %s: %s %s (%s): confirming it alone in %.0f s", suite.name, device.name,
+                     record.workload, record.shape, why, at - time.time())
             self._scheduler.add_job(self._confirm, "date", args=(suite, device, record, budget), id=job_id,
                                     executor=self._alias, name=f"confirmation of {record.workload} {record.shape} "
                                     f"in suite {suite.name} on {device.name}", max_instances=1,
@@ -249,16 +253,21 @@ class SuiteScheduler:
         return True
 
     def _confirm(self, suite: Suite, device: Device, record: RunRecord, budget: ConfirmationBudget) -> None:
-        """Run the one case of ``suite`` that ``record`` is a run of, on ``device``."""
+        """Run the one case of ``suite`` that ``record`` is a run of, on ``device``; one the idle guard
+        skipped (or that could not start) is asked for again, within the budget."""
         def same(spec: WorkloadSpec, case: Case) -> bool:
             return (spec.name, case.precision, case.shape, case.mode, case.kernel_pass) == (
                 record.workload, record.precision, record.shape, record.mode, record.kernel_pass)
 
+        records: list[RunRecord] = []
         try:
-            self.run_suite(suite, device, only=same, what="confirmation")
+            records = self.run_suite(suite, device, only=same, what="confirmation")
         finally:
             with self._extra_lock:
                 budget.done(record.key())
+        if not any(r.status in ("ok", "incorrect") for r in records) and not self._executor.stop.is_set():
+            reason = records[0].reason if records else "it did not run"
+            self._plan_confirmation(suite, device, record, f"its confirmation was not measured: {reason}")
 
     @property
     def running(self) -> bool:
@@ -273,28 +282,30 @@ class SuiteScheduler:
             pool.shutdown(wait=True)
 
     def run_suite(self, suite: Suite, device: Device, *, only: Callable[[WorkloadSpec, Case], bool] | None = None,
-                  what: str = "") -> None:
+                  what: str = "") -> list[RunRecord]:
         """One scheduled run: wait for the device (another suite may have it), unless stopping.  ``only``:
         run just the cases it accepts (a confirmation, named ``what`` in the log).
 
         Never raises, and never leaves anything held: a run that cannot start (its device's lock file cannot
-        be written) or fails unexpectedly is logged and noted in :attr:`health` until the job runs again."""
+        be written) or fails unexpectedly is logged and noted in :attr:`health` until the job runs again.
+        Returns the records of the cases that ended (none where it could not run)."""
         job = f"{suite.name}@{device.name}"
         try:
-            self._run_suite(suite, device, job, only, what)
+            return self._run_suite(suite, device, job, only, what)
         except Exception as exc:  # a bug or a full state folder in one run must not end the schedule
             reason = _failure(exc)
             log.error("suite %s on %s could not run: %s; the agent cannot run its suites until this is fixed "
                       "(it tries again at the next scheduled run)", suite.name, device.name, reason,
                       exc_info=not isinstance(exc, OSError))
             self.health.failed(job, f"suite {suite.name} on {device.name} could not run: {reason}")
+            return []
 
     def _run_suite(self, suite: Suite, device: Device, job: str,
-                   only: Callable[[WorkloadSpec, Case], bool] | None = None, what: str = "") -> None:
+                   only: Callable[[WorkloadSpec, Case], bool] | None = None, what: str = "") -> list[RunRecord]:
         stop = self._executor.stop
         with self._executor.locks.hold([device], stop, what=f"suite {suite.name} on {device.name}") as held:
             if not held or stop.is_set():
-                return
+                return []
             timeout, why = case_timeout(suite.timeout_seconds, device.type, suite.timeout_given)
             log.info("suite %s on %s: started (%s, timeout %g s per case%s)", suite.name, device.name,
                      what or plural(len(suite.workloads), "workload"), timeout,
@@ -315,6 +326,7 @@ class SuiteScheduler:
                 log.info("suite %s on %s: ended in %.1f s: %s%s", suite.name, device.name,
                          time.monotonic() - started, status_counts_text(counts), last)
         self.health.ran(job)
+        return records
 
 
 def _failure(exc: BaseException) -> str:

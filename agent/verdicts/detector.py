@@ -520,6 +520,15 @@ class SeriesTracker:
         self._trim()
         return self.last
 
+    def slow_run(self, value: float | None) -> bool:
+        """Whether ``value``, the run just fed, is worse than the baseline by the minimum effect while the
+        verdict is still ok: one slow run, the first sign of a step, before any rule can fire (a confirmation
+        run is asked on it: sixdim.run.confirm)."""
+        baseline = self.last.baseline
+        if self.last.state != OK or not baseline or value is None or not math.isfinite(value):
+            return False
+        return (value / baseline - 1.0) * self.direction >= self.min_effect
+
     def recent(self, runs: int) -> tuple[Sequence[float], Sequence[float]]:
         """Times and values of the segment's last ``runs`` accepted runs (at most ``tail_runs``).  Unlike
         ``values`` they are not cut when an episode's baseline re-forms, so a drift that started an episode

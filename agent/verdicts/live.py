@@ -293,9 +293,10 @@ class Verdicts:
         """Set once the verdicts cover the history (at once when nothing is restored)."""
         self.restored.set()
         self.restore_seconds = 0.0
-        self.on_judged: Callable[[RunRecord, dict[str, str]], object] | None = None
-        """Called with each run added live (not those restored) and its series' watched figures' states
-        after it: the daemon's confirmation runs (sixdim.run.scheduler.SuiteScheduler.judged)."""
+        self.on_judged: Callable[[RunRecord, dict[str, str], bool], object] | None = None
+        """Called with each run added live (not those restored), its series' watched figures' states after
+        it, and whether it was a slow run (``SeriesTracker.slow_run`` of some figure): the daemon's
+        confirmation runs (sixdim.run.scheduler.SuiteScheduler.judged)."""
         self._read: ConditionsReader | None = None
         """Reads conditions back from the history by row id, once :meth:`restore` was given a history that
         can (the daemon's); until then, and for a history that cannot, conditions are kept in memory."""
@@ -307,10 +308,13 @@ class Verdicts:
                 self._backlog.append(record)
                 return
             self._add_locked(record)
-            states = _states(self._series.get(record.key()))
+            watch = self._series.get(record.key())
+            states = _states(watch)
+            slow = watch is not None and any(tracker.slow_run(record.figures.get(figure))
+                                             for figure, tracker in watch.trackers.items())
         if self.on_judged is not None and states:
             try:
-                self.on_judged(record, states)
+                self.on_judged(record, states, slow)
             except Exception:  # whoever listens must not lose the board a run
                 log.exception("verdicts: the listener of %s %s failed", record.workload, record.shape)
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.config import Suite, preset_entries  # noqa: E402
+from sixdim.config import Suite, load, preset_entries  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
 from sixdim.http.board import Board  # noqa: E402
 from sixdim.http.exporter import SixdimCollector  # noqa: E402
@@ -56,11 +56,11 @@ GPU_FIGURES: dict[str, tuple[str, ...]] = {
 """What a GPU result of each workload carries (a result also gets its last-run timestamp)."""
 
 FULL = Suite(name="nightly", workloads=preset_entries("full") + preset_entries("training"), cron="0 3 * * *")
+DEFAULT = list(load(None, env={}).suites)
+"""The embedded default: its three tiers (frequent, power, quick), every one exported per shape."""
 CONFIGS = {
-    "default (embedded quick suite, export = shapes)": [Suite(name="quick", workloads=preset_entries("quick"),
-                                                               interval_seconds=900, export="shapes")],
-    "default + nightly full and training suites (export = summary)": [
-        Suite(name="quick", workloads=preset_entries("quick"), interval_seconds=900, export="shapes"), FULL],
+    "default (embedded tiers: frequent, power, quick; export = shapes)": DEFAULT,
+    "default + nightly full and training suites (export = summary)": [*DEFAULT, FULL],
     "nightly full and training suites with export = shapes (not recommended)": [
         Suite(name="nightly", workloads=FULL.workloads, cron="0 3 * * *", export="shapes")],
 }

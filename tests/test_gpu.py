@@ -657,3 +657,45 @@ def test_gpu_conditions_are_read_in_plausible_ranges_or_say_why_not(nvml):
                 assert values[now] <= values[most], (where, now, values[now], most, values[most])
         if "nvlink_active_links" in values:
             assert 0 <= values["nvlink_active_links"] <= 18, (where, values["nvlink_active_links"])
+
+
+# ---------------------------------------------------------------------------- the cost of watching (issue 41)
+
+def test_the_first_case_of_a_worker_no_longer_carries_the_libraries_start(nvml, tmp_path):
+    """The worker starts CUDA, cuBLAS and cuDNN before its first case (agent/run/worker.py
+    ``prepare_device``): the same GEMM first and second in one worker take about as long (on the H100,
+    before this, the first took 5.2 s more), and the first says how long the preparation took."""
+    [device] = resolve(["cuda:0"], nvml)
+    params = _fast("gemm", {"m": 1760, "n": 128, "k": 1760, "precisions": ["bf16"]})
+    executor = _executor(nvml, tmp_path)
+    records = executor.execute_many([(registry.get("gemm"), params), (registry.get("gemm"), params)], device,
+                                    suite="cost", timeout=300)
+    _dump("first_case", records)
+    assert not _problems(records)
+    first, second = (r.details["case_wall"][1] - r.details["case_wall"][0] for r in records)
+    assert records[0].details.get("device_setup_seconds", 0) > 0 and "device_setup_seconds" not in records[1].details
+    assert first < 1.5 * second + 0.5, (first, second, records[0].details["device_setup_seconds"])
+
+
+def test_the_frequent_tier_costs_what_check_config_estimates(nvml, tmp_path):
+    """The frequent tier's device time on this GPU against serve --check-config's estimate for it (the H100
+    model): within a factor of two either way (the model is the H100's; other GPUs differ), and printed
+    for docs/BENCHMARKS.md."""
+    from sixdim.config import load
+    from sixdim.daemon import cost
+
+    [device] = resolve(["cuda:0"], nvml)
+    frequent = next(s for s in load(None, env={}).suites if s.name == "frequent")
+    executor = _executor(nvml, tmp_path, guard=True)
+    started = time.monotonic()
+    records = executor.execute_many([(registry.get(e.name), e.params) for e in frequent.workloads], device,
+                                    suite="frequent", timeout=300)
+    wall = time.monotonic() - started
+    _dump("frequent", records, wall_seconds=wall)
+    assert not _problems(records)
+    spent = sum(r.details["case_wall"][1] - r.details["case_wall"][0] for r in records)
+    estimate = cost.run_cost(cost.planned_cases(frequent, "cuda"), cost.H100, power_counter=True).seconds
+    print(f"frequent tier on {device.model_name}: {spent:.2f} s of device time ({wall:.2f} s wall), "
+          f"estimate {estimate:.2f} s; per case: " + ", ".join(
+              f"{r.workload} {r.details['case_wall'][1] - r.details['case_wall'][0]:.2f} s" for r in records))
+    assert 0.5 * estimate < spent < 2 * estimate

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sixdim.workloads import flags
+from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.correctness import check, corrupt_
+from sixdim.workloads.operands import normal
 from sixdim.workloads.report import kernel_output, measure_kernel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -42,18 +43,17 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     stride, padding = (params["stride_h"], params["stride_w"]), (params["pad_h"], params["pad_w"])
     memory_format = torch.channels_last if params["layout"] == "channels_last" else torch.contiguous_format
 
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(n, c, h, w, generator=generator).to(device=device, dtype=dtype, memory_format=memory_format)
-    weight = torch.randn(k, c, r, s, generator=generator).div_((c * r * s) ** 0.5)
-    weight = weight.to(device=device, dtype=dtype, memory_format=memory_format)
+    # Drawn on the device by its own seeded generator, in the case's precision: no host draw, no copy.
+    generator = operands.generator(device)
+    x = normal((n, c, h, w), generator, dtype).contiguous(memory_format=memory_format)
+    weight = normal((k, c, r, s), generator, dtype).div_((c * r * s) ** 0.5).contiguous(memory_format=memory_format)
     p, q = output_size(h, w, r, s, stride, padding)
     # Only what the pass reads stays allocated: a case's memory is what its kernel needs.  (Keeping a
     # forward output for its shape and the output gradient for every pass made the forward case hold two
     # output-sized tensors it never used: 2 x 26.3 MiB over the hand-measured 29.8 MiB on an H200.)
     grad_y = None
     if kernel_pass != "forward":
-        grad_y = torch.randn(n, k, p, q, generator=generator).to(device=device, dtype=dtype,
-                                                                  memory_format=memory_format)
+        grad_y = normal((n, k, p, q), generator, dtype).contiguous(memory_format=memory_format)
     mask = {"forward": None, "backward_data": [True, False, False],
             "backward_weight": [False, True, False]}[kernel_pass]
 

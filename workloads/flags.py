@@ -27,6 +27,7 @@ Imports torch: the worker process only.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -58,6 +59,22 @@ def remember_defaults() -> None:
     _DEFAULTS = current()
 
 
+def _set_deterministic(mode: bool) -> None:
+    """Deterministic mode on or off, touching torch only where it is not already so.
+
+    ``torch.use_deterministic_algorithms`` imports ``torch._inductor`` (to set its config's flag too):
+    about 1 s of the first case of every worker on a 2-vCPU host, and afterwards each of the worker's
+    per-case ``gc.collect`` calls took about twice as long (the import's objects; docs/BENCHMARKS.md,
+    "The cost of watching"), while no built-in workload but convergence's deterministic option ever
+    turns the mode on.  So it is called
+    only when the mode (torch's, and inductor's config where that is already loaded) differs."""
+    inductor = sys.modules.get("torch._inductor.config")
+    if (torch.are_deterministic_algorithms_enabled() == mode
+            and (inductor is None or getattr(inductor, "deterministic", mode) == mode)):
+        return
+    torch.use_deterministic_algorithms(mode)
+
+
 def _set(flags: dict[str, Any]) -> None:
     matmul = torch.backends.cuda.matmul
     if "matmul_allow_tf32" in flags:
@@ -67,7 +84,7 @@ def _set(flags: dict[str, Any]) -> None:
     if "cudnn_benchmark" in flags:
         torch.backends.cudnn.benchmark = flags["cudnn_benchmark"]
     if "deterministic" in flags:
-        torch.use_deterministic_algorithms(flags["deterministic"])
+        _set_deterministic(flags["deterministic"])
     if "fp16_reduced_precision_reduction" in flags:
         matmul.allow_fp16_reduced_precision_reduction = flags["fp16_reduced_precision_reduction"]
     if "bf16_reduced_precision_reduction" in flags:

@@ -62,9 +62,10 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import flags
+from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.correctness import TOLERANCES, check, corrupt_
+from sixdim.workloads.operands import normal
 from sixdim.workloads.report import kernel_output, measure_kernel
 from sixdim.workloads.timing import latency_percentiles
 
@@ -297,17 +298,17 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     dtype = DTYPES[precision]
     hidden, batch, steps = params["hidden"], params["batch"], params["steps"]
     gates = GATES[cell]
-    generator = torch.Generator().manual_seed(0)
+    generator = operands.generator(device)  # drawn on the device, in the case's precision: no host draw, no copy
     # Contractive weights keep the state bounded over 1500 steps, in any precision.
-    xw = (0.1 * torch.randn(steps, batch, gates * hidden, generator=generator)).to(device=device, dtype=dtype)
-    u = (0.5 / hidden ** 0.5 * torch.randn(gates * hidden, hidden, generator=generator)).to(device=device, dtype=dtype)
+    xw = normal((steps, batch, gates * hidden), generator, dtype).mul_(0.1)
+    u = normal((gates * hidden, hidden), generator, dtype).mul_(0.5 / hidden ** 0.5)
     layer = Recurrence(cell, xw, u, training=kernel_pass != "forward")
     grad_states = None
     kernel: Callable[[], torch.Tensor]
     if kernel_pass == "forward":
         kernel = layer.forward
     else:
-        grad_states = torch.randn(steps, batch, hidden, generator=generator).to(device=device, dtype=dtype)
+        grad_states = normal((steps, batch, hidden), generator, dtype)
         layer.forward()  # the activations the backward reads, saved once outside the timed region
 
         def kernel() -> torch.Tensor:

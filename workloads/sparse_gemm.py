@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import flags
+from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.correctness import check, corrupt_
+from sixdim.workloads.operands import normal
 from sixdim.workloads.report import kernel_output, measure_kernel
 from sixdim.workloads.stats import deepspark_mean
 from sixdim.workloads.timing import cache_regime, time_rounds
@@ -38,11 +39,10 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         torch.cuda.set_device(device)
     flags.apply("fp32")
     m, n, k, sparsity = params["m"], params["n"], params["k"], params["sparsity"]
-    generator = torch.Generator().manual_seed(0)
-    dense_w = torch.randn(m, k, generator=generator)
-    dense_w[torch.rand(m, k, generator=generator) < sparsity] = 0.0
-    x = torch.randn(k, n, generator=generator).to(device)
-    dense_w = dense_w.to(device)
+    generator = operands.generator(device)  # drawn on the device: no host draw, no copy
+    dense_w = normal((m, k), generator)
+    dense_w[torch.rand(m, k, generator=generator, device=device) < sparsity] = 0.0
+    x = normal((k, n), generator)
     csr = dense_w.to_sparse_csr()
     sparse_w = torch.sparse_csr_tensor(csr.crow_indices().to(torch.int32), csr.col_indices().to(torch.int32),
                                        csr.values(), size=(m, k), check_invariants=False)
@@ -64,9 +64,11 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     sparse = measured.timing
     y = sparse_kernel()
     y = y.to_dense() if y.layout != torch.strided else y
-    rows = sorted({0, *torch.randint(0, m, (SAMPLE_ROWS - 1,), generator=generator).tolist()})
+    indices = torch.Generator().manual_seed(0)
+    rows = sorted({0, *torch.randint(0, m, (SAMPLE_ROWS - 1,), generator=indices).tolist()})
     produced = y[rows].clone()
-    reference = dense_w[rows].cpu().double() @ x.cpu().double()
+    # in float64 on the device: the sampled rows need all of X, which is not copied to the host for it
+    reference = dense_w[rows].double() @ x.double()
     if params.get("corrupt"):
         corrupt_(produced)
     sparse_seconds, dense_seconds = deepspark_mean(sparse.round_seconds), deepspark_mean(dense.round_seconds)

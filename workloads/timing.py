@@ -1,10 +1,11 @@
 """Timing kernels the way the best tools do (triton's do_bench, torch.utils.benchmark).
 
-- Warm-up first, for at least ``warmup_seconds`` and 3 calls, so clocks, caches,
-  allocator and autotuners are settled before anything is timed.
-- Each round repeats the kernel enough times to last ``min_round_seconds``
-  (calibrated by growing a block until it does, like blocked_autorange), so
-  timer overhead is negligible against the work.
+- Warm-up first, so clocks, caches, allocator and autotuners are settled before anything
+  is timed: in timed blocks of calls until two consecutive blocks agree (at least 3 calls,
+  at most ``warmup_seconds``; :func:`warm_up`).
+- Each round repeats the kernel enough times to last ``min_round_seconds``: sized from the
+  settled warm-up's rate, or else calibrated by growing a block until it does, like
+  blocked_autorange, so timer overhead is negligible against the work.
 - On CUDA the round is timed on the device, with CUDA events, in one **cache regime**,
   stated in the result:
   * ``cold``: the L2 cache is flushed before every call (a 256 MB buffer zeroed, as
@@ -66,6 +67,16 @@ MIN_BUSY_SHARE = 0.9
 """A power phase whose GPU was busy (NVML's utilization: a kernel running) for less of its time than
 this reports no power: the figure would be the idle gaps' as much as the kernel's."""
 
+MIN_WARMUP_CALLS = 3
+"""A warm-up makes at least this many calls, settled or not."""
+WARMUP_BLOCK_SECONDS = 0.02
+"""Warm-up blocks this long (at least) are compared with each other: long enough that timer and
+launch jitter are a small part of them."""
+WARMUP_AGREEMENT = 0.03
+"""Two consecutive warm-up blocks whose seconds per call differ by no more than this share have settled."""
+CALIBRATION_MARGIN = 1.1
+"""A round is sized to last this much more than ``min_round_seconds`` by the rate measured."""
+
 _flush_buffer: torch.Tensor | None = None
 _capture_streams: dict[int, Any] = {}
 """One side stream per device for every graph capture of the worker: each new stream would get its own
@@ -104,30 +115,78 @@ def _timed_block(fn: Callable[[], object], device: torch.device, calls: int) -> 
 
 def calibrate(fn: Callable[[], object], device: torch.device, warmup_seconds: float,
               min_round_seconds: float) -> int:
-    """Warm up, then find how many calls make a round last ``min_round_seconds``.
+    """Warm up (:func:`warm_up`), then how many calls make a round last ``min_round_seconds``."""
+    return _calibrated(fn, device, warmup_seconds, min_round_seconds)[0]
 
-    As ``torch.utils.benchmark``'s blocked_autorange does, the block grows until it
-    really lasts the target (twice in a row), rather than trusting an estimate from a few
-    cold calls.
-    """
+
+def warm_up(fn: Callable[[], object], device: torch.device, warmup_seconds: float) -> tuple[float, bool]:
+    """Call ``fn`` in timed blocks until its rate has settled; returns (seconds per call of the last
+    block, whether it settled).
+
+    Settled means two consecutive blocks of at least :func:`_warmup_block_seconds` each agree within
+    :data:`WARMUP_AGREEMENT` per call: whatever a warm-up waits for (clocks ramping up, caches and the
+    allocator filling, an autotuner's first calls) shows as a drift between blocks, and once two
+    blocks agree there is nothing left to wait for.  A fixed warm-up spent the whole budget even on a
+    kernel that was steady after a few calls (0.5 s of each case on a GPU by default).  Bounds: at
+    least :data:`MIN_WARMUP_CALLS` calls (the first calls pay one-off costs whatever they measure),
+    at most about ``warmup_seconds`` (a kernel that never settles is warmed as long as before; with
+    no budget, the warm-up is those few calls and is not called settled).  The blocks grow from one
+    call towards the block length, at most tenfold at a time and never past what the budget has left
+    at the rate measured, so a slow first call does not make a long block and the budget is overrun
+    by about one call, as a fixed warm-up overran it.  On a shared 2-vCPU host consecutive blocks
+    seldom agreed within 3% and the warm-up mostly ran to its budget (docs/BENCHMARKS.md, "The cost
+    of watching"); the rule is for devices whose rate is steady once warm."""
+    target = _warmup_block_seconds(warmup_seconds)
     start = time.perf_counter()
-    calls = 0
-    while calls < 3 or time.perf_counter() - start < warmup_seconds:
-        fn()
-        _synchronize(device)
-        calls += 1
+    calls, block, previous = 0, 1, None
+    while True:
+        elapsed = _timed_block(fn, device, block)
+        calls += block
+        per_call = elapsed / block
+        full = target > 0 and elapsed >= target  # no budget (warmup_seconds = 0): nothing settles
+        settled = (full and previous is not None
+                   and abs(per_call - previous) <= WARMUP_AGREEMENT * previous)
+        if calls >= MIN_WARMUP_CALLS and (settled or time.perf_counter() - start >= warmup_seconds):
+            return per_call, settled
+        previous = per_call if full else None
+        wanted = math.ceil(target / per_call) if per_call > 0 else block * 10
+        left = warmup_seconds - (time.perf_counter() - start)  # a block never runs far past the budget
+        fits = math.ceil(left / per_call) if per_call > 0 and left > 0 else 1
+        block = max(1, min(block * 10, wanted, fits))
+
+
+def _warmup_block_seconds(warmup_seconds: float) -> float:
+    """The length of the blocks whose agreement ends a warm-up: :data:`WARMUP_BLOCK_SECONDS`, or a
+    quarter of a shorter warm-up budget (so two of them and the ramp still fit in it)."""
+    return min(WARMUP_BLOCK_SECONDS, warmup_seconds / 4)
+
+
+def _calibrated(fn: Callable[[], object], device: torch.device, warmup_seconds: float,
+                min_round_seconds: float) -> tuple[int, float]:
+    """(calls per round, seconds per call): warm up, then size the round.
+
+    After a settled warm-up the round is sized from its rate, with 10% to spare: the two agreeing
+    blocks already measured that rate twice, and timing a further block of the target length (or
+    two, as before) would only say it again.  After one that did not settle (its budget ran out
+    first), the block grows from that estimate until it really lasts the target, as
+    ``torch.utils.benchmark``'s blocked_autorange does, and is confirmed by a second timing: one
+    stall (a page fault, a noisy neighbour) must not end calibration with a block far shorter than
+    the target.
+    """
+    per_call, settled = warm_up(fn, device, warmup_seconds)
     if min_round_seconds <= 0:
-        return 1
-    block = 1
+        return 1, per_call
+    if settled and per_call > 0:
+        return max(1, math.ceil(CALIBRATION_MARGIN * min_round_seconds / per_call)), per_call
+    block = max(1, math.ceil(CALIBRATION_MARGIN * min_round_seconds / per_call)) if per_call > 0 else 1
     while True:
         elapsed = _timed_block(fn, device, block)
         if elapsed >= min_round_seconds:
-            # Confirm with a second timing: one stall (a page fault, a noisy neighbour) must not
-            # end calibration with a block far shorter than the target.
-            elapsed = _timed_block(fn, device, block)
-            if elapsed >= 0.9 * min_round_seconds:
-                return block
-        growth = min_round_seconds / elapsed * 1.1 if elapsed > 0 else 10.0
+            confirmed = _timed_block(fn, device, block)
+            if confirmed >= 0.9 * min_round_seconds:
+                return block, confirmed / block
+            elapsed = confirmed
+        growth = min_round_seconds / elapsed * CALIBRATION_MARGIN if elapsed > 0 else 10.0
         block = max(block + 1, min(block * 10, math.ceil(block * growth)))
 
 
@@ -216,7 +275,7 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
     graph whatever its length (on CUDA, in the warm regime).
     """
     ctx.progress("warming up")
-    calls = calibrate(fn, device, warmup_seconds, min_round_seconds)
+    calls, per_call = _calibrated(fn, device, warmup_seconds, min_round_seconds)
     settle_peak(device)
     chosen = cache_regime(device, working_set_bytes, regime)
     if device.type != "cuda":
@@ -228,8 +287,7 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
         timing = _rounds(lambda: _flushed(fn, device, cold), ctx, rounds, cold, "cuda_events_per_call_l2_flushed")
         timing.regime, timing.call = "cold", fn
         return _noted(timing, ctx)
-    per_call = _timed_block(fn, device, calls) / calls
-    if graph or per_call < GRAPH_BELOW_SECONDS:
+    if graph or per_call < GRAPH_BELOW_SECONDS:  # per_call: calibration's measure, not timed again
         captured = max(1, min(calls, GRAPH_CALLS, math.ceil(0.01 / per_call) if graph else GRAPH_CALLS))
         replays = math.ceil(calls / captured)
         replay = _graph_of(fn, captured)

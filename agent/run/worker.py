@@ -146,6 +146,30 @@ def size_torch_threads() -> tuple[int, str]:
     return threads, why
 
 
+def prepare_device(device: str) -> float:
+    """Start a GPU's libraries before the first case: CUDA's context, cuBLAS's and cuBLASLt's handles for the
+    float types, cuDNN's.  Each starts lazily at its first use, which otherwise lands in the worker's first
+    case: on the H100 its first quick case took 5.2 s more than the same GEMM in fp32 right after it
+    (docs/gpu-runs/2026-11-25-h100), counted as that case's device time though no benchmark kernel ran.
+    The worker's start-up is not a case's device time (docs/BENCHMARKS.md, "The cost of watching"); its
+    length is in the first case's details (``device_setup_seconds``).  Returns the seconds it took (0 on a
+    CPU)."""
+    if not device.startswith("cuda"):
+        return 0.0
+    import torch
+
+    started = time.perf_counter()
+    target = torch.device(device)
+    with torch.cuda.device(target):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            tiny = torch.ones(8, 8, device=target, dtype=dtype)
+            torch.mm(tiny, tiny)
+        image, kernel = torch.ones(1, 1, 8, 8, device=target), torch.ones(1, 1, 3, 3, device=target)
+        torch.nn.functional.conv2d(image, kernel)
+        torch.cuda.synchronize(target)
+    return time.perf_counter() - started
+
+
 def software_environment(device: str, uses_torch: bool = True, threads_reason: str | None = None) -> dict[str, Any]:
     """The versions a result was measured under, as seen from inside the worker, and torch's thread
     count with why (``threads_reason`` where :func:`size_torch_threads` already ran, else it runs now)."""
@@ -267,6 +291,12 @@ def _run_request(request_path: str, results_path: str) -> int:
             environment = software_environment(request["device"], uses_torch, threads_reason)
         except Exception as exc:
             environment = {"error": f"{type(exc).__name__}: {exc}"}
+        setup: dict[str, Any] = {}  # in the first case's details, not in the environment every record shares
+        if uses_torch:
+            try:
+                setup["device_setup_seconds"] = round(prepare_device(request["device"]), 3)
+            except Exception as exc:  # the first case meets the same fault and reports it as its own
+                setup["device_setup_error"] = f"{type(exc).__name__}: {exc}"
         _emit(results, {"kind": "environment", "environment": environment})
         entries = request.get("entries") or [request["entry"]] * len(cases)
         for index, (entry, params) in enumerate(zip(entries, cases)):
@@ -283,6 +313,8 @@ def _run_request(request_path: str, results_path: str) -> int:
             # The case's own wall-clock span: a record's started_at/ended_at are its worker's, shared
             # by every case the worker ran.
             result["wall"] = [case_started, time.time()]
+            if index == 0 and setup:
+                result["details"] = {**result.get("details", {}), **setup}
             with _WRITING:
                 if result["status"] == "failed" and agent_gone(AGENT_EXIT_SECONDS if _broken_pipe(result) else 0.0):
                     _leave()  # failed as (or because) its agent died: the agent's interruption, not a failure

@@ -13,6 +13,7 @@
 #   tests/bench/gpu_kit.sh quick-run OUT [--budget-seconds 300]   # sixdim run --suite quick --json, timed
 #   tests/bench/gpu_kit.sh serve OUT [--budget-seconds 200]       # sixdim serve, scraped every 15 s, promtool
 #   tests/bench/gpu_kit.sh quick OUT          # quick-run, then serve on its history
+#   tests/bench/gpu_kit.sh tiers OUT [--budget-seconds 240]       # the frequent and power tiers: device s per run
 #   tests/bench/gpu_kit.sh bench OUT [--budget-seconds 420] [--only a,b]   # tests/bench/gpu_bench.py all
 #
 # The device calls themselves, each with carry [".whl"], are in docs/BENCHMARKS.md ("A GPU session").
@@ -109,6 +110,29 @@ kit_quick_run() {
     echo "quick suite: exit $?, $((SECONDS - started)) s wall (budget $budget s; 124 = the budget ran out)"
 }
 
+# The default schedule's frequent and power tiers (issue 41), each run as the daemon runs it (a fresh worker,
+# `sixdim run --suite NAME --json`): the frequent tier twice (its spread), the power tier once, each within
+# its share of the budget.  tests/bench/tier_cost.py then prints each run's device time (the sum of its
+# cases' case_wall spans: the worker's start-up is not device work) and the share of an hour it takes at
+# agent/default.toml's intervals; with OUT/quick.json from quick-run beside them, the quick suite's too.
+kit_tiers() {
+    local out="${1:?usage: gpu_kit.sh tiers OUTDIR [--budget-seconds N]}" budget started=$SECONDS run
+    budget="$(kit_budget 240 "$@")"
+    mkdir -p "$KIT_STATE"
+    local runs=(frequent:1 frequent:2 power:1) files=() left each
+    for run in "${runs[@]}"; do
+        left=$((budget - (SECONDS - started))); each=$((left / 2)); [ "$run" = power:1 ] && each=$left
+        [ "$each" -ge 20 ] || { echo "tiers: $run skipped, $left s of the budget left"; continue; }
+        SIXDIM_HISTORY="$KIT_STATE/history.db" SIXDIM_STATE_DIR="$KIT_STATE/state" \
+            timeout -s TERM -k 15 "$each" sixdim run --suite "${run%%:*}" --json \
+            > "$out/tier-${run/:/-}.json" 2> "$out/tier-${run/:/-}.stderr"
+        echo "tiers: $run exit $?, $((SECONDS - started)) s into the step (budget $budget s; 124 = its share ran out)"
+        files+=("$out/tier-${run/:/-}.json")
+    done
+    [ -s "$out/quick.json" ] && files+=("$out/quick.json")
+    python3 tests/bench/tier_cost.py --schedule agent/default.toml "${files[@]}" | tee "$out/tiers.txt"
+}
+
 # `sixdim serve` (which runs the quick suite at once, on its own schedule) scraped every 15 s for the
 # budget less 20 s; the last scrape is checked by promtool; the agent's memory, CPU and the GPU's
 # compute processes are read at each scrape (the agent's PID must never be among the latter).
@@ -151,6 +175,7 @@ case "${1:-}" in
     quick-run) shift; kit_quick_run "$@" ;;
     serve) shift; kit_serve "$@" ;;
     quick) shift; kit_quick_run "$@" && kit_serve "$@" ;;
+    tiers) shift; kit_tiers "$@" ;;
     bench) shift; kit_bench "$@" ;;
-    *) sed -n '2,22p' "${BASH_SOURCE[0]}"; [ "${BASH_SOURCE[0]}" = "$0" ] && exit 2 ;;
+    *) sed -n '2,23p' "${BASH_SOURCE[0]}"; [ "${BASH_SOURCE[0]}" = "$0" ] && exit 2 ;;
 esac

@@ -101,8 +101,10 @@ def cost_lines(config: Config, where: list[list[devices.Device]], *, first_gpu: 
     if not any(device.type == "cuda" for found in where for device in found):
         lines += _gpu_estimate(config, now)
     if hour:
+        gpu = any(device.type == "cuda" for found in where for device in found)
         lines.append(f"schedule: about {_span_of(hour.values(), _seconds)} of each device's hour "
-                     f"({_span_of(hour.values(), _share)})" + _bound_note(hour, bound))
+                     f"({_span_of(hour.values(), _share)})" + _bound_note(hour, bound)
+                     + (f"; {_worker_start()}" if gpu else ""))
     return lines
 
 
@@ -156,7 +158,7 @@ def _suite_cost_line(suite: Suite, rate: float, runs: dict[str, cost.RunCost], w
 
 def _gpu_estimate(config: Config, now: datetime) -> list[str]:
     """The schedule's estimate on an H100-class GPU (its suites that would run on a GPU there), one line."""
-    model = cost.H100
+    model = cost.H100_NOW
     total = worst = 0.0
     parts = []
     for suite in config.suites:
@@ -171,7 +173,14 @@ def _gpu_estimate(config: Config, now: datetime) -> list[str]:
     if not parts:
         return []
     return [f"schedule on {model.label}: about {_seconds(total)} of each GPU's hour ({_share(total)})"
-            + _bound_note({"gpu": total}, {"gpu": worst}) + f": {'; '.join(parts)} ({model.source})"]
+            + _bound_note({"gpu": total}, {"gpu": worst}) + f": {'; '.join(parts)} ({model.source}); "
+            + _worker_start()]
+
+
+def _worker_start() -> str:
+    """The part of a GPU run outside the device-time share, said beside it."""
+    return (f"and each run's worker start-up besides, about {_seconds(cost.H100_WORKER_START_SECONDS)} on the "
+            "H100 (the CUDA context and the libraries, before its first case: no benchmark kernel runs)")
 
 
 def _bound_note(hour: dict[str, float], bound: dict[str, float]) -> str:

@@ -90,6 +90,10 @@ CLOCK_FIGURES = ("sm_clock_hertz", "power_capped", "thermal_slowdown", "hardware
 window, or the power phase where the window holds too few samples); the rest of the window
 summary stays in the details."""
 
+CASE_END_WAIT_SECONDS = 0.5
+"""The longest a reported case waits for a telemetry sample after its end (a sampler slower than 4 Hz): past
+it, the case's energy is closed with a reading taken when it is recorded."""
+
 MIN_TELEMETRY_POWER_SECONDS = 1.0
 """The shortest measured window whose energy-counter difference is reported as the run's power."""
 
@@ -868,10 +872,13 @@ class Executor:
 
         def reported(index: int, result: CaseResult, worker_environment: dict[str, Any]) -> None:
             # the telemetry so far, once a sample brackets the case's window and power phase
-            # (the case's whole span too: its energy, sixdim_suite_energy_joules_total)
-            ends = [span[1] for span in (result.window, power_span(result.details), case_span(result.wall))
-                    if span is not None]
+            ends = [span[1] for span in (result.window, power_span(result.details)) if span is not None]
             samples = sampler.samples_after(max(ends)) if ends else sampler.samples_after(float("-inf"))
+            whole = case_span(result.wall)
+            if whole is not None and (not samples or samples[-1].time <= whole[1]):
+                # and the case's whole span (its energy, sixdim_suite_energy_joules_total) where a sample comes
+                # soon; else its record closes the span with a reading of its own (_case_energy)
+                samples = sampler.samples_after(whole[1], most=CASE_END_WAIT_SECONDS)
             try:
                 share.reported(index, result, worker_environment,
                                Sampled(samples, sampler.failed_reads, sampler.last_error, snapshot))

@@ -223,8 +223,9 @@ class SuiteScheduler:
     def judged(self, record: RunRecord, states: dict[str, str], slow: bool = False) -> bool:
         """A run was recorded and judged (``states``: its series' watched figures -> verdict state; ``slow``:
         it was one slow run): where its suite confirms and the series needs it, run that case again after the
-        budget's delay.  Returns whether a confirmation was planned."""
-        if not wants_confirmation(states, slow):
+        budget's delay.  Returns whether a confirmation was planned.  Only a measured run (``ok`` or
+        ``incorrect``) asks: a skipped one gives no value, so it changes nothing a confirmation could answer."""
+        if record.status not in ("ok", "incorrect") or not wants_confirmation(states, slow):
             return False
         found = [(suite, device) for suite, devices in self._plan for device in devices
                  if suite.name == record.suite and device.name == record.device]
@@ -259,12 +260,9 @@ class SuiteScheduler:
             return (spec.name, case.precision, case.shape, case.mode, case.kernel_pass) == (
                 record.workload, record.precision, record.shape, record.mode, record.kernel_pass)
 
-        records: list[RunRecord] = []
-        try:
-            records = self.run_suite(suite, device, only=same, what="confirmation")
-        finally:
-            with self._extra_lock:
-                budget.done(record.key())
+        with self._extra_lock:  # started: its own run may ask for the next one (the fast rule's third run)
+            budget.done(record.key())
+        records = self.run_suite(suite, device, only=same, what="confirmation")
         if not any(r.status in ("ok", "incorrect") for r in records) and not self._executor.stop.is_set():
             reason = records[0].reason if records else "it did not run"
             self._plan_confirmation(suite, device, record, f"its confirmation was not measured: {reason}")

@@ -207,10 +207,12 @@ class Sampler:
         self._thread.start()
         return self
 
-    def samples_after(self, moment: float) -> list[TelemetrySample]:
+    def samples_after(self, moment: float, most: float | None = None) -> list[TelemetrySample]:
         """The samples so far, once one was taken after ``moment`` (monotonic) so that a window ending then is
-        bracketed, as :meth:`stop`'s last sample brackets the last one; waits at most two sample periods."""
-        deadline = time.monotonic() + 2 * self._period + 0.05
+        bracketed, as :meth:`stop`'s last sample brackets the last one; waits at most two sample periods, and
+        at most ``most`` seconds where given."""
+        wait = 2 * self._period + 0.05
+        deadline = time.monotonic() + (wait if most is None else min(wait, most))
         while not (self._samples and self._samples[-1].time > moment) and time.monotonic() < deadline \
                 and self._thread.is_alive():
             time.sleep(min(0.01, self._period))

@@ -113,3 +113,34 @@ def test_a_suspicious_series_is_confirmed_by_a_run_of_that_case_alone_and_it_cou
     finally:
         scheduler.shutdown()
         history.close()
+
+
+def test_a_reload_keeps_a_planned_confirmation_and_a_skipped_run_asks_for_none():
+    """A confirmation waiting for its time survives a SIGHUP reload (the plan's scheduled jobs are
+    replaced, the one-off jobs stay); a run that was not measured never asks for one."""
+    import threading
+
+    from sixdim.run.devices import Device, DeviceLocks
+    from sixdim.run.progress import SuiteProgress
+    from tests.helpers import make_record
+
+    class Executor:  # the scheduler's view of it: nothing here runs a case
+        def __init__(self):
+            self.stop, self.locks, self.progress = threading.Event(), DeviceLocks(), SuiteProgress("node1")
+
+    gpu = Device("cuda", 0, uuid="GPU-a")
+    suite = Suite(name="quick", workloads=(WorkloadEntry("gemm"),), interval_seconds=900, run_at_start=False,
+                  confirm_per_hour=4)
+    scheduler = SuiteScheduler(Executor(), [(suite, [gpu])], confirm_delay=3600)
+    scheduler.start()
+    try:
+        assert not scheduler.judged(make_record("skipped"), {"seconds": "suspicious"})
+        record = make_record("ok")
+        assert scheduler.judged(record, {"seconds": "suspicious"})
+        assert not scheduler.judged(record, {"seconds": "suspicious"})  # one pending per series
+        scheduler.replace([(suite, [gpu])])
+        names = sorted(job.name for job in scheduler._scheduler.get_jobs())
+        assert names == ["confirmation of gemm m=8,n=8,k=8 in suite quick on cuda:0", "suite quick on cuda:0"]
+        assert not scheduler.judged(record, {"seconds": "suspicious"})  # still pending after the reload
+    finally:
+        scheduler.shutdown()

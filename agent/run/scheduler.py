@@ -19,10 +19,11 @@ shows as not running on ``/metrics``.  Cron lines are read in UTC, the scheduler
 Two kinds of run come besides the schedule's, each an ordinary run of its suite, recorded and judged
 like any: :meth:`SuiteScheduler.run_now` starts a suite on a device at once (the version watch,
 :mod:`sixdim.run.changes`, for the ``on_change`` suites), and :meth:`SuiteScheduler.judged` hears each
-run's verdict and, where a series of a suite with ``confirm_per_hour`` turned suspicious, runs that one
-case again a little later (:mod:`sixdim.run.confirm`), within the suite's hourly budget on that device.
-Both wait for the device like a scheduled run, and neither ever runs twice at once for one suite and
-device (or, for a confirmation, one series).
+measured run's verdict and, where a series of a suite with ``confirm_per_hour`` ran slow or turned
+suspicious, runs that one case again a little later (:mod:`sixdim.run.confirm`; again if the idle guard
+skipped it), within the suite's hourly budget on that device.  Both wait for the device like a scheduled
+run, a reload leaves them in place, and neither is planned twice at once for one suite and device (or,
+for a confirmation, one series).
 
 A suite run that cannot start or fails unexpectedly (its device's lock file cannot be written: a full
 or read-only state folder; a bug) is logged, and :class:`RunHealth` notes it until that job's next run
@@ -131,6 +132,8 @@ class SuiteScheduler:
         self._extra_lock = threading.Lock()
         self._budgets: dict[tuple[str, str], ConfirmationBudget] = {}
         """(suite, device) -> its confirmation runs' budget."""
+        self._one_offs: set[str] = set()
+        """The ids of the runs started now and the confirmations (a reload leaves them in place)."""
         self._add_jobs(plan, {})
 
     def _add_jobs(self, plan: list[tuple[Suite, list[Device]]], kept: dict[str, tuple[str, datetime | None]]) -> None:
@@ -175,9 +178,12 @@ class SuiteScheduler:
                     misfire_grace_time=int(suite.misfire_grace_seconds), **extra)
 
     def replace(self, plan: list[tuple[Suite, list[Device]]], *, source: str = "") -> None:
-        """Schedule a reloaded configuration's ``plan`` instead of the current one (see the module)."""
-        kept = {job.id: (_schedule(job.args[0]), job.next_run_time) for job in self._scheduler.get_jobs()}
-        self._scheduler.remove_all_jobs()
+        """Schedule a reloaded configuration's ``plan`` instead of the current one (see the module).  A run
+        started now or a confirmation that waits to start keeps its place (its suite as it was asked for)."""
+        scheduled = [job for job in self._scheduler.get_jobs() if job.id not in self._one_offs]
+        kept = {job.id: (_schedule(job.args[0]), job.next_run_time) for job in scheduled}
+        for job in scheduled:
+            self._scheduler.remove_job(job.id)
         self._plan, self._source = plan, source or self._source
         self._add_jobs(plan, kept)
         if self._scheduler.running:
@@ -190,6 +196,8 @@ class SuiteScheduler:
     def _log_jobs(self) -> None:
         suites = {f"{suite.name}@{device.name}": suite for suite, devices in self._plan for device in devices}
         for job in self._scheduler.get_jobs():
+            if job.id in self._one_offs:
+                continue  # logged when it was asked for
             log.info("scheduled %s: %s", job.name,
                      self._describe(suites[job.id], job.next_run_time, self._first_run.get(job.id, "schedule")))
 
@@ -210,11 +218,12 @@ class SuiteScheduler:
     def run_now(self, suite: Suite, device: Device, why: str) -> bool:
         """Start ``suite`` on ``device`` now (it waits for the device like a scheduled run); False where such
         a run is already waiting or running."""
-        job_id = f"{suite.name}@{device.name}:now"
+        job_id = f"{suite.name}@{device.name} now"
         with self._extra_lock:
             if self._scheduler.get_job(job_id) is not None:
                 return False
             log.info("suite %s on %s: runs now: %s", suite.name, device.name, why)
+            self._one_offs.add(job_id)
             self._scheduler.add_job(self.run_suite, "date", args=(suite, device), id=job_id, executor=self._alias,
                                     name=f"suite {suite.name} on {device.name} now", max_instances=1,
                                     misfire_grace_time=None, run_date=datetime.now(timezone.utc))
@@ -243,9 +252,10 @@ class SuiteScheduler:
             at = budget.ask(series, time.time()) if budget is not None else None
             if budget is None or at is None:
                 return False
-            job_id = f"{suite.name}@{device.name}:confirm:{abs(hash(series))}"
+            job_id = f"{suite.name}@{device.name} confirm {abs(hash(series))}"
             log.info("suite %s on %s: %s %s (%s): confirming it alone in %.0f s", suite.name, device.name,
                      record.workload, record.shape, why, at - time.time())
+            self._one_offs.add(job_id)
             self._scheduler.add_job(self._confirm, "date", args=(suite, device, record, budget), id=job_id,
                                     executor=self._alias, name=f"confirmation of {record.workload} {record.shape} "
                                     f"in suite {suite.name} on {device.name}", max_instances=1,

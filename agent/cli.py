@@ -97,6 +97,11 @@ def _embedded_default_summary() -> str:
         every = suite.get("interval_seconds")
         schedule = f"every {every / 60:g} minutes" if every else f"at cron '{suite.get('cron')}' (UTC)"
         at_start = ", starting at once" if suite.get("run_at_start") else ""
+        if suite.get("on_change"):
+            at_start += ", and at once after a version or setting change (or where it never ran)"
+        if suite.get("confirm_per_hour"):
+            at_start += (f", a slow or suspicious case run again alone (at most {suite['confirm_per_hour']} "
+                         "an hour)")
         parts.append(f"the built-in {suite.get('preset', suite.get('name'))} suite ({kinds}) {schedule}{at_start}")
     return "; ".join(parts)
 

@@ -96,8 +96,11 @@ def test_help_names_what_serve_runs_and_every_built_in_suite(cli_env):
 
     serve = " ".join(run("serve", "--help", env=cli_env).stdout.split())
     assert "GEMM suite" not in serve
-    assert "the built-in quick suite (gemm, conv, rnn, sparse_gemm, memory_bandwidth, launch_latency, allreduce) " \
-           "every 15 minutes, starting at once" in serve
+    assert "the built-in frequent suite (gemm, conv, rnn, memory_bandwidth, launch_latency) every 15 minutes, " \
+           "starting at once, a slow or suspicious case run again alone (at most 4 an hour); the built-in power " \
+           "suite (gemm, conv, rnn, sparse_gemm) every 360 minutes; the built-in quick suite (gemm, conv, rnn, " \
+           "sparse_gemm, memory_bandwidth, launch_latency, allreduce) at cron '17 3 * * *' (UTC), and at once " \
+           "after a version or setting change (or where it never ran)" in serve
     assert "a cron suite waits for its time unless run_at_start = true" in serve
     run_help = " ".join(run("run", "--help", env=cli_env).stdout.split())
     assert f"a built-in one: {', '.join(registry.SUITES)} " in run_help and "training" in registry.SUITES

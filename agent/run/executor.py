@@ -90,6 +90,11 @@ CLOCK_FIGURES = ("sm_clock_hertz", "power_capped", "thermal_slowdown", "hardware
 window, or the power phase where the window holds too few samples); the rest of the window
 summary stays in the details."""
 
+REPORTED_WAIT_SECONDS = 2.1
+"""The longest a case reported while its worker runs waits for a telemetry sample after its window (two periods
+at the slowest rate ``agent.sample_hz`` allows, 1 Hz); past it, the case is recorded when its worker ends, after
+the sampler's last sample (a test's slower sampler)."""
+
 CASE_END_WAIT_SECONDS = 0.5
 """The longest a reported case waits for a telemetry sample after its end (a sampler slower than 4 Hz): past
 it, the case's energy is closed with a reading taken when it is recorded."""
@@ -873,7 +878,10 @@ class Executor:
         def reported(index: int, result: CaseResult, worker_environment: dict[str, Any]) -> None:
             # the telemetry so far, once a sample brackets the case's window and power phase
             ends = [span[1] for span in (result.window, power_span(result.details)) if span is not None]
-            samples = sampler.samples_after(max(ends)) if ends else sampler.samples_after(float("-inf"))
+            moment = max(ends) if ends else float("-inf")
+            samples = sampler.samples_after(moment, most=REPORTED_WAIT_SECONDS)
+            if ends and not (samples and samples[-1].time > moment):
+                return  # no sample after it yet (a sampler slower than the daemon's): recorded when its worker ends
             whole = case_span(result.wall)
             if whole is not None and (not samples or samples[-1].time <= whole[1]):
                 # and the case's whole span (its energy, sixdim_suite_energy_joules_total) where a sample comes

@@ -1,4 +1,4 @@
-"""Confirmation runs: a suspicious series of a frequent suite is measured again soon, alone.
+"""Confirmation runs: a series of a frequent suite that ran slow or turned suspicious is measured again soon, alone.
 
 A frequent tier runs every 15 minutes; the detector's fast rule needs three runs past a step, so a
 real 5% regression would take 30-45 minutes to confirm, and a single slow run (a neighbour's burst)
@@ -6,15 +6,15 @@ would sit ``suspicious`` for as long.  When a series of a suite with ``confirm_p
 suspicious, or its run just judged is slower than its baseline by the minimum effect (one slow run: the
 first sign of a step), the scheduler runs that one case again after :data:`CONFIRM_DELAY_SECONDS` (long
 enough for a short burst to pass, short enough to confirm a regression within minutes); a confirmation
-the idle guard skipped is asked for again.  The run is an ordinary
-run of the suite, recorded and judged like any: a real step is confirmed by it, a one-off is outvoted.
+the idle guard skipped is asked for again.  The run is an ordinary run of the suite, recorded and
+judged like any: a real step is confirmed by it, a one-off is outvoted.
 
 :class:`ConfirmationBudget` is the policy, standard library only and clock-free (the caller passes
 the time), so the scheduler and the time-to-detect simulation (tests/bench/detect_sim.py) use the same
 code: one confirmation pending per series at a time, at most ``per_hour`` started in any hour on a
 device for one suite.  Measured there (docs/REGRESSIONS.md, "Time to detect on the default schedule"):
 asking on one slow run and again after a skip is what finds a 5% step within the hour on a GPU that is
-busy 30% of the time, at about 21 confirmations a day instead of 5.
+busy 30% of the time, at about 21 confirmations a day instead of 5 (at 1% noise).
 """
 
 from __future__ import annotations

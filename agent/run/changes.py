@@ -98,8 +98,9 @@ class ChangeWatch:
         with self._lock:
             plan = list(self._plan)
         started = []
+        now: dict[str, dict[str, Any]] = {}  # each device read once a look, however many suites watch it
         for suite, device in plan:
-            why, target = self._why(suite, device)
+            why, target = self._why(suite, device, now)
             key = (suite.name, device.name)
             if why is None or self._started.get(key) == target:
                 continue
@@ -108,14 +109,15 @@ class ChangeWatch:
                 started.append((suite.name, device.name, why))
         return started
 
-    def _why(self, suite: Suite, device: Device) -> tuple[str | None, tuple[str, ...]]:
-        """Why ``suite`` should run on ``device`` now (None: no reason), and what it would run for."""
+    def _why(self, suite: Suite, device: Device, now: dict[str, dict[str, Any]]) -> tuple[str | None, tuple[str, ...]]:
+        """Why ``suite`` should run on ``device`` now (None: no reason), and what it would run for; ``now``: what
+        each device would run under, as read in this look (filled here where missing)."""
         last = self._environment(device, suite.name)
         if last is None:
             return NEVER_RAN, (NEVER_RAN,)
-        now = dict(self._environment(device) or {})
-        now.update(nvml_view(self._nvml, device))
-        found = changes(last, now)
+        if device.name not in now:
+            now[device.name] = {**(self._environment(device) or {}), **nvml_view(self._nvml, device)}
+        found = changes(last, now[device.name])
         if not found:
             return None, ()
         return "changed since its last run here: " + ", ".join(found), tuple(found)

@@ -68,6 +68,3 @@ class ConfirmationBudget:
     def done(self, series: Hashable) -> None:
         """The series' confirmation ran (or could not): another may be asked for."""
         self._pending.discard(series)
-
-    def pending(self) -> int:
-        return len(self._pending)

@@ -6,12 +6,19 @@ at ``max_energy_range_uj`` and is root-only on most kernels since 2020; where it
 is absent or unreadable the host reports no energy rather than zero.
 
 :func:`host_conditions` reads the host's snapshot conditions (``agent/core/conditions.py``, scope
-``host``): the CPU governor and frequency, load per usable CPU, memory pressure, the cgroup's CPU
-quota and the CPUs this process may use.  Each one it cannot read is left out, with the reason.
+``host``): the CPU governor and frequency, load per usable CPU, the cgroup's CPU quota and the CPUs
+this process may use.  Each one it cannot read is left out, with the reason.
+
+:class:`StallMeter` reads the kernel's pressure stall information (PSI): the cumulative microseconds
+some task waited for CPU, memory or IO, host-wide (``/proc/pressure/*``) and in the cgroup v2 a
+process runs in (its ``cpu.pressure``, ``memory.pressure``, ``io.pressure``).  Read at the start and
+end of a case's span they give the share of the span that was stalled (the ``*_pressure_ratio``
+window conditions, sixdim.run.telemetry).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -201,24 +208,6 @@ def _load_per_cpu(root: Path, real: bool, cpus: int | None) -> tuple[float | Non
         return None, _why(path, exc)
 
 
-def _memory_pressure_ratio(root: Path) -> tuple[float | None, str]:
-    path = root / "proc/pressure/memory"
-    try:
-        text = path.read_text()  # EOPNOTSUPP where the kernel was booted with psi=0
-    except OSError as exc:
-        return None, _why(path, exc) + " (no pressure stall information in this kernel)"
-    for line in text.splitlines():
-        fields = line.split()
-        if fields and fields[0] == "some":
-            for item in fields[1:]:
-                if item.startswith("avg10="):
-                    try:
-                        return float(item[len("avg10="):]) / 100.0, ""
-                    except ValueError:
-                        break
-    return None, f"{path}: no 'some avg10=' in {text.strip()[:80]!r}"
-
-
 def _cgroup_paths(root: Path) -> tuple[str | None, str | None, str]:
     """(cgroup v2 path, cgroup v1 cpu controller path, why neither) from ``proc/self/cgroup``."""
     path = root / "proc/self/cgroup"
@@ -293,6 +282,138 @@ def _cpu_quota_cpus(root: Path) -> tuple[float | None, str]:
     if problems:
         return None, "; ".join(problems)
     return None, f"no CPU limit ({where})"
+
+
+PRESSURE_RESOURCES: tuple[str, ...] = ("cpu", "memory", "io")
+"""The resources the kernel reports pressure stalls for (``/proc/pressure/<resource>``)."""
+
+STALL_CONDITIONS: dict[str, tuple[str, str]] = {
+    **{f"{resource}_pressure_ratio": ("host", resource) for resource in PRESSURE_RESOURCES},
+    **{f"cgroup_{resource}_pressure_ratio": ("cgroup", resource) for resource in PRESSURE_RESOURCES},
+}
+"""The window conditions :class:`StallMeter` gives the counters of (sixdim.core.conditions): name -> (host
+or the worker's cgroup, resource)."""
+
+_NO_PSI = {
+    errno.ENOENT: "the kernel has no pressure stall information (before Linux 4.20, or built without CONFIG_PSI)",
+    errno.EOPNOTSUPP: "pressure stall information is turned off (the kernel was booted with psi=0)",
+}
+
+
+def stall_seconds(path: Path) -> tuple[float | None, str]:
+    """The seconds some task stalled on the resource of a PSI file (``/proc/pressure/cpu``, a cgroup's
+    ``cpu.pressure``), cumulative since boot (or since the cgroup was made): its ``some`` line's ``total=``,
+    in microseconds.  (None, why) where it cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        note = _NO_PSI.get(exc.errno or 0)
+        return None, _why(path, exc) + (f" ({note})" if note else "")
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "some":
+            for item in fields[1:]:
+                if item.startswith("total="):
+                    try:
+                        return int(item[len("total="):]) / 1e6, ""
+                    except ValueError:
+                        break
+    return None, f"{path}: no 'some ... total=' in {text.strip()[:80]!r}"
+
+
+def cgroup2_mount(root: Path) -> Path | None:
+    """Where cgroup v2 is mounted under ``root`` (``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on a hybrid
+    host), from ``proc/self/mountinfo``; else ``sys/fs/cgroup`` where it holds a v2 hierarchy; else None."""
+    try:
+        for line in (root / "proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] == ["cgroup2"]:
+                return root / left.split()[4].lstrip("/")
+    except (OSError, IndexError):
+        pass
+    base = root / _CGROUP_ROOT
+    return base if (base / "cgroup.controllers").is_file() else None
+
+
+class StallMeter:
+    """The kernel's pressure stall counters, host-wide and of the cgroup v2 a worker runs in, read with every
+    telemetry sample: two reads bracketing a case's span give the share of it that some task stalled on each
+    resource (the ``*_pressure_ratio`` window conditions).
+
+    A counter, not PSI's own ``avg10``/``avg60``: those are decaying averages over the last 10 or 60 s, which
+    lag a hog that started a few seconds ago and remember one that stopped; the counters measure exactly the
+    span.  The host's files are checked once (the kernel's PSI does not come and go); the worker's cgroup is
+    looked up at each read, as the worker moves into its run's cgroup as it starts (sixdim.run.proctree).
+    ``root`` lets a test point at a fake tree holding ``proc/`` and ``sys/``."""
+
+    def __init__(self, root: str = "/") -> None:
+        self._root = Path(root)
+        self._host: dict[str, Path] = {}
+        self._host_reasons: dict[str, str] = {}
+        for name, (where, resource) in STALL_CONDITIONS.items():
+            if where == "host":
+                path = self._root / "proc/pressure" / resource
+                value, why = stall_seconds(path)
+                if value is None:
+                    self._host_reasons[name] = why
+                else:
+                    self._host[name] = path
+        self._mount = cgroup2_mount(self._root)
+        self._pid: int | None = None
+        self._reasons: dict[str, str] = {}
+
+    def attach(self, pid: int) -> None:
+        """The worker whose cgroup's pressure is read from now on."""
+        self._pid = pid
+
+    def _cgroup(self) -> tuple[Path | None, str, str]:
+        """(the worker's cgroup folder, its path as named in /proc, why none)."""
+        if self._pid is None:
+            return None, "", "no worker process yet"
+        if self._mount is None:
+            return None, "", f"no cgroup v2 hierarchy mounted under {self._root}"
+        path = self._root / f"proc/{self._pid}/cgroup"
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            return None, "", _why(path, exc)
+        where = next((line[3:].strip() for line in text.splitlines() if line.startswith("0::")), None)
+        if where is None:
+            return None, "", f"{path}: the worker is in no cgroup v2 (cgroup v1 only)"
+        if where in ("/", "") or where.endswith(" (deleted)"):
+            return None, where, (f"the worker runs in the cgroup v2 root ({path}: 0::{where}): its pressure is the "
+                                 "host's")
+        return self._mount / where.lstrip("/"), where, ""
+
+    def read(self) -> tuple[dict[str, float], str | None, dict[str, str]]:
+        """(stall seconds by condition name, the worker's cgroup they were read in or None, why each of the
+        others is not given).  Never raises."""
+        values: dict[str, float] = {}
+        reasons = dict(self._host_reasons)
+        for name, path in self._host.items():
+            value, why = stall_seconds(path)
+            if value is None:
+                reasons[name] = why
+            else:
+                values[name] = value
+        try:
+            folder, where, why = self._cgroup()
+        except Exception as exc:  # an odd tree: the cgroup's conditions lost, never the sample
+            folder, where, why = None, "", f"cgroup: {type(exc).__name__}: {exc}"
+        for name, (kind, resource) in STALL_CONDITIONS.items():
+            if kind != "cgroup":
+                continue
+            if folder is None:
+                reasons[name] = why
+                continue
+            value, why_not = stall_seconds(folder / f"{resource}.pressure")
+            if value is None:
+                reasons[name] = why_not
+            else:
+                values[name] = value
+        if reasons != self._reasons:
+            self._reasons = reasons  # one dict shared by the samples while nothing changes
+        return values, where if folder is not None else None, self._reasons
 
 
 MAX_LOAD_FACTOR = 10.0
@@ -374,7 +495,6 @@ def host_conditions(root: str = "/") -> dict[str, Any]:
     put("cpu_frequency_hertz", *_cpu_frequency_hertz(base, real))
     cpus, cpus_reason = _usable_cpus()
     put("load_per_cpu", *_load_per_cpu(base, real, cpus))
-    put("memory_pressure_ratio", *_memory_pressure_ratio(base))
     try:
         put("cpu_quota_cpus", *_cpu_quota_cpus(base))
     except Exception as exc:  # an odd tree: one condition lost, never the run

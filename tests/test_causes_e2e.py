@@ -8,6 +8,7 @@ the cause of the series' slowdown, and export it.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -29,6 +30,8 @@ from sixdim.verdicts.detector import REGRESSION, SUSPICIOUS
 from sixdim.verdicts.live import Verdicts
 from sixdim.workloads.context import RunContext, WorkloadOutput
 from sixdim.workloads.spec import Case, Param, WorkloadSpec
+from tests.conftest import free_port
+from tests.daemon import Daemon, write_config
 
 
 def spin(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
@@ -53,12 +56,16 @@ SPIN = WorkloadSpec(name="spin", description="test", entry="tests.test_causes_e2
 """About 0.1 s a case on an idle core: a span of a sample period or so, as a short benchmark case is."""
 
 
-def _hogs() -> list[subprocess.Popen]:
-    """Two processes spinning for each CPU this test may use, each in a session of its own as another
-    service's would be (Linux's autogroup shares the CPUs between sessions first, and the worker has a
-    session of its own)."""
+def _spinners(count: int) -> list[subprocess.Popen]:
+    """Processes spinning, each in a session of its own as another service's would be (Linux's autogroup shares
+    the CPUs between sessions first, and the worker has a session of its own)."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-            for _ in range(2 * len(os.sched_getaffinity(0)))]
+            for _ in range(count)]
+
+
+def _hogs() -> list[subprocess.Popen]:
+    """Two processes spinning for each CPU this test may use."""
+    return _spinners(2 * len(os.sched_getaffinity(0)))
 
 
 @pytest.mark.slow
@@ -78,10 +85,18 @@ def test_another_cpu_heavy_process_is_named_as_the_cause(tmp_path):
     records = quiet + busy
     assert all(r.status == "ok" for r in records), [r.reason for r in records]
 
-    # what was recorded: the others' share of the host's CPU, read from /proc/stat and the worker's own times
-    other_quiet = statistics.median(r.conditions["other_cpu_ratio"] for r in quiet)
-    other_busy = statistics.median(r.conditions["other_cpu_ratio"] for r in busy)
-    assert other_busy - other_quiet >= 0.2, (other_quiet, other_busy)
+    # what was recorded: the others' share of the host's CPU, read from /proc/stat and the worker's own times,
+    # and how long the worker (its cgroup where it has one, else the host's tasks) waited for a CPU, from the
+    # kernel's pressure stall counters; on a host other work already keeps busy the others' share may have
+    # little room left to rise (issue 42), the wait has
+    def rise(name: str) -> float:
+        if not all(name in r.conditions for r in records):
+            return 0.0
+        return statistics.median(r.conditions[name] for r in busy) - statistics.median(
+            r.conditions[name] for r in quiet)
+
+    rises = {name: rise(name) for name in ("other_cpu_ratio", "cgroup_cpu_pressure_ratio", "cpu_pressure_ratio")}
+    assert rises["other_cpu_ratio"] >= 0.2 or max(rises.values()) >= 0.1, rises
     assert statistics.median(r.figures["seconds"] for r in busy) > 1.2 * statistics.median(
         r.figures["seconds"] for r in quiet)
     # every listed condition is recorded or says why not, on this CPU host
@@ -98,7 +113,8 @@ def test_another_cpu_heavy_process_is_named_as_the_cause(tmp_path):
     [series] = verdicts.snapshot()
     assert series.verdicts["seconds"].state in (REGRESSION, SUSPICIOUS), series.verdicts["seconds"]
     assert series.causes[0].cause == "host_load", series.causes
-    assert "other processes' share of the host's CPU" in series.causes[0].evidence
+    assert any(words in series.causes[0].evidence for words in ("other processes' share of the host's CPU",
+                                                                 "waited for a CPU")), series.causes[0]
 
     board.verdicts = verdicts
     registry = CollectorRegistry()
@@ -106,3 +122,96 @@ def test_another_cpu_heavy_process_is_named_as_the_cause(tmp_path):
     text = generate_latest(registry).decode()
     [line] = [x for x in text.splitlines() if x.startswith("sixdim_regression_cause{")]
     assert 'cause="host_load"' in line and 'rank="1"' in line and line.endswith(" 1.0")
+
+
+SPIN_SUITE = """
+[[suites]]
+name = "spin"
+interval_seconds = 1
+export = "shapes"
+devices = ["cpu"]
+timeout_seconds = 60
+workloads = [{name = "command", params = {argv = ["python3", "-c", "import time\\nt = time.perf_counter()\\ns = 0\\nfor i in range(1_000_000): s += i\\nprint('rate', 1_000_000 / (time.perf_counter() - t))"], throughput_regex = "rate ([0-9.e+]+)", formats = [], label = "spin"}}]
+"""  # noqa: E501 - a TOML inline table cannot span lines
+"""A pure-Python loop of about 0.1 s on an idle core, run by the command workload (no torch: a worker starts in
+a fraction of a second) once a second, in its own run cgroup where the host has cgroup v2."""
+
+
+def _look(daemon: Daemon) -> tuple[dict[str, float], list[str]]:
+    """The series' state per watched figure, and its rank-1 causes, in one scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [s for f in text_string_to_metric_families(daemon.metrics()) for s in f.samples]
+    states = {s.labels["figure"]: s.value for s in samples if s.name == "sixdim_regression_state"}
+    causes = [s.labels["cause"] for s in samples if s.name == "sixdim_regression_cause" and s.labels["rank"] == "1"]
+    return states, causes
+
+
+@pytest.mark.slow
+def test_a_daemon_names_a_new_hog_on_a_busy_host_from_the_first_regressed_scrape_until_ok(tmp_path, cli_env):
+    """Issue 42, end to end: a daemon on a host already at load (one spinning process per CPU), a real CPU hog
+    started once the baseline formed (two more per CPU), the regression verdict, then the hog stopped:
+    ``sixdim_regression_cause`` names host load in every scrape from the first regressed one until the series is
+    ok again (the worker's cgroup waited for a CPU far longer, where the host's own pressure and the others'
+    share of its CPU were already near their top)."""
+    cpus = len(os.sched_getaffinity(0))
+    busy = _spinners(cpus)
+    hogs: list[subprocess.Popen] = []
+    daemon = Daemon(write_config(tmp_path / "spin.toml", tmp_path / "history.db", SPIN_SUITE), free_port(), cli_env,
+                    tmp_path / "serve.log")
+    looks: list[tuple[dict[str, float], list[str]]] = []
+    try:
+        daemon.wait_ready()
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:  # the baseline: its first runs settle, then 10 more and a verdict
+            states, _ = _look(daemon)
+            if states.get("samples_per_second") == 0 and (runs := daemon.samples("sixdim_workload_runs_total")) \
+                    and sum(s.value for s in runs) >= 14:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"no ok verdict within 45 s: {_look(daemon)}")
+        hogs = _spinners(3 * cpus)  # the new hog: three more spinning processes per CPU
+        regressed_at = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            looks.append(_look(daemon))
+            states = looks[-1][0]
+            if states.get("samples_per_second") == 3 and regressed_at is None:
+                regressed_at = len(looks) - 1
+            if regressed_at is not None and hogs and len(looks) - regressed_at >= 6:
+                for hog in hogs:  # the hog ends: the series comes back
+                    hog.kill()
+                    hog.wait()
+                hogs = []
+            if not hogs and all(v <= 1 for v in states.values()):  # ok (or insufficient data) on every figure
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError(f"not regressed and back within 60 s: {looks}")
+    finally:
+        for process in busy + hogs:
+            process.kill()
+            process.wait()
+        daemon.stop()
+    assert regressed_at is not None, looks
+    during = looks[regressed_at:-1]
+    assert during and all(causes == ["host_load"] for _, causes in during), during
+    assert looks[-1][1] == [], looks[-1]
+    # and the reports tell the story: the incident, its start, its size and its cause, and that it ended
+    history = str(tmp_path / "history.db")
+    done = subprocess.run([sys.executable, "-m", "sixdim", "report", "regressions", "--history", history, "--json",
+                           "--since", "1h", "--state", "regression"], env=cli_env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)
+    incidents = [e for e in entries if e["kind"] == "incident"] + [e["incident"] for e in entries if "incident" in e]
+    [incident] = [i for i in incidents if i["figure"] == "samples_per_second"] or incidents
+    assert incident["open"] is False and incident["ended_at"] is not None
+    assert incident["started_at"] <= incident["found_at"] <= incident["regressed_at"] < incident["ended_at"]
+    assert incident["change_ratio"] < 0.9, incident  # the rate fell by more than a tenth at its worst
+    assert incident["causes"][0]["cause"] == "host_load", incident
+    done = subprocess.run([sys.executable, "-m", "sixdim", "report", "--history", history], env=cli_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Incidents of the agent's live verdicts" in done.stdout and "host busy (" in done.stdout, done.stdout

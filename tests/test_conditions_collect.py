@@ -262,8 +262,6 @@ def test_host_conditions_on_this_machine_are_plausible():
         assert isinstance(conditions["cpu_governor"], str) and conditions["cpu_governor"]
     if "cpu_frequency_hertz" in conditions:
         assert 1e8 <= conditions["cpu_frequency_hertz"] <= 1e10
-    if "memory_pressure_ratio" in conditions:
-        assert 0 <= conditions["memory_pressure_ratio"] <= 1
     if "cpu_quota_cpus" in conditions:
         assert 0 < conditions["cpu_quota_cpus"] <= 4096
     else:
@@ -272,9 +270,7 @@ def test_host_conditions_on_this_machine_are_plausible():
 
 def tree(tmp_path: Path, *, cgroup: str | None = "0::/", cpu_max: dict[str, str] | None = None,
          v2: bool = True, governor: str | None = "performance", freqs_khz: tuple[int, ...] | None = (2_000_000,),
-         loadavg: str | None = "1.00 0.50 0.25 2/300 4242\n",
-         psi: str | None = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n") -> str:
+         loadavg: str | None = "1.00 0.50 0.25 2/300 4242\n") -> str:
     """A fake root holding the files host_conditions reads; None leaves a file out."""
     def write(relative: str, text: str) -> None:
         path = tmp_path / relative
@@ -288,8 +284,6 @@ def tree(tmp_path: Path, *, cgroup: str | None = "0::/", cpu_max: dict[str, str]
         write(f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq", f"{khz}\n")
     if loadavg is not None:
         write("proc/loadavg", loadavg)
-    if psi is not None:
-        write("proc/pressure/memory", psi)
     if cgroup is not None:
         write("proc/self/cgroup", cgroup + "\n")
     if v2:
@@ -301,13 +295,11 @@ def tree(tmp_path: Path, *, cgroup: str | None = "0::/", cpu_max: dict[str, str]
 
 def test_host_conditions_from_a_fake_tree(tmp_path):
     root = tree(tmp_path, cgroup="0::/kubepods/pod1", cpu_max={"kubepods/pod1": "150000 100000"},
-                freqs_khz=(2_000_000, 3_000_000), loadavg="6.00 1.00 0.50 3/400 99\n",
-                psi="some avg10=12.50 avg60=3.00 avg300=1.00 total=123456\n"
-                    "full avg10=1.00 avg60=0.50 avg300=0.10 total=5000\n")
+                freqs_khz=(2_000_000, 3_000_000), loadavg="6.00 1.00 0.50 3/400 99\n")
     conditions = host_conditions(root)
     cpus = len(os.sched_getaffinity(0))
     assert conditions == {"cpu_governor": "performance", "cpu_frequency_hertz": 2.5e9, "load_per_cpu": 6.0 / cpus,
-                          "memory_pressure_ratio": 0.125, "cpu_quota_cpus": 1.5, "usable_cpus": cpus,
+                          "cpu_quota_cpus": 1.5, "usable_cpus": cpus,
                           UNAVAILABLE: {}}
 
 
@@ -360,23 +352,17 @@ def test_a_malformed_cpu_max_is_a_reason(tmp_path):
 
 
 def test_missing_files_are_reasons_naming_the_file(tmp_path):
-    root = tree(tmp_path, cgroup=None, v2=False, governor=None, freqs_khz=None, loadavg=None, psi=None)
+    root = tree(tmp_path, cgroup=None, v2=False, governor=None, freqs_khz=None, loadavg=None)
     conditions = host_conditions(root)
     assert values(conditions) == {"usable_cpus": len(os.sched_getaffinity(0))}
     unavailable = conditions[UNAVAILABLE]
     assert set(unavailable) == HOST_SNAPSHOT - {"usable_cpus"}
     for name, file in (("cpu_governor", "cpu0/cpufreq/scaling_governor"), ("cpu_frequency_hertz", "scaling_cur_freq"),
-                       ("load_per_cpu", "proc/loadavg"), ("memory_pressure_ratio", "proc/pressure/memory"),
+                       ("load_per_cpu", "proc/loadavg"),
                        ("cpu_quota_cpus", "proc/self/cgroup")):
         assert file in unavailable[name], (name, unavailable[name])
         assert str(tmp_path) in unavailable[name]
     assert "No such file or directory" in unavailable["cpu_governor"]
-
-
-def test_psi_without_some_avg10_is_a_reason(tmp_path):
-    conditions = host_conditions(tree(tmp_path, psi="full avg10=1.00 avg60=0.00 avg300=0.00 total=0\n"))
-    assert "memory_pressure_ratio" not in conditions
-    assert "no 'some avg10='" in conditions[UNAVAILABLE]["memory_pressure_ratio"]
 
 
 def test_the_memory_temperature_comes_from_its_field_and_says_when_the_gpu_has_none():

@@ -286,18 +286,34 @@ def test_a_slow_drift_is_listed_as_a_drift_and_never_put_down_to_the_upgrade(cap
     found = [s for s in shifts(capsys, drifting) if s["shape"] == "m=32,n=32,k=32"]
     assert {(s["kind"], s["figure"]) for s in found} == {("drift", "seconds"), ("drift", "flops")}, found
     seconds = by(found, "m=32,n=32,k=32", "seconds")
-    assert seconds["state"] == "regression" and seconds["version_changed"] == []
+    assert seconds["state"] == "drift" and seconds["direction"] == "worse" and seconds["version_changed"] == []
     assert seconds["change_ratio"] == pytest.approx(1.0005 ** 399, abs=0.03)
     assert (seconds["at"], seconds["until"]) == (drifting["starts"][("C", 0)], drifting["starts"][("C", 399)])
     assert seconds["runs"] == 400 and seconds["level_end"] > seconds["level_start"]
     assert seconds["versions_before"]["driver"] == "550.54" and seconds["versions_after"]["driver"] == "560.28"
-    assert by(found, "m=32,n=32,k=32", "flops")["state"] == "regression"  # fewer FLOP/s: worse too
+    assert by(found, "m=32,n=32,k=32", "flops")["direction"] == "worse"  # fewer FLOP/s: worse too
     # a drift still going on is listed whenever it started, and the table says what it is
     assert {s["kind"] for s in shifts(capsys, drifting, "--since", "2h")} == {"drift"}
     code, out, _ = report(capsys, "--history", drifting["path"], "--figure", "seconds")
     line = next(line for line in out.splitlines() if "m=32,n=32,k=32" in line)
-    assert "regression drift" in line and "400 runs to " in line and line.rstrip().endswith("-")
+    assert "worse drift" in line and "400 runs to " in line and line.rstrip().endswith("-")
     assert "; 1 drift(s)" in out
+
+
+def test_a_drift_has_a_state_of_its_own_so_counting_regressions_counts_steps_only(capsys, drifting):
+    """Issue 42, item 8: a drift said ``"state": "regression"``, so a consumer of the JSON counting
+    regressions counted the drift too.  A drift is ``"state": "drift"`` with its ``"direction"``; a
+    shift says its direction too; ``--state`` picks either."""
+    found = shifts(capsys, drifting)
+    states = {(s["kind"], s["state"], s["direction"]) for s in found}
+    assert states == {("drift", "drift", "worse"), ("shift", "regression", "worse")}, states
+    regressions = [s for s in found if s["state"] == "regression"]
+    assert {s["shape"] for s in regressions} == {"m=64,n=64,k=64"}  # the upgrade's step; the drift is not one
+    assert {s["kind"] for s in shifts(capsys, drifting, "--state", "regression")} == {"shift"}
+    drifts = shifts(capsys, drifting, "--state", "drift")
+    assert {(s["kind"], s["shape"]) for s in drifts} == {("drift", "m=32,n=32,k=32")}
+    # a drift the worse way is still diagnosed (a list of causes, here none recorded: empty)
+    assert all("causes" in s for s in drifts)
 
 
 def test_spikes_just_before_an_upgrade_do_not_drop_the_version_from_its_shift(capsys, drifting):

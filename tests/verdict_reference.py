@@ -120,15 +120,24 @@ def version_verdicts(records: Sequence[Any], figure: str, settings: Settings | N
     """One verdict per version change in a series' history, oldest first; the daemon exports
     the last one (``sixdim_version_change_ratio``), computed there by :mod:`sixdim.verdicts.live`."""
     out = []
+    s = settings or Settings()
     breaks = version_breaks(records)
     bounds = [0, *breaks, len(records)]
     for n, at in enumerate(breaks):
         old, new = _known_before(records, at), versions(records[at]) or {}
         changes = {k: (old[k], new[k]) for k in VERSION_KEYS if old[k] != new[k]}
-        before = [v for v in _figure_values(records[bounds[n]:at], figure) if v is not None]
-        after = [v for v in _figure_values(records[at:bounds[n + 2]], figure) if v is not None]
-        out.append(version_verdict(before, after, figure, changes, settings, records[at].workload,
-                                   series_label(records[at]), records[at].started_at))
+        # the "before" side as the agent has it: the segment's tracker's last runs, and the drift it named
+        tracker = SeriesTracker(figure, s, records[at].workload)
+        for record, value in zip(records[bounds[n]:at], _figure_values(records[bounds[n]:at], figure), strict=True):
+            if value is not None:
+                tracker.update(value, at=record.started_at)
+        before_times, before = tracker.recent(max(s.version_runs, s.version_settle_runs))
+        after_runs = [(r.started_at, v) for r, v in zip(records[at:bounds[n + 2]],
+                                                         _figure_values(records[at:bounds[n + 2]], figure), strict=True)
+                      if v is not None]
+        out.append(version_verdict(list(before), [v for _, v in after_runs], figure, changes, settings,
+                                   records[at].workload, series_label(records[at]), records[at].started_at,
+                                   times=(list(before_times), [t for t, _ in after_runs]), trend=tracker.trend()))
     return out
 
 

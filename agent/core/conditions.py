@@ -126,13 +126,23 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition("cpu_frequency_hertz", "hertz", "host", "snapshot", help="The mean current CPU frequency (psutil)."),
     Condition("load_per_cpu", "ratio", "host", "snapshot",
               help="The 1-minute load average over the CPUs this process may use."),
-    Condition("memory_pressure_ratio", "ratio", "host", "snapshot",
-              help="Share of the last 10 s some task waited for memory (/proc/pressure/memory, some avg10)."),
     Condition("cpu_quota_cpus", "cpus", "host", "snapshot",
               help="The cgroup's CPU quota in CPUs (cpu.max quota / period); absent where there is no limit."),
     Condition("usable_cpus", "cpus", "host", "snapshot", help="CPUs this process may run on (its affinity)."),
     Condition("other_cpu_ratio", "ratio", "host", "window",
               help="Share of the host's CPU time over the span taken by processes other than the run's."),
+    # --- the kernel's pressure stall information over the span (window) ---
+    *(Condition(f"{resource}_pressure_ratio", "ratio", "host", "window",
+                help=f"Share of the span during which some task on the host stalled waiting for {what} "
+                     f"(/proc/pressure/{resource}, the 'some' line's total= microseconds read at the span's start "
+                     f"and end); unavailable where the kernel has no PSI (before 4.20, or booted with psi=0).")
+      for resource, what in (("cpu", "a CPU"), ("memory", "memory"), ("io", "IO"))),
+    *(Condition(f"cgroup_{resource}_pressure_ratio", "ratio", "host", "window",
+                help=f"Share of the span during which some task of the worker's own cgroup v2 (the run's "
+                     f"sixdim-run-* cgroup, or the agent's) stalled waiting for {what} (its {resource}.pressure, "
+                     f"'some' total=); unavailable where the worker runs in no cgroup v2 or in its root (then "
+                     f"the host's figure is its own).")
+      for resource, what in (("cpu", "a CPU"), ("memory", "memory"), ("io", "IO"))),
 )
 
 BY_NAME: dict[str, Condition] = {c.name: c for c in CONDITIONS}

@@ -253,7 +253,28 @@ class Board:
                     added += 1
             except sqlite3.Error as exc:
                 log.debug("board: cannot read the history's interruptions now: %s", exc)
-        return added + self._show_pending(history)
+        added += self._show_pending(history)
+        self.save_incidents(history)
+        return added
+
+    def save_incidents(self, history: History) -> int:
+        """Write the incidents of the live verdicts that changed since they were last written (none until the
+        verdicts cover the history); returns how many.  A history that cannot be written now keeps them for the
+        next catch-up (the verdicts mark an incident saved only once it is)."""
+        if self.verdicts is None or not self.verdicts.restored.is_set():
+            return 0
+        changed = self.verdicts.unsaved_incidents()
+        if not changed:
+            return 0
+        try:
+            history.save_incidents(incident.row() for incident, _ in changed)
+        except sqlite3.Error as exc:
+            log.warning("board: %d incident(s) of the regression verdicts could not be written now (%s); tried "
+                        "again at the next catch-up", len(changed), exc)
+            return 0
+        for _, saved in changed:
+            saved()
+        return len(changed)
 
     def _show_pending(self, history: History) -> int:
         added = 0

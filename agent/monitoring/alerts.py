@@ -128,6 +128,11 @@ class Alerts:
                 f"{self.lab(catalog.UUID)}){{{{ else }}}}the CPU ({self.lab(catalog.MODEL_NAME)}){{{{ end }}}} "
                 f"of {self.host()}")
 
+    def workload_precision(self) -> str:
+        """``gemm bf16``; ``gemm`` alone where the series has no precision (an empty label), never
+        ``gemm`` and two spaces."""
+        return f"{self.lab(catalog.WORKLOAD)}{{{{ with {self.ref(catalog.PRECISION)} }}}} {{{{ . }}}}{{{{ end }}}}"
+
     def where(self) -> str:
         """For summaries: host-a GPU 3, or host-a alone on a host without a GPU."""
         return f"{self.host()}{{{{ with {self.ref(catalog.GPU)} }}}} GPU {{{{ . }}}}{{{{ end }}}}"
@@ -217,32 +222,42 @@ class Alerts:
         _, expr = self.shapes_where(state, REGRESSION_CODE)
         figure = label(state, catalog.FIGURE)
         cluster, arg = self.same_cluster()
-        figures_query = (f"count by ({self.by(figure)}) ({state.name}{{{cluster}{catalog.HOSTNAME}=%q,"
-                         f"{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} == {REGRESSION_CODE})")
-        figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` {arg}$labels.{catalog.HOSTNAME} "
-                   f"$labels.{catalog.UUID} $labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) "
+        group = (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD, catalog.PRECISION, *self.versions)
+        matchers = ",".join(f"{label(state, name)}=%q" for name in group)
+        values = " ".join(f"$labels.{name}" for name in group)
+        figures_query = f"count by ({self.by(figure)}) ({state.name}{{{cluster}{matchers}}} == {REGRESSION_CODE})"
+        figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` {arg}{values}) "
                    f"| sortByLabel \"{figure}\" }}}}{{{{ if $i }}}}, {{{{ end }}}}"
                    f"{{{{ $s.Labels.{figure} }}}}{{{{ end }}}}")
+        regressed = f"{state.name}{{{cluster}{matchers}}} == {REGRESSION_CODE}"
         return self.alert(
             "SixdimRegression", expr, "warning",
             f"{self.lab(catalog.WORKLOAD)} regressed on {self.where()}",
-            f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} regressed on "
+            f"{self.workload_precision()} on {self.gpu_ref()} regressed on "
             f"{{{{ $value }}}} shape(s), counting each mode and pass (figures: {figures}), under "
             f"{self.versions_in_labels()}. The agent calls a regression only after it persisted over several "
-            f"runs against the series' own baseline.{self.causes()}", for_=REGRESSION_FOR,
+            f"runs against the series' own baseline.{self.causes(regressed, arg + values, group[:4])}",
+            for_=REGRESSION_FOR,
             keep_firing_for=REGRESSION_KEEP_FIRING_FOR)
 
-    def causes(self) -> str:
-        """The likely causes of the alert's regressed series (``sixdim_regression_cause`` at rank 1 for its
-        GPU, workload and precision), counted, most named first: " Likely cause: power_limit (40 series)."
+    def causes(self, judged: str, args: str, labels: tuple[str, ...]) -> str:
+        """The likely causes of the series the alert counts (``sixdim_regression_cause`` at rank 1), counted,
+        most named first: " Likely cause: power_limit (40 series)."  ``judged``: a selector of those series
+        (printf verbs for the alert's labels, ``args`` their values), so the series counted here are the
+        alert's own: a suspicious series of the same GPU and workload, which has a cause too, is not
+        (it made "regressed on 1 shape(s) ... Likely cause: none (2 series)").  ``labels``: the alert's
+        labels that narrow the causes read before the match (a version change's alert has no precision).
         Nothing where the agent names none (an older agent, or the series not yet judged)."""
         cause = catalog.REGRESSION_CAUSE
         name = label(cause, catalog.CAUSE)
         cluster, arg = self.same_cluster()
-        query = (f"sort_desc(count by ({self.by(name)}) ({cause.name}{{{cluster}{catalog.HOSTNAME}=%q,"
-                 f"{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q,{catalog.CAUSE_RANK}=\"1\"}}))")
-        return (f"{{{{ with query (printf `{query}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
-                f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}} Likely cause: "
+        series = self.by(*(label(cause, n) for n in (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD,
+                                                       catalog.PRECISION, catalog.SHAPE, catalog.MODE, catalog.PASS)))
+        matchers = "".join(f"{label(cause, n)}=%q," for n in labels)
+        values = " ".join(f"$labels.{n}" for n in labels)
+        query = (f"sort_desc(count by ({self.by(name)}) ({cause.name}{{{cluster}{matchers}{catalog.CAUSE_RANK}=\"1\"}} "
+                 f"and on ({series}) ({judged})))")
+        return (f"{{{{ with query (printf `{query}` {arg}{values} {args}) }}}} Likely cause: "
                 f"{{{{ range $i, $s := . }}}}{{{{ if $i }}}}, {{{{ end }}}}{{{{ $s.Labels.{name} }}}} "
                 f"({{{{ $s.Value }}}} series){{{{ end }}}} (see the runbook).{{{{ end }}}}")
 
@@ -263,7 +278,7 @@ class Alerts:
         return self.alert(
             "SixdimDrift", expr, "info",
             f"{self.lab(catalog.WORKLOAD)} drifts worse on {self.where()}",
-            f"{self.lab(catalog.WORKLOAD)} {self.lab(catalog.PRECISION)} on {self.gpu_ref()} is drifting the worse "
+            f"{self.workload_precision()} on {self.gpu_ref()} is drifting the worse "
             f"way on {{{{ $value }}}} shape(s){change}, under {self.versions_in_labels()}: a steady slope over its "
             f"recent runs, not a step. See {catalog.DRIFT_RATE.name} for the slope.", for_=DRIFT_FOR)
 
@@ -368,10 +383,14 @@ class Alerts:
         count_query = (f"count({change.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
                        f"{catalog.WORKLOAD}=%q,{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,"
                        f"{catalog.CHANGE_FROM}=%q,{catalog.CHANGE_TO}=%q,{verdict}}})")
-        count = (f"{{{{ with query (printf `{count_query}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
-                 f"$labels.{catalog.WORKLOAD} $labels.{catalog.FIGURE} $labels.{catalog.CHANGE_COMPONENT} "
-                 f"$labels.{catalog.CHANGE_FROM} $labels.{catalog.CHANGE_TO}) }}}}"
+        values = (f"$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} $labels.{catalog.WORKLOAD} "
+                  f"$labels.{catalog.FIGURE} $labels.{catalog.CHANGE_COMPONENT} $labels.{catalog.CHANGE_FROM} "
+                  f"$labels.{catalog.CHANGE_TO}")
+        count = (f"{{{{ with query (printf `{count_query}` {arg}{values}) }}}}"
                  f"{{{{ . | first | value }}}}{{{{ end }}}}")
+        judged = (f"{change.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,"
+                  f"{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,{catalog.CHANGE_FROM}=%q,"
+                  f"{catalog.CHANGE_TO}=%q,{verdict}}}")
         return self.alert(
             "SixdimVersionChangeRegression", expr, "warning",
             f"{self.lab(catalog.CHANGE_COMPONENT)} {self.lab(catalog.CHANGE_FROM)} to {self.lab(catalog.CHANGE_TO)} "
@@ -379,7 +398,9 @@ class Alerts:
             f"After {self.lab(catalog.CHANGE_COMPONENT)} changed from {self.lab(catalog.CHANGE_FROM)} to "
             f"{self.lab(catalog.CHANGE_TO)} on {self.gpu_ref()}, {self.lab(catalog.WORKLOAD)}'s "
             f"{self.lab(catalog.FIGURE)} is {{{{ $value | humanizePercentage }}}} of its value before the change "
-            f"(median over the {count} result series the agent judged worse).{self.causes()}", for_=VERSION_CHANGE_FOR,
+            f"(median over the {count} result series the agent judged worse)."
+            f"{self.causes(judged, arg + values, (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD))}",
+            for_=VERSION_CHANGE_FOR,
             keep_firing_for=VERSION_CHANGE_KEEP_FIRING_FOR)
 
     def agent_down(self) -> dict[str, Any]:

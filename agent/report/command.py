@@ -52,9 +52,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "latest", help="the latest result of each workload per device, its verdict and likely cause (the default)",
         description="The latest result of each workload per device, one row each: when its latest run ended "
                     "(local time, and how long ago); the cases of that run by status, failures apart from the "
-                    "cases that did not run; its headline speed (the first speed figure its ok cases report, "
+                    "cases that did not run, and the cases an interruption left ('interrupted: 17 of 20 not run'); "
+                    "its headline speed (the first speed figure its ok cases report, "
                     "FLOP/s, samples/s, bytes/s or else the time: the one case's value, or the geometric mean over "
-                    "its cases, all shapes and precisions, marked 'geomean of N'); the verdict, the worst of the "
+                    "its cases, all shapes and precisions, marked 'geomean of N', and '(interrupted: 3 of 20 "
+                    "cases)' where it is over part of them); the verdict, the worst of the "
                     "agent's live regression verdicts over the workload's series on that device (regression, "
                     "suspicious, ok, improvement, insufficient data; a series whose latest version or GPU-setting "
                     "change regressed a figure counts as a regression), with how many series are in each state; and "
@@ -84,7 +86,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "points. A shift is listed when its p-value is at most 0.001 and the medians either side differ "
                     "by at least the figure's minimum effect (regression.min_effect, 1.8%, or [regression.effects] "
                     "as for the live verdicts); its state is 'regression' or 'improvement' by the figure's "
-                    "direction. The history is read read-only.",
+                    "direction. A slow drift is listed too, its state 'drift' (and its direction, worse or "
+                    "better). The history is read read-only.",
         epilog="Exit codes: 0 the report was made, whether or not it lists a shift; 2 bad usage, bad "
                "configuration, or a history that is missing or not a sixdim database. See docs/REGRESSIONS.md.")
     regressions.add_arguments(shifts)

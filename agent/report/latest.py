@@ -6,10 +6,14 @@ One row per (host, device, workload) of the history:
 - **last run**: when the workload's latest run ended (its newest record's end), in the local time zone,
   and how long ago;
 - **cases**: the cases of that latest run by status, failures apart from the cases that did not run
-  (:func:`sixdim.core.results.status_counts_text`, as ``sixdim run`` and the daemon's log say it);
+  (:func:`sixdim.core.results.status_counts_text`, as ``sixdim run`` and the daemon's log say it),
+  and, where an interruption stopped that run (a shutdown, Ctrl-C, the agent's death: the history's
+  ``interruptions``), how many of its cases it left (:func:`interruption`);
 - **headline**: the speed of its ``ok`` cases (the first speed figure they report: FLOP/s,
   samples/s, bytes/s, else the time): the one case's value, or the geometric mean over the cases
-  (over all their shapes and precisions; :func:`sixdim.verdicts.summary.geometric_mean`);
+  (over all their shapes and precisions; :func:`sixdim.verdicts.summary.geometric_mean`); that of
+  an interrupted run is over the cases that ran, so it says so and is marked ``"complete": false``
+  (a different mix of cases from a full run's: not to be compared with one);
 - **verdict**: the worst live regression state over the workload's series on that device
   (regression, then suspicious, ok, improvement, insufficient data), with how many series are in
   each; a series whose latest version or GPU-setting change regressed a figure counts as a
@@ -55,6 +59,7 @@ from typing import Any
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core import exits
 from sixdim.core.durations import EXAMPLES, duration_argument
+from sixdim.report import incidents
 from sixdim.store import reader
 
 OPTION_KEYS = ("agent.history", "regression.min_effect")
@@ -97,6 +102,12 @@ def read(path: str, runs: int) -> list[Any]:
         for rows in reader.recent_per_series(db, runs, COLUMNS):
             out += rows
     return out
+
+
+def read_interruptions(path: str) -> list[Any]:
+    """The history's interrupted suite runs (:func:`sixdim.store.reader.interruptions`), oldest first."""
+    with reader.reading(path) as db:
+        return reader.interruptions(db)
 
 
 class _Runs:
@@ -214,10 +225,13 @@ def _size(ratio: float | None) -> float:
     return abs(math.log(ratio)) if ratio is not None and ratio > 0 and math.isfinite(ratio) else 0.0
 
 
-def headline(run: Iterable[Any]) -> dict[str, Any] | None:
+def headline(run: Iterable[Any], stopped: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The speed of the run's ok cases: the first speed figure any of them reports (FLOP/s, samples/s,
     bytes/s, else the time), the one case's value or the geometric mean over the cases that report
-    it; None where no ok case reports a speed."""
+    it; None where no ok case reports a speed.  ``stopped``: the run's interruption
+    (:func:`interruption`): the mean is then over the cases that ran only, a different mix from a
+    full run's, so it is marked (``"complete": false``, and its text says so), never to be compared
+    with a full run's."""
     from sixdim.core.catalog import SPEED_FIGURES
     from sixdim.report.format import figure_name, fmt
     from sixdim.verdicts.summary import geometric_mean
@@ -237,14 +251,60 @@ def headline(run: Iterable[Any]) -> dict[str, Any] | None:
     if value is None:
         return None
     text = fmt(figure, value, precision)
+    text = text if len(values) == 1 else f"{text} geomean of {len(values)}"
+    if stopped is not None:
+        ran, planned = stopped["cases_ran"], stopped["cases_planned"]
+        text += f" (interrupted: {ran} of {planned} cases)" if planned else " (interrupted)"
     return {"figure": figure, "name": figure_name(figure, precision), "value": value, "cases": len(values),
-            "how": "one case" if len(values) == 1 else "geometric mean",
-            "text": text if len(values) == 1 else f"{text} geomean of {len(values)}"}
+            "how": "one case" if len(values) == 1 else "geometric mean", "complete": stopped is None, "text": text}
 
 
-def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float) -> list[dict[str, Any]]:
-    """One row per (host, device, workload), as :func:`table` shows it and ``--json`` prints it."""
+def interruption(run: Sequence[Any], runs: Sequence[Any], interruptions: Sequence[Any]) -> dict[str, Any] | None:
+    """The interruption that stopped a workload's latest run (``run``, from :func:`latest_run` over the
+    workload's rows on the device, ``runs``), or None: the newest interrupted suite run of the same
+    device and suite with the workload among those it left cases of, that started at or before the
+    run's first worker and stopped at or after it (a suite run's workers start after the suite run,
+    and the interruption stops the last).
+
+    The cases it left of this workload: all the interruption's where the workload was the only one
+    left; else as many as the workload's previous run had beyond this one's; None where neither
+    says (its first run, interrupted)."""
+    newest = run[-1]
+    device, suite, workload = tuple(newest[_DEVICE]), newest[_SUITE], newest[_WORKLOAD]
+    first = min(row[_STARTED] for row in run)
+    found = next((i for i in reversed(interruptions)
+                  if (i.hostname, i.device_type, i.gpu, i.uuid) == device and i.suite == suite
+                  and workload in i.workloads and i.started_at <= first <= i.ended_at), None)
+    if found is None:
+        return None
+    ran = len(run)
+    if list(found.workloads) == [workload]:
+        left: int | None = found.cases_left
+    else:
+        earlier = [row for row in runs if row[_STARTED] < first]
+        previous = latest_run(earlier) if earlier and earlier[-1][_SUITE] == suite else []
+        left = len(previous) - ran if len(previous) > ran else None
+    return {"reason": found.reason, "at": found.ended_at, "cases_ran": ran, "cases_left": left,
+            "cases_planned": ran + left if left is not None else None, "suite_cases_left": found.cases_left,
+            "workloads_left": list(found.workloads)}
+
+
+def _cases_text(counts: Counter, stopped: dict[str, Any] | None) -> str:
+    """The cases by status, and what an interruption left: ``3 cases: 3 ok; interrupted: 17 of 20 not run``."""
     from sixdim.core.results import status_counts_text
+
+    text = status_counts_text(counts)
+    if stopped is None:
+        return text
+    if stopped["cases_left"] is not None:
+        return f"{text}; interrupted: {stopped['cases_left']} of {stopped['cases_planned']} not run"
+    return f"{text}; interrupted (the suite run left {stopped['suite_cases_left']} case(s))"
+
+
+def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float,
+         interruptions: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """One row per (host, device, workload), as :func:`table` shows it and ``--json`` prints it;
+    ``interruptions``: the history's interrupted suite runs, oldest first (:func:`read_interruptions`)."""
     from sixdim.report.format import gpu_order
 
     runs: dict[tuple[Any, ...], list[Any]] = {}
@@ -257,6 +317,7 @@ def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float) -> list
     out: list[dict[str, Any]] = []
     for (device, workload), found in sorted(runs.items(), key=lambda x: (gpu_order(x[0][0]), x[0][1])):
         run = latest_run(found)
+        stopped = interruption(run, found, interruptions)
         newest = run[-1]
         ended = max(row[_ENDED] for row in run)
         counts = Counter(row[_STATUS] for row in run)
@@ -280,8 +341,9 @@ def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float) -> list
             "model_name": newest[_MODEL], "workload": workload, "suite": newest[_SUITE],
             "last_run": ended, "last_run_local": _local(ended).isoformat(timespec="seconds"),
             "age_seconds": max(0.0, now - ended),
-            "cases": {s: counts[s] for s in sorted(counts)}, "cases_text": status_counts_text(counts),
-            "headline": headline(run),
+            "cases": {s: counts[s] for s in sorted(counts)}, "cases_text": _cases_text(counts, stopped),
+            "interrupted": stopped,
+            "headline": headline(run, stopped),
             "verdict": verdict, "series": {s: states[s] for s in STATES if states[s]},
             "unhealthy": unhealthy,
             "cause": _cause(unhealthy[0]) if unhealthy else None,
@@ -369,9 +431,14 @@ def command(args: argparse.Namespace) -> int:
         history = [row for row in history if row[_WORKLOAD] in wanted]
     now = time.time()
     snapshot = live_verdicts(history, config.history, settings) if history else []
-    found = rows(history, snapshot, now=now)
+    found = rows(history, snapshot, now=now, interruptions=read_interruptions(config.history) if history else ())
     if args.since is not None:
         found = [r for r in found if r["last_run"] >= now - args.since]
+    listed = incidents.read(config.history, now - (incidents.RECENT_SECONDS if args.since is None else args.since),
+                            args.workload) if history else []
+    for row in found:  # each row's own: its device's incidents of its workload
+        row["incidents"] = [i for i in listed if i["workload"] == row["workload"]
+                            and all(i[label] == row[label] for label in ("hostname", "device_type", "gpu", "uuid"))]
     if args.json:
         print(json.dumps(found, indent=2))
         return exits.OK
@@ -383,8 +450,15 @@ def command(args: argparse.Namespace) -> int:
     devices = len({(r["hostname"], r["device_type"], r["gpu"], r["uuid"]) for r in found})
     verdicts = Counter(r["verdict"] for r in found)
     print(table(found))
+    if listed:
+        window = f"the last {incidents.RECENT_SECONDS / 3600:g} h" if args.since is None else f"since {_local(now - args.since):%Y-%m-%d %H:%M}"
+        print(f"\nIncidents of the agent's live verdicts, open or ended in {window}:")
+        print(incidents.table(listed, now))
+        print(incidents.summary(listed))
+    stopped = sum(r["interrupted"] is not None for r in found)
     print(f"\n{len(found)} workload(s) on {devices} device(s): {verdicts['regression']} with a regression, "
-          f"{verdicts['suspicious']} suspicious; the agent's verdicts over each series' last {keep} runs, "
+          f"{verdicts['suspicious']} suspicious" + (f", {stopped} interrupted" if stopped else "") +
+          f"; the agent's verdicts over each series' last {keep} runs, "
           f"from {config.history} ({time.perf_counter() - started:.1f} s)")
     return exits.OK
 

@@ -9,10 +9,12 @@ is never put down to a version change).  Each regression listed gets its likely 
 (:func:`add_causes`): the conditions recorded with the runs either side of it, compared by
 :func:`sixdim.verdicts.causes.diagnose`.  See docs/REGRESSIONS.md, "Looking back".
 
-It reads the history read-only (``mode=ro``), in chunks of :data:`sixdim.store.reader.CHUNK` rows, each its own short
+It reads the history read-only (``mode=ro``), in chunks of :data:`READ_CHUNK` rows, each its own short
 read, so it never writes the agent's database and holds no lock for long; it reads only the
 columns it needs (never ``details``, nor ``conditions``), and SQLite reads the watched figures out of
-the ``figures`` JSON.  The conditions are read afterwards, by id, only for the runs around the shifts
+the ``figures`` JSON.  A series' runs are held as float arrays of the figures it has, and the
+analysis works a bounded pass at a time (:data:`ANALYSIS_POINTS`), so the memory grows by about
+150 bytes a run.  The conditions are read afterwards, by id, only for the runs around the shifts
 listed (at most :data:`CAUSE_RUNS` each side).  This module is imported by
 :mod:`sixdim.report.command` (and so by the command line) to register the command's arguments, so it
 imports nothing heavy at import time: numpy and the analysis load inside the command.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +43,7 @@ from sixdim.core import exits, text
 from sixdim.core.catalog import WATCHED
 from sixdim.core.durations import EXAMPLES, duration_argument
 from sixdim.core.results import SeriesKey
+from sixdim.report import incidents
 from sixdim.store import reader
 from sixdim.verdicts.detector import settings_from
 
@@ -63,9 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", "-w", action="append", metavar="NAME", help="only this workload (repeatable)")
     parser.add_argument("--figure", action="append", type=_figure, metavar="NAME",
                         help="only this watched figure, e.g. flops or seconds (repeatable)")
-    parser.add_argument("--state", choices=("regression", "improvement"),
-                        help="only regressions or only improvements (default: both)")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of shifts instead of a table")
+    parser.add_argument("--state", choices=("regression", "improvement", "drift", "suspicious"),
+                        help="only the regressions (shifts and the agent's incidents), only the improvements, only "
+                             "the drifts, or only the incidents that stayed suspicious (default: all)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON list of shifts, drifts and incidents instead of the tables")
     add_option_flags(parser, OPTION_KEYS)
     add_insecure_permissions_flag(parser)
 
@@ -74,7 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Series:
-    """The ok runs of one series, as read (not yet in time order)."""
+    """The ok runs of one series, as read (not yet in time order): :attr:`rows` and :attr:`ids` where
+    they were added one at a time (the HTML report's reading, :mod:`sixdim.report.data`), or
+    :attr:`parts` where :func:`read_history` read them; :meth:`table` and :meth:`run_ids` give either."""
 
     key: SeriesKey
     model_name: str = ""
@@ -83,6 +91,60 @@ class Series:
     absent: NaN or +inf), in the order of :attr:`OkRuns.figures`."""
     ids: list[int] = field(default_factory=list)
     """Each run's row id, in the order of :attr:`rows` (to read the conditions of a few, by id)."""
+    parts: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    """The runs as :func:`read_history` read them, a part per chunk: (the columns of :meth:`table` it
+    holds, its float array of runs x those columns, its row ids).  Only the columns of the figures
+    the series has are held (a GEMM reports 6 of the 16 watched figures): an array of every column
+    for the whole history held twice the memory, and a tuple of floats per run ten times."""
+
+    def add_part(self, columns: Any, table: Any, ids: Any) -> None:
+        """Add the runs of a chunk; beyond :data:`MAX_PARTS` parts, they are joined into one (the
+        small arrays of a long history's chunks would otherwise cost more than their values)."""
+        self.parts.append((columns, table, ids))
+        if len(self.parts) >= MAX_PARTS:
+            import numpy as np
+
+            columns = np.unique(np.concatenate([c for c, _, _ in self.parts]))
+            self.parts = [(columns, self._joined(columns), np.concatenate([i for _, _, i in self.parts]))]
+
+    def _joined(self, columns: Any) -> Any:
+        """The parts' runs in one float array of these columns (increasing; NaN where a part has none)."""
+        import numpy as np
+
+        out = np.full((sum(len(t) for _, t, _ in self.parts), columns.size), math.nan)
+        at = 0
+        for cols, t, _ in self.parts:
+            out[at:at + len(t), np.searchsorted(columns, cols)] = t
+            at += len(t)
+        return out
+
+    def table(self, width: int) -> Any:
+        """Every run (as :attr:`rows` describes them) as one float array of ``width`` columns."""
+        import numpy as np
+
+        if self.parts:
+            return self._joined(np.arange(width))
+        return np.asarray(self.rows, dtype=float).reshape(-1, width)
+
+    def times(self) -> Any:
+        """Each run's start and end (runs x 2), in the order of :meth:`table`."""
+        import numpy as np
+
+        if self.parts:  # every part holds the first three columns
+            return np.concatenate([t[:, :2] for _, t, _ in self.parts])
+        return np.array([row[:2] for row in self.rows], dtype=float).reshape(-1, 2)
+
+    def run_ids(self) -> Any:
+        """Each run's row id, in the order of :meth:`table`."""
+        import numpy as np
+
+        if self.parts:
+            return np.concatenate([i for _, _, i in self.parts])
+        return np.asarray(self.ids, dtype=np.int64)
+
+
+MAX_PARTS = 32
+"""Parts a series holds before they are joined (:meth:`Series.add_part`)."""
 
 
 @dataclass
@@ -99,34 +161,86 @@ class OkRuns:
     """Ids of the all-empty version set: runs that did not say their versions (no break there)."""
 
 
+READ_CHUNK = 5_000
+"""Rows per read of :func:`read_history`: each chunk is a list of tuples of Python objects (about
+1.5 kB a row) until it is made arrays, so a smaller chunk holds less; the reads stay short either way."""
+
+
 def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
-    """The ok runs of every series: ids in increasing order, :data:`sixdim.store.reader.CHUNK` rows per read.  Only
-    the watched figures are kept, read out of each row's JSON by SQLite (a row SQLite cannot read is
-    parsed here), and each distinct environment is parsed once."""
+    """The ok runs of every series: ids in increasing order, :data:`READ_CHUNK` rows per read.  Only
+    the watched figures are kept, read out of each row's JSON by SQLite as one list
+    (:func:`figure_table`), and each distinct environment is parsed once.  Each chunk is made float
+    arrays at once and split by series (:attr:`Series.parts`)."""
+    import numpy as np
+
     figures = tuple(WATCHED)
-    column = {name: 3 + j for j, name in enumerate(figures)}
     width = 3 + len(figures)
     query = reader.RunsQuery((*reader.SERIES_COLUMNS, "model_name", "started_at", "ended_at", "environment"),
-                             ok_only=True, workloads=tuple(workloads or ()), figure_values=figures)
-    series: dict[tuple[str, ...], Series] = {}
+                             ok_only=True, workloads=tuple(workloads or ()), figure_values=figures,
+                             chunk=READ_CHUNK)
+    found: list[Series] = []
+    number: dict[tuple[str, ...], int] = {}
     versions = VersionSets()
     runs = 0
     with reader.reading(path) as db:
         for rows in reader.chunks(db, query):
             runs += len(rows)
+            series_of: list[int] = []
             for row in rows:
-                key = row[1:10]
-                s = series.get(key)
-                if s is None:
-                    s = series[key] = Series(SeriesKey(*key))
-                s.model_name = row[10]
-                s.ids.append(row[0])
-                vid = versions.id(row[13], row[5])
-                if row[14] is None:  # the figures as SQLite read them: a number, or +inf where absent
-                    s.rows.append((row[11], row[12], vid, *row[15:]))
-                else:
-                    s.rows.append(figure_row(row[11], row[12], vid, json.loads(row[14]), column, width))
-    return OkRuns(series, versions.sets, figures, runs, frozenset(versions.unknown))
+                k = number.get(row[1:10])
+                if k is None:
+                    k = number[row[1:10]] = len(found)
+                    found.append(Series(SeriesKey(*row[1:10])))
+                found[k].model_name = row[10]
+                series_of.append(k)
+            which = np.array(series_of, dtype=np.intp)
+            table = np.empty((len(rows), width))
+            table[:, 0] = [row[11] for row in rows]
+            table[:, 1] = [row[12] for row in rows]
+            table[:, 2] = [versions.id(row[13], row[5]) for row in rows]
+            table[:, 3:] = figure_table([row[15] for row in rows], [row[14] for row in rows], figures)
+            ids = np.array([row[0] for row in rows], dtype=np.int64)
+            del rows
+            order = np.argsort(which, kind="stable")
+            cuts = np.flatnonzero(np.diff(which[order])) + 1
+            for part in np.split(order, cuts):
+                mine = table[part]
+                columns = np.flatnonzero(np.isfinite(mine).any(axis=0) | (np.arange(width) < 3))
+                found[int(which[part[0]])].add_part(columns, mine[:, columns], ids[part])
+    return OkRuns({s.key: s for s in found}, versions.sets, figures, runs, frozenset(versions.unknown))
+
+
+_NOT_A_NUMBER = re.compile(r"[^-+.,0-9eE]")
+"""Anything in a list of values but a number, a comma and +inf (``1e999``): a bool, a text, an object."""
+
+
+def figure_table(values: Sequence[str | None], raw: Sequence[str | None], figures: Sequence[str]) -> Any:
+    """The figures of a chunk of runs as one float array (runs x figures, +inf or NaN where absent or
+    not a number), from what :class:`sixdim.store.reader.RunsQuery` reads with ``figure_values``: per
+    run, the JSON array of its values (``values``), or its whole ``figures`` text where SQLite could
+    not read it (``raw``: a NaN or an infinity).  A chunk of numbers only, the usual case, is parsed
+    by numpy in one call; any other chunk a run at a time (a bool or a text is no figure)."""
+    import numpy as np
+
+    n, k = len(values), len(figures)
+    listed = max(2, k)  # a single figure is asked for twice
+    out = np.full((n, k), math.nan)
+    read = [i for i, v in enumerate(values) if v is not None]
+    if read:
+        text = ",".join([values[i][1:-1] for i in read])  # type: ignore[index]
+        if not _NOT_A_NUMBER.search(text):
+            flat = np.fromstring(text, sep=",")
+            if flat.size == len(read) * listed:
+                out[read] = flat.reshape(len(read), listed)[:, :k]
+                read = []
+    for i in read:  # a chunk with something other than numbers in its lists: a run at a time
+        out[i] = [float(v) if type(v) in (float, int) else math.inf for v in json.loads(values[i])[:k]]  # type: ignore[arg-type]
+    for i, whole in enumerate(raw):
+        if whole is not None:
+            parsed = json.loads(whole)
+            if isinstance(parsed, dict):
+                out[i] = [float(v) if type(v := parsed.get(name)) in (float, int) else math.nan for name in figures]
+    return out
 
 
 def figure_row(started: float, ended: float, vid: int, figures: dict[str, Any], column: dict[str, int],
@@ -180,6 +294,13 @@ class VersionSets:
 
 # ---------------------------------------------------------------------------- analysis
 
+ANALYSIS_POINTS = 250_000
+"""Figure values analysed in one pass of :func:`analyse` at most (each pass screens its series'
+windows together): each value holds about 60 bytes of working arrays while its pass runs, so a pass
+of all 300,000 runs of a history at once (two million values) held 130 MiB, and one of 250,000
+values holds 15 MiB and screens over 10,000 windows in one go, as fast as all of them."""
+
+
 def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | None = None,
             progress: Any = None, drifts: bool = False) -> list[dict[str, Any]]:
     """Every shift of every watched figure of every series, oldest first.  ``settings``
@@ -187,35 +308,70 @@ def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | N
     verdicts (``regression.min_effect`` and ``[regression.effects]``).  ``drifts``: list the slow
     drifts too (``"kind": "drift"``); a shift is ``"kind": "shift"``.
 
-    Every series and figure is prepared first and the change points of all of them are found in
-    one call (:func:`sixdim.verdicts.changepoints.find_changes_many`): its split windows are
-    screened in numpy batches across series, which is most of the speed over a large history."""
+    The series and figures are prepared a pass at a time (:data:`ANALYSIS_POINTS` values a pass), and
+    the change points of each pass's are found in one call
+    (:func:`sixdim.verdicts.changepoints.find_changes_many`): its split windows are screened in numpy
+    batches across series, which is most of the speed over a large history, and the memory stays
+    that of one pass whatever the history's size."""
     import numpy as np
 
     from sixdim.verdicts import detector as rg
-    from sixdim.verdicts.changepoints import find_changes_many
 
     settings = settings or rg.Settings()
-    wanted = set(history.figures if figures is None else figures)
+    chosen = set(history.figures if figures is None else figures)
+    wanted = [j for j, figure in enumerate(history.figures) if figure in chosen]
+    width = 3 + len(history.figures)
+    counts = {key: np.isfinite(s.table(width)[:, [3 + j for j in wanted]]).sum(axis=0)
+              for key, s in history.series.items()}
+    total = sum(int((c >= 2).sum()) for c in counts.values())
+    shifts: list[dict[str, Any]] = []
+    batch: list[Series] = []
+    points = done = 0
+    for key, s in history.series.items():
+        batch.append(s)
+        points += int(counts[key].sum())
+        if points >= ANALYSIS_POINTS:
+            done = _analyse_pass(history, batch, wanted, settings, drifts, progress, (done, total), shifts)
+            batch, points = [], 0
+    if batch:
+        _analyse_pass(history, batch, wanted, settings, drifts, progress, (done, total), shifts)
+    shifts.sort(key=lambda d: (d["at"], d["hostname"], d["gpu"], d["workload"], d["precision"], d["shape"],
+                               d["figure"], d["kind"]))
+    return shifts
+
+
+def _analyse_pass(history: OkRuns, batch: list[Series], wanted: list[int], settings: Any, drifts: bool,
+                  progress: Any, counted: tuple[int, int], shifts: list[dict[str, Any]]) -> int:
+    """One pass of :func:`analyse`: the shifts and drifts of these series, added to ``shifts``.
+    ``counted``: the series-figures done before this pass and in all, for ``progress(k, total)``;
+    returns those done after it."""
+    import numpy as np
+
+    from sixdim.verdicts.changepoints import find_changes_many
+
     items: list[tuple[Any, list[int], float]] = []
     where: list[tuple[Series, str, Any, Any]] = []
-    for s in history.series.values():
-        runs = np.array(s.rows, dtype=float)
+    width = 3 + len(history.figures)
+    for s in batch:
+        runs = s.table(width)
         runs = runs[np.lexsort((runs[:, 1], runs[:, 0]))]  # by start, then end, as group_series sorts
         started, vids = runs[:, 0], runs[:, 2].astype(int)
-        finite = np.isfinite(runs[:, 3:])
-        for j, figure in enumerate(history.figures):
-            if figure not in wanted:
-                continue
-            keep = np.flatnonzero(finite[:, j])
+        for j in wanted:
+            keep = np.flatnonzero(np.isfinite(runs[:, j + 3]))
             if keep.size < 2:
                 continue
+            figure = history.figures[j]
             said = _settings_carried(_versions_said(vids[keep], history.unknown), history.versions)
             min_effect = settings.effects_for(figure, s.key.workload)[1]
             items.append((runs[keep, j + 3], version_breaks(said), min_effect))
             where.append((s, figure, said, started[keep]))
-    shifts: list[dict[str, Any]] = []
-    for (s, figure, said, started), found in zip(where, find_changes_many(items, drifts=drifts, progress=progress)):
+    done, total = counted
+
+    def step(number: int, _: int) -> None:
+        progress(done + number, total)
+
+    found_all = find_changes_many(items, drifts=drifts, progress=step if progress is not None else None)
+    for (s, figure, said, started), found in zip(where, found_all):
         for cp in found.points:
             before, after = int(said[cp.index - 1]), int(said[cp.index])
             shifts.append(_shift(s, figure, cp, history.versions[before], history.versions[after],
@@ -223,9 +379,7 @@ def analyse(history: OkRuns, *, settings: Any = None, figures: Iterable[str] | N
         for d in found.drifts:
             first, last = history.versions[int(said[d.start])], history.versions[int(said[d.end - 1])]
             shifts.append(_drift(s, figure, d, first, last, float(started[d.start]), float(started[d.end - 1])))
-    shifts.sort(key=lambda d: (d["at"], d["hostname"], d["gpu"], d["workload"], d["precision"], d["shape"],
-                               d["figure"], d["kind"]))
-    return shifts
+    return done + len(items)
 
 
 def _settings_carried(vids: Any, sets: list[dict[str, str]]) -> Any:
@@ -283,17 +437,30 @@ def _utc(at: float) -> str:
     return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+SHIFT, DRIFT = "shift", "drift"
+"""The kinds of what the report lists (``"kind"``); a drift's ``"state"`` is ``"drift"`` too."""
+WORSE, BETTER = "worse", "better"
+"""Which way a shift or a drift moved its figure (``"direction"``)."""
+STATES = ("regression", "improvement", DRIFT)
+"""The states of what the report lists: a shift is a regression or an improvement, by its figure's
+direction; a drift is a drift, whichever way it goes (its ``"direction"`` says), so that a consumer
+counting ``"state": "regression"`` counts steps only, never a drift."""
+
+
 def _head(s: Series, figure: str, kind: str, before: float, after: float, ratio: float | None) -> dict[str, Any]:
-    """The fields a shift and a drift share: the series, the figure, the kind, the state and the change."""
+    """The fields a shift and a drift share: the series, the figure, the kind, the state, the
+    direction and the change."""
     from sixdim.verdicts import detector as rg
 
     change = (ratio - 1.0) if ratio is not None else math.copysign(math.inf, after - before)
+    worse = rg.WATCHED[figure] * change > 0
     hostname, device_type, gpu, uuid, workload, precision, shape, mode, kernel_pass = s.key
     return {
         "hostname": hostname, "device_type": device_type, "gpu": gpu, "uuid": uuid, "model_name": s.model_name,
         "workload": workload, "precision": precision, "shape": shape, "mode": mode, "pass": kernel_pass,
         "figure": figure, "kind": kind,
-        "state": rg.REGRESSION if rg.WATCHED[figure] * change > 0 else rg.IMPROVEMENT,
+        "state": DRIFT if kind == DRIFT else rg.REGRESSION if worse else rg.IMPROVEMENT,
+        "direction": WORSE if worse else BETTER,
         "change_ratio": ratio,
     }
 
@@ -302,7 +469,7 @@ def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, 
     from sixdim.verdicts import detector as rg
 
     return {
-        **_head(s, figure, "shift", cp.median_before, cp.median_after, cp.ratio),
+        **_head(s, figure, SHIFT, cp.median_before, cp.median_after, cp.ratio),
         "p_value": cp.p_value,
         "at": at,
         "at_utc": _utc(at),
@@ -318,7 +485,7 @@ def _drift(s: Series, figure: str, d: Any, first: dict[str, str], last: dict[str
     """A drift: the fitted level at its first and last run, over how many runs; never put down to
     a version change (``version_changed`` is empty even where the versions differ between its ends)."""
     return {
-        **_head(s, figure, "drift", d.level_start, d.level_end, d.ratio),
+        **_head(s, figure, DRIFT, d.level_start, d.level_end, d.ratio),
         "p_value": d.p_value,
         "at": at, "at_utc": _utc(at), "until": until, "until_utc": _utc(until),
         "level_start": d.level_start, "level_end": d.level_end, "runs": d.runs,
@@ -357,11 +524,14 @@ def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Se
     the segment either side is shorter), and names its version change, if any, as the last resort; a
     drift compares its first ``runs`` runs with its last ``runs`` (at most half its runs each).  The
     list is ``[{"cause": "none", ...}]`` when no recorded condition changed enough, and empty for an
-    improvement (the diagnosis names causes of a slowdown) or where the runs of either side recorded
-    no conditions (a history written before conditions were recorded).  ``series``: the series the
-    shifts were found in (:attr:`OkRuns.series`), whose :attr:`Series.ids` say which runs to read; the
+    improvement or a drift the better way (the diagnosis names causes of a slowdown) or where the runs
+    of either side recorded no conditions (a history written before conditions were recorded).
+    ``series``: the series the shifts were found in (:attr:`OkRuns.series`), whose
+    :meth:`Series.run_ids` say which runs to read; the
     conditions of those runs only are read from the history at ``path``, by id."""
     from bisect import bisect_left, bisect_right
+
+    import numpy as np
 
     from sixdim.verdicts.causes import diagnose
 
@@ -370,13 +540,16 @@ def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Se
     for shift in shifts:
         key = _series_key(shift)
         s = series.get(key)
-        if shift["state"] != "regression" or s is None or len(s.ids) != len(s.rows):
+        if shift["direction"] != WORSE or s is None:
             sides.append(None)
             continue
         if key not in ordered:  # by start, then end, as analyse sorts
-            rows = s.rows
-            order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1]))
-            ordered[key] = ([rows[i][0] for i in order], [s.ids[i] for i in order])
+            times, run_ids = s.times(), s.run_ids()
+            if len(run_ids) != len(times):
+                sides.append(None)
+                continue
+            order = np.lexsort((times[:, 1], times[:, 0]))
+            ordered[key] = (times[order, 0].tolist(), run_ids[order].tolist())
         starts, ids = ordered[key]
         if shift["kind"] == "drift":
             inside = ids[bisect_left(starts, shift["at"]):bisect_right(starts, shift["until"])]
@@ -442,8 +615,8 @@ def _minute(at: float) -> str:
 
 
 def table(shifts: list[dict[str, Any]]) -> str:
-    """One line per shift or drift, oldest first, under a header.  A drift's line reads
-    "regression drift", its levels at its first and last run, and its runs up to when it ends."""
+    """One line per shift or drift, oldest first, under a header.  A drift's line reads "worse drift"
+    (or "better drift"), its levels at its first and last run, and its runs up to when it ends."""
     from sixdim.verdicts.detector import series_label
 
     rows = [("when (UTC)", "state", "change", "p", "host", "gpu", "series", "mode/pass", "figure",
@@ -451,7 +624,7 @@ def table(shifts: list[dict[str, Any]]) -> str:
     for s in shifts:
         label = series_label(SimpleNamespace(precision=s["precision"], workload=s["workload"], shape=s["shape"]))
         if s["kind"] == "drift":
-            state, levels = f"{s['state']} drift", f"{s['level_start']:.4g} \u2192 {s['level_end']:.4g}"
+            state, levels = f"{s['direction']} drift", f"{s['level_start']:.4g} \u2192 {s['level_end']:.4g}"
             runs = f"{s['runs']} runs to {_minute(s['until'])}"
         else:
             state, levels = s["state"], f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}"
@@ -482,18 +655,31 @@ def command(args: argparse.Namespace) -> int:
     if args.state:
         shifts = [s for s in shifts if s["state"] == args.state]
     add_causes(shifts, history.series, config.history)  # the conditions of the listed shifts' runs only
+    now = time.time()
+    found = incidents.read(config.history, None if args.since is None else now - args.since, args.workload)
+    if args.figure:
+        found = [i for i in found if i["figure"] in args.figure]
+    if args.state:
+        found = [i for i in found if i["state"] == args.state]
+    alone = incidents.match(shifts, found)  # a shift the agent's verdicts found carries its incident
     if args.json:
-        print(json.dumps(shifts, indent=2))
+        print(json.dumps(sorted([*shifts, *alone], key=lambda s: s.get("at", s.get("started_at"))), indent=2))
         return exits.OK
     seconds = time.perf_counter() - started
     scope = f" since {_ago(args.since)}" if args.since is not None else ""
     examined = f"{history.runs} ok runs of {len(history.series)} series in {config.history} ({seconds:.1f} s)"
+    if found:
+        print(f"Incidents of the agent's live verdicts{scope}:")
+        print(incidents.table(found, now))
+        print(f"{incidents.summary(found)}\n")
     if not shifts:
         print(f"no shifts found{scope}: {examined}")
         return exits.OK
     steps = [s for s in shifts if s["kind"] == "shift"]
     regressions = sum(s["state"] == "regression" for s in steps)
     drifts = len(shifts) - len(steps)
+    if found:
+        print(f"Change points{scope}:")
     print(table(shifts))
     print(f"\n{len(steps)} shift(s){scope}: {regressions} regression(s), {len(steps) - regressions} improvement(s)"
           + (f"; {drifts} drift(s)" if drifts else "") + f"; {examined}")

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import psutil
 
-from sixdim.collectors.host import RaplReader
+from sixdim.collectors.host import STALL_CONDITIONS, RaplReader, StallMeter
 from sixdim.collectors.nvml import CLOCK_EVENT_GROUPS, NvmlCollector, reason_names
 
 
@@ -61,6 +61,13 @@ class TelemetrySample:
     """CPU seconds the whole host has spent busy (all CPUs, from /proc/stat), cumulative."""
     own_cpu_seconds: float | None = None
     """CPU seconds the run's worker has used (its threads and its reaped children), cumulative."""
+    stall_seconds: Mapping[str, float] | None = None
+    """Seconds some task stalled on each resource, cumulative, by ``*_pressure_ratio`` condition name: the
+    kernel's pressure stall counters, host-wide and of the worker's cgroup (:class:`StallMeter`)."""
+    stall_cgroup: str | None = None
+    """The worker's cgroup (as /proc names it) its ``cgroup_*`` counters were read in."""
+    stall_unavailable: Mapping[str, str] | None = None
+    """Why each pressure counter not in ``stall_seconds`` could not be read (one dict shared by the samples)."""
 
 
 class Probe(Protocol):
@@ -145,11 +152,14 @@ class CpuMeter:
     count once reaped; rank processes that are still running (all-reduce's) count as "other" in every
     run alike, so a comparison between runs of one series is not misled by them."""
 
-    def __init__(self) -> None:
+    def __init__(self, stalls: StallMeter | None = None) -> None:
         self._process: psutil.Process | None = None
+        self.stalls = stalls if stalls is not None else StallMeter()
+        """The kernel's pressure stall counters, read with the CPU times (the ``*_pressure_ratio`` conditions)."""
 
     def attach(self, pid: int) -> None:
         self._process = _process(pid)
+        self.stalls.attach(pid)
 
     def read(self) -> tuple[float | None, float | None]:
         try:
@@ -188,7 +198,9 @@ class Sampler:
             sample = self._probe.read()
             if self._cpu is not None:
                 busy, own = self._cpu.read()
-                sample = replace(sample, host_busy_seconds=busy, own_cpu_seconds=own)
+                stalls, cgroup, why = self._cpu.stalls.read()
+                sample = replace(sample, host_busy_seconds=busy, own_cpu_seconds=own, stall_seconds=stalls,
+                                 stall_cgroup=cgroup, stall_unavailable=why)
             self._samples.append(sample)
         except Exception as exc:  # a failed read is a missing sample, never a dead agent
             self.failed_reads += 1
@@ -391,8 +403,9 @@ def _span(samples: list[TelemetrySample], attribute: str, start: float, end: flo
 
 def window_conditions(samples: list[TelemetrySample], start: float, end: float) -> dict[str, Any]:
     """The ``window`` conditions of a case's span (sixdim.core.conditions): the share of samples with
-    each clock event, the mean SM clock and temperature, and the share of the host's CPU other
-    processes took; each one that cannot be had is listed under ``unavailable`` with the reason."""
+    each clock event, the mean SM clock and temperature, the share of the host's CPU other processes
+    took, and the share of the span some task stalled on CPU, memory and IO (host-wide and in the worker's
+    cgroup); each one that cannot be had is listed under ``unavailable`` with the reason."""
     out: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
     masked = _span(samples, "clock_event_mask", start, end)
@@ -423,9 +436,38 @@ def window_conditions(samples: list[TelemetrySample], start: float, end: float) 
         out["other_cpu_ratio"] = min(1.0, max(0.0, other / capacity))
     else:
         unavailable["other_cpu_ratio"] = "the host's and the run's CPU times were not read on both sides of the span"
+    for name, (where, _) in STALL_CONDITIONS.items():
+        share, why = _stall_share(samples, name, start, end, where == "cgroup")
+        if share is None:
+            unavailable[name] = why
+        else:
+            out[name] = share
     if unavailable:
         out["unavailable"] = unavailable
     return out
+
+
+def _stall_share(samples: list[TelemetrySample], name: str, start: float, end: float,
+                 cgroup: bool) -> tuple[float | None, str]:
+    """The share of the span [start, end] some task stalled on a resource (the ``name`` pressure condition),
+    from the stall counter read at the samples that bracket it most closely, as ``other_cpu_ratio`` is: the
+    last at or before its start, the first at or after its end (a span shorter than the sample period is
+    measured over the period around it).  A cgroup's counter counts only when both were read in the same
+    cgroup.  (None, why) where it cannot be had."""
+    read = [s for s in samples if s.stall_seconds is not None and name in s.stall_seconds]
+    if not read:
+        why = next((s.stall_unavailable[name] for s in reversed(samples)
+                    if s.stall_unavailable is not None and name in s.stall_unavailable), "")
+        return None, why or "no pressure stall reading around the span"
+    a = ([s for s in read if s.time <= start] or read[:1])[-1]
+    later = [s for s in read if s.time > a.time]
+    b = ([s for s in later if s.time >= end] or later[-1:] or [None])[0]
+    if b is None or a.stall_seconds is None or b.stall_seconds is None:
+        return None, "the pressure stall counter was not read on both sides of the span"
+    if cgroup and a.stall_cgroup != b.stall_cgroup:
+        return None, f"the worker moved from cgroup {a.stall_cgroup} to {b.stall_cgroup} during the span"
+    stalled = b.stall_seconds[name] - a.stall_seconds[name]
+    return min(1.0, max(0.0, stalled / (b.time - a.time))), ""
 
 
 MIN_CLOCK_SAMPLES = 3

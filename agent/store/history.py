@@ -2,7 +2,9 @@
 
 Every run is kept, whatever its outcome, and every interrupted suite run as one row of its own
 (table ``interruptions``: a shutdown or the agent's death, with the cases done and left; a history
-of an older version, which wrote a ``skipped`` row per case left, is folded into it when opened).
+of an older version, which wrote a ``skipped`` row per case left, is folded into it when opened), and
+every incident of the daemon's live verdicts (table ``incidents``, :meth:`History.save_incidents`: a series out
+of ok, what the reports list of what the agent said, when it said it).
 The exporter reloads the latest good result of each series and the run counts from here at start,
 so a restart never blanks the dashboards.  WAL lets
 ``sixdim run`` record while ``sixdim serve`` reads the same file.
@@ -58,7 +60,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -80,7 +82,7 @@ def _one_line(value: object) -> str:
     return _CONTROL.sub(lambda match: repr(match[0])[1:-1], str(value))
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 BUSY_TIMEOUT_SECONDS = 0.25
 """How long one write or read waits for another process's lock before giving up (and queueing)."""
@@ -123,6 +125,36 @@ CREATE TABLE IF NOT EXISTS interruptions (
     workloads TEXT NOT NULL DEFAULT '[]'
 );"""
 """One row per interrupted suite run (:class:`sixdim.core.results.Interruption`), kept forever (a few bytes each)."""
+
+INCIDENT_COLUMNS: tuple[str, ...] = (*SERIES_FIELDS, "model_name", "series", "figure", "state", "now", "opened_at",
+                                     "started_at", "regressed_at", "ended_at", "last_at", "baseline", "ratio",
+                                     "latest_ratio", "reason", "causes")
+"""What the history keeps of an incident of the live verdicts (``sixdim.verdicts.live.Incident.row``): a series out
+of ok, from its first run of the change until it is back, with its size and its likely causes (``causes``: JSON).
+An incident is one row, found again by its series and ``opened_at`` (the run at which the verdicts saw it), so
+saving it again as it goes on, or after a restart replays it, updates that row."""
+_INCIDENTS_TABLE = f"""
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    {_SERIES_DEFS},
+    model_name TEXT NOT NULL,
+    series TEXT NOT NULL,
+    figure TEXT NOT NULL,
+    state TEXT NOT NULL,
+    now TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    started_at REAL NOT NULL,
+    regressed_at REAL,
+    ended_at REAL,
+    last_at REAL NOT NULL,
+    baseline REAL,
+    ratio REAL,
+    latest_ratio REAL,
+    reason TEXT NOT NULL,
+    causes TEXT NOT NULL,
+    UNIQUE ({_SERIES}, opened_at)
+);
+CREATE INDEX IF NOT EXISTS incidents_by_end ON incidents (ended_at);"""
 
 
 def _legacy_interrupted(table: str = "") -> str:
@@ -172,6 +204,7 @@ CREATE TABLE IF NOT EXISTS daily (
     PRIMARY KEY ({_SERIES}, day, driver, cuda, torch)
 );
 {_INTERRUPTIONS_TABLE}
+{_INCIDENTS_TABLE}
 CREATE TABLE IF NOT EXISTS pruned_counts (
     {_SERIES_DEFS},
     status TEXT NOT NULL,
@@ -216,6 +249,8 @@ FROM runs r WHERE {_legacy_interrupted("r")}
 GROUP BY r.suite, r.hostname, r.device_type, r.device, r.gpu, r.uuid, r.started_at, r.reason;
 DELETE FROM runs WHERE {_legacy_interrupted()};
 """,
+    # version 5 -> 6: the live verdicts' incidents (the table is made by the schema script that follows).
+    5: "",
 }
 
 _JSON_COLUMNS = ("params", "figures", "details", "environment", "conditions")
@@ -737,6 +772,27 @@ class History:
             rows = self._db.execute("SELECT * FROM interruptions WHERE id > ? ORDER BY id", (last_id,)).fetchall()
         return [_to_interruption(row) for row in rows]
 
+    def save_incidents(self, incidents: Iterable[Mapping[str, Any]]) -> int:
+        """Insert or update incidents of the live verdicts (rows of :data:`INCIDENT_COLUMNS`; ``causes`` a list),
+        each found by its series and ``opened_at``; returns how many.  One short transaction.  Raises
+        ``sqlite3.Error`` where the database cannot be written now: the caller keeps them and tries again (an
+        incident is also replayed from the runs at the next restart, so none is lost for good)."""
+        rows = [tuple(json.dumps(row[c]) if c == "causes" else row[c] for c in INCIDENT_COLUMNS) for row in incidents]
+        if not rows:
+            return 0
+        updates = ", ".join(f"{c} = excluded.{c}" for c in INCIDENT_COLUMNS if c not in (*SERIES_FIELDS, "opened_at"))
+        with self._lock, self._db:
+            self._db.executemany(
+                f"INSERT INTO incidents ({', '.join(INCIDENT_COLUMNS)}) VALUES ({', '.join('?' * len(INCIDENT_COLUMNS))}) "
+                f"ON CONFLICT ({_SERIES}, opened_at) DO UPDATE SET {updates}", rows)
+        return len(rows)
+
+    def incidents(self) -> list[dict[str, Any]]:
+        """Every incident kept, the earliest start first (``causes`` decoded)."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM incidents ORDER BY started_at, id").fetchall()
+        return [{**dict(row), "causes": json.loads(row["causes"])} for row in rows]
+
     def daily(self) -> list[dict[str, Any]]:
         """The kept daily medians of pruned runs, oldest first."""
         with self._lock:
@@ -814,6 +870,8 @@ class History:
                     daily_rows += self._thin(rows)
                     self._db.executemany("DELETE FROM runs WHERE id = ?", [(row["id"],) for row in rows])
             removed += len(rows)
+        with self._lock, self._db:  # an incident over before the runs kept began: its runs are gone, it goes too
+            self._db.execute("DELETE FROM incidents WHERE ended_at IS NOT NULL AND ended_at < ?", (cutoff,))
         seconds = time.perf_counter() - started
         if removed:
             log.info("history: pruned %d run(s) that ended before %s into %d daily row(s) in %.2f s", removed,

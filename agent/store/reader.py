@@ -15,14 +15,14 @@ import json
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from sixdim.core.catalog import RUN_STATUSES
-from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET
+from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET, Interruption
 from sixdim.store.history import HistoryError, conditions_by_id
 
 CHUNK = 20_000
@@ -99,13 +99,17 @@ class RunsQuery:
     ok_only: bool = False
     workloads: tuple[str, ...] = ()
     figure_values: tuple[str, ...] = ()
-    """Figures to read out of the ``figures`` JSON by SQLite, after ``columns``: first the ``figures``
-    text where SQLite cannot read it (a NaN or an infinity, which Python writes and SQLite refuses:
-    parse that row in Python), else None; then each figure's number, +inf where the figure is
-    absent or not a number (a bool or a text is no figure).  Reading the numbers this way costs
-    less than parsing every row's JSON in Python (``sixdim report regressions`` over 100,000 runs:
-    0.6 s against 1 s), and +inf rather than None keeps a row all floats, which numpy takes in a
-    third of the time."""
+    """Figures to read out of the ``figures`` JSON by SQLite, after ``columns``, as two columns: the
+    ``figures`` text where SQLite cannot read it (a NaN or an infinity, which Python writes and SQLite
+    refuses: parse that row in Python), else None; then the figures' values as one JSON array in this
+    order (a single figure twice: SQLite makes an array of two paths or more), each as the JSON holds
+    it, ``1e999`` (+inf) where the figure is absent or null (``sixdim.report.regressions.figure_table``
+    makes an array of a chunk's).  One JSON parse per row: SQLite 3.40 (Debian 12's) parses the JSON
+    again for every path asked, and a column per figure cost two parses each (its type, then its
+    value), 33 a row, 0.8 s of the 1.2 s that reading 100,000 runs took, against 0.2 s for one list
+    of paths."""
+    chunk: int = CHUNK
+    """Rows per read."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.columns) - RUN_COLUMNS)
@@ -123,11 +127,13 @@ class RunsQuery:
             where.append(f"workload IN ({', '.join('?' * len(self.workloads))})")
         columns = [_column_sql(name) for name in self.columns]
         if self.figure_values:
+            names = self.figure_values * 2 if len(self.figure_values) == 1 else self.figure_values
+            paths = ", ".join(f"'$.{name}'" for name in names)
+            values = f"json_extract(figures, {paths})"
             columns.append("iif(json_valid(figures), NULL, figures)")
-            columns += [f"iif(json_valid(figures) AND json_type(figures, '$.{name}') IN ('integer', 'real'), "
-                        f"json_extract(figures, '$.{name}'), 9e999)" for name in self.figure_values]
+            columns.append(f"iif(json_valid(figures), replace({values}, 'null', '1e999'), NULL)")
         return (f"SELECT id, {', '.join(columns)} FROM runs WHERE {' AND '.join(where)} "
-                f"ORDER BY id LIMIT {CHUNK}")
+                f"ORDER BY id LIMIT {int(self.chunk)}")
 
 
 _FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -229,3 +235,46 @@ def interrupted(db: sqlite3.Connection) -> Interrupted:
             f"SELECT COUNT(*), COALESCE(SUM(n), 0) FROM (SELECT COUNT(*) AS n FROM runs WHERE status = 'skipped' "
             f"AND reason LIKE '{INTERRUPTED}%' GROUP BY suite, hostname, device, uuid, started_at)").fetchone()
     return Interrupted(int(runs) + int(legacy_runs), int(cases_left) + int(legacy), int(legacy))
+
+
+def interruptions(db: sqlite3.Connection) -> list[Interruption]:
+    """Every interrupted suite run the history recorded (table ``interruptions``, schema 5), oldest first:
+    ``sixdim report`` marks a workload whose latest run one of them stopped.  [] in an older history
+    (its rows per interrupted case, :attr:`Interrupted.legacy_rows`, name no suite run's start)."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "interruptions" not in tables:
+        return []
+    names = [f.name for f in fields(Interruption)]
+    found = []
+    for row in db.execute(f"SELECT {', '.join(names)} FROM interruptions ORDER BY id"):
+        data = dict(zip(names, row))
+        data["workloads"] = json.loads(data["workloads"])
+        found.append(Interruption(**data))
+    return found
+
+
+def incidents(db: sqlite3.Connection, since: float | None = None,
+              workloads: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The incidents of the agent's live verdicts (table ``incidents``, schema 6; ``History.save_incidents``):
+    those still open and those that ended at or after ``since`` (every one kept where None), the earliest
+    start first, ``causes`` decoded; only these workloads' where given.  [] in an older history, or one no
+    agent served (``sixdim run`` judges nothing)."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "incidents" not in tables:
+        return []
+    names = [row[1] for row in db.execute("PRAGMA table_info(incidents)") if row[1] != "id"]
+    where, args = [], []
+    if since is not None:
+        where.append("(ended_at IS NULL OR ended_at >= ?)")
+        args.append(since)
+    if workloads:
+        where.append(f"workload IN ({', '.join('?' * len(workloads))})")
+        args += list(workloads)
+    sql = (f"SELECT {', '.join(names)} FROM incidents" + (f" WHERE {' AND '.join(where)}" if where else "")
+           + " ORDER BY started_at, id")
+    found = []
+    for row in db.execute(sql, args):
+        data = dict(zip(names, row, strict=True))
+        data["causes"] = json.loads(data["causes"]) if data.get("causes") else []
+        found.append(data)
+    return found

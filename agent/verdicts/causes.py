@@ -40,7 +40,12 @@ OTHER_CPU_RISE = 0.20
 LOAD_RISE = 0.5
 """Or the 1-minute load per CPU by 0.5."""
 PRESSURE_RISE = 0.10
-"""Memory pressure (share of time tasks waited for memory) must rise by 10 points."""
+"""Memory pressure (share of the span some task waited for memory) must rise by 10 points."""
+CPU_PRESSURE_RISE = 0.10
+"""Or the share of the span some task waited for a CPU (the kernel's PSI: the worker's cgroup's, or the
+host's) by 10 points: for a CPU-bound thread at least 11% less CPU time, from any starting share (see
+docs/CAUSES.md for the noise it stands above).  Unlike ``other_cpu_ratio``, it does not saturate when the
+host was already busy: one more process on a full host still lengthens the worker's wait."""
 QUOTA_DROP = 0.10
 
 
@@ -239,14 +244,21 @@ def _contention(s: _Sides) -> list[Finding]:
                                             "runs", with_others / len(runs)))
     other = s.shift("other_cpu_ratio", lambda b, v: v - b >= OTHER_CPU_RISE)
     load = s.shift("load_per_cpu", lambda b, v: v - b >= LOAD_RISE)
-    if other or load:
+    stall = s.shift("cgroup_cpu_pressure_ratio", lambda b, v: v - b >= CPU_PRESSURE_RISE)
+    host_stall = s.shift("cpu_pressure_ratio", lambda b, v: v - b >= CPU_PRESSURE_RISE)
+    if other or load or stall or host_stall:
         parts = []
+        if stall:
+            parts.append(f"the worker waited for a CPU {_pct(stall[0])} → {_pct(stall[1])} of the span")
+        if host_stall:
+            parts.append(f"tasks waited for a CPU {_pct(host_stall[0])} → {_pct(host_stall[1])} of the span")
         if other:
             parts.append(f"other processes' share of the host's CPU {_pct(other[0])} → {_pct(other[1])}")
         if load:
             parts.append(f"host load {load[0]:.1f} → {load[1]:.1f} per CPU")
         strength = max((other[1] - other[0]) / OTHER_CPU_RISE if other else 0.0,
-                       (load[1] - load[0]) / LOAD_RISE if load else 0.0)
+                       (load[1] - load[0]) / LOAD_RISE if load else 0.0,
+                       *((rise[1] - rise[0]) / CPU_PRESSURE_RISE for rise in (stall, host_stall) if rise))
         out.append(Finding("host_load", ", ".join(parts), strength))
     b_quota = [_number(c, "cpu_quota_cpus") for c in s.before]
     a_quota = [_number(c, "cpu_quota_cpus") for c in s.after]
@@ -270,10 +282,12 @@ def _contention(s: _Sides) -> list[Finding]:
             parts.append(f"CPU frequency {_mhz(frequency[0])} → {_mhz(frequency[1])}")
         out.append(Finding("cpu_frequency", ", ".join(parts),
                            (1 - frequency[1] / frequency[0]) / CPU_FREQUENCY_DROP if frequency else 1.0))
-    pressure = s.shift("memory_pressure_ratio", lambda b, v: v - b >= PRESSURE_RISE)
-    if pressure:
-        out.append(Finding("memory_pressure", f"memory pressure {_pct(pressure[0])} → {_pct(pressure[1])}",
-                           (pressure[1] - pressure[0]) / PRESSURE_RISE))
+    for name, whose in (("cgroup_memory_pressure_ratio", "the worker's "), ("memory_pressure_ratio", "")):
+        pressure = s.shift(name, lambda b, v: v - b >= PRESSURE_RISE)
+        if pressure:
+            out.append(Finding("memory_pressure", f"{whose}memory pressure {_pct(pressure[0])} → {_pct(pressure[1])}"
+                                                  " of the span", (pressure[1] - pressure[0]) / PRESSURE_RISE))
+            break
     return out
 
 

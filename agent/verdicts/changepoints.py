@@ -94,6 +94,10 @@ REFINE_ROUNDS = 3
 """Place-and-merge rounds at most (one nearly always settles it)."""
 BATCH = 4096
 """Split windows screened at once (50 points each: a few MB)."""
+LIVE_BATCH = 256
+"""Windows of a batch that pass the screen split at once: each holds two (window + 1)^2 matrices, the
+distances and their prefix sums (41 kB at 50 points), so a batch of them all held 170 MB at most, and a
+tenth of them, as a 2%-noise history passes, 17 MB; 256 hold 10 MB whatever passes."""
 CAP = 3.0
 """The placement's cost of a run is its squared distance from its side's median, in noise scales,
 capped at CAP^2: a spike (10-40% at 1% noise) costs 9 on either side, a run at the other side of a
@@ -358,17 +362,20 @@ def _window_points(X: np.ndarray, m: int, z_weak: float) -> list[list[int]]:
     live = np.flatnonzero(scan.max(axis=1) >= z_weak)
     if live.size == 0:
         return out
-    R = ranks[live]
-    D = np.abs(R[:, :, None] - R[:, None, :])
-    P = np.zeros((live.size, w + 1, w + 1))
-    np.cumsum(D, axis=1, out=D)
-    np.cumsum(D, axis=2, out=P[:, 1:, 1:])
-    firsts, _ = _best_splits(P, 0, w, m)
-    for j, b in enumerate(live):
-        tau = int(firsts[j])
-        if scan[b, tau - m] < z_weak:  # Q's split fails where another passes: the scan's best is the candidate
-            tau = int(taus[np.argmax(scan[b])])
-        out[b] = _recurse(P[j:j + 1], X[b], tau, w, m, z_weak)
+    for first in range(0, live.size, LIVE_BATCH):
+        some = live[first:first + LIVE_BATCH]
+        R = ranks[some]
+        D = np.abs(R[:, :, None] - R[:, None, :])
+        P = np.zeros((some.size, w + 1, w + 1))
+        np.cumsum(D, axis=1, out=D)
+        np.cumsum(D, axis=2, out=P[:, 1:, 1:])
+        del D
+        firsts, _ = _best_splits(P, 0, w, m)
+        for j, b in enumerate(some):
+            tau = int(firsts[j])
+            if scan[b, tau - m] < z_weak:  # Q's split fails where another passes: the scan's best is the candidate
+                tau = int(taus[np.argmax(scan[b])])
+            out[b] = _recurse(P[j:j + 1], X[b], tau, w, m, z_weak)
     return out
 
 
@@ -439,23 +446,27 @@ class _Series:
         self._slopes: dict[tuple[tuple[tuple[int, int], ...], float], tuple[float, float]] = {}
         self._trends: dict[tuple[int, int], tuple[float, np.ndarray, float]] = {}
         self._medians: dict[tuple[int, int], float] = {}
+        self._sorted: dict[tuple[int, int], np.ndarray] = {}
 
     def sorted_in(self, lo: int, hi: int) -> np.ndarray:
-        """The indices of the runs [lo, hi), by value: the series' order filtered, no sort."""
-        order = self.order
-        return order[(order >= lo) & (order < hi)]
+        """The indices of the runs [lo, hi), by value: the series' order filtered, no sort (cached:
+        the medians, the trend and the tests of a segment all start from it)."""
+        key = (lo, hi)
+        found = self._sorted.get(key)
+        if found is None:
+            order = self.order
+            found = self._sorted[key] = order[(order >= lo) & (order < hi)]
+        return found
 
     def split_z(self, a: int, c: int, d: int, b: int) -> float:
         """Mann-Whitney |z| between the runs [a, c) and [d, b) (:func:`_split_z`), from the series'
-        order where it has no ties: a rank sum is then the positions of [a, c)'s runs in that order
-        filtered to the two segments, which saves a sort per test (the merge pass makes thousands)."""
+        order where it has no ties: U, the pairs of a run of [a, c) over one of [d, b), is where
+        each of [a, c)'s values falls among [d, b)'s, both sorted (:meth:`sorted_in`, which the
+        segments' medians read already), which saves a sort per test (the merge pass makes thousands)."""
         if self.tied:
             return _split_z(np.concatenate((self.z[a:c], self.z[d:b])), c - a)
-        order = self.order
-        inside = order[((order >= a) & (order < c)) | ((order >= d) & (order < b))]
-        first = np.flatnonzero(inside < c)
+        u = float(np.searchsorted(self.z[self.sorted_in(d, b)], self.z[self.sorted_in(a, c)]).sum())
         n1, n2 = float(c - a), float(b - d)
-        u = float(first.sum()) + first.size - n1 * (n1 - 1.0) / 2.0 - n1  # rank sum - n1 (n1 + 1) / 2
         return max(abs(u - n1 * n2 / 2.0) - 0.5, 0.0) / math.sqrt(n1 * n2 * (n1 + n2 + 1.0) / 12.0)
 
     def spearman_z(self, lo: int, hi: int) -> float:
@@ -816,6 +827,7 @@ def find_changes_many(items: Sequence[tuple[Sequence[float], Iterable[int], floa
             continue
         kept = _analyse(each, candidates)
         out.append(Changes(kept, each.drifts(kept) if drifts else []))
+        series[number - 1] = None  # its arrays and caches go now, not with the last sequence's
     return out
 
 

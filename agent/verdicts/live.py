@@ -15,6 +15,11 @@ never judged against the old driver's baseline) and are judged on their own by
 latest change of a series is kept while it lies among the series' last ``restore_runs`` runs, the
 same span a restart restores, so what is exported does not depend on when the agent last restarted.
 
+**Incidents** (:class:`Incident`, :meth:`Verdicts.incidents`): a series out of ok, from the first run of the
+change until every watched figure is back, with the likely cause found at any run while it lasted kept until
+it ends (docs/CAUSES.md); what ``sixdim_regression_cause`` and the alerts show while a series is out of ok.
+They are a function of the runs fed alone, so a report can replay them over the history.
+
 Only the standard library and agent/verdicts/detector.py: the daemon stays light.
 """
 
@@ -26,15 +31,16 @@ import math
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sixdim.core.conditions import SETTING_KEYS
-from sixdim.core.results import RunRecord, lean, shared
+from sixdim.core.results import SERIES_FIELDS, RunRecord, lean, shared
 from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
-from sixdim.verdicts.causes import Finding, diagnose, pack, unpack
+from sixdim.verdicts.causes import NONE, Finding, diagnose, pack, unpack
 from sixdim.verdicts.detector import INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict
 
 log = logging.getLogger("sixdim")
@@ -55,6 +61,13 @@ class _Change:
     conditions_after: list[int] = field(default_factory=list)
     """The runs either side whose conditions the diagnosis of a regression at the change compares (their
     :class:`SeriesWatch` run numbers)."""
+    times_before: dict[str, list[float]] = field(default_factory=dict)
+    times_after: dict[str, list[float]] = field(default_factory=dict)
+    """The start times of the runs in ``before`` and ``after``."""
+    trends: dict[str, float | None] = field(default_factory=dict)
+    """The drift each figure's tracker had named when the change came (relative change per second), or
+    None: the version verdict compares the runs after the change against it, so a drift is not blamed on
+    the change."""
 
 
 CAUSE_RUNS = 20
@@ -76,6 +89,156 @@ def _packed(conditions: dict[str, Any]) -> bytes:
 
 def _opened(packed: bytes) -> dict[str, Any]:
     return unpack(memoryview(packed).cast("f"))  # type: ignore[arg-type]
+
+
+OUT_OF_OK = (regression.REGRESSION, regression.SUSPICIOUS)
+"""The states that open an incident (an incorrect result is a regression)."""
+
+CLOSED_KEPT = 4
+"""Closed incidents kept per series, the newest: what a report lists as recently closed (a few hundred
+bytes each; most series never have one)."""
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One episode of a series out of ok (:meth:`Verdicts.incidents`): from the first run of the change until
+    every watched figure of the series is back to ok (or improvement, or insufficient data after a version
+    change); what a person paged needs: what, since when, how much, why, and whether it still goes on."""
+
+    series: str
+    """The series' label (``sixdim.verdicts.detector.series_label``)."""
+    key: tuple[str, ...]
+    """``RunRecord.key()`` of the series."""
+    figure: str
+    """The watched figure that reached the worst state (the first to reach it)."""
+    state: str
+    """The worst state reached: ``regression`` or ``suspicious``."""
+    started_at: float
+    """The first run of the change (Unix seconds): the episode's onset where the detector has one, else the first
+    run worse than the baseline by the minimum effect, else (an incorrect result) the run that opened it."""
+    ended_at: float | None
+    """The run that brought every figure back (None while it goes on)."""
+    baseline: float | None
+    """The figure's baseline when its ratio was at its worst."""
+    ratio: float | None
+    """current / baseline of the figure at its worst (furthest the worse way)."""
+    latest_ratio: float | None
+    """current / baseline of the figure after the latest run of the incident."""
+    now: str
+    """The figure's state after the latest run (``ok``, ... once it ended)."""
+    last_at: float
+    """The latest run of the series fed while it was open."""
+    causes: tuple[Finding, ...]
+    """The likely causes, ranked: the last named diagnosis of the conditions since :attr:`started_at` against
+    those before it, made at every run while it was open; ``(NONE,)`` where none ever named one; ``()`` where
+    no run recorded conditions."""
+    reason: str = ""
+    """The detector's reason at the worst state ("incorrect result", ...)."""
+    opened_at: float = 0.0
+    """The run at which the live verdicts first saw it (the series left ok): when it was found, which is after
+    :attr:`started_at` by the runs a rule needs."""
+    regressed_at: float | None = None
+    """The first run at which it was a regression (None where it stayed suspicious)."""
+    model_name: str = ""
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    def row(self) -> dict[str, Any]:
+        """The incident as the history keeps it (:data:`sixdim.store.history.INCIDENT_COLUMNS`): what the
+        reports list of the agent's live verdicts (docs/REPORT.md)."""
+        return {**dict(zip(SERIES_FIELDS, self.key, strict=True)), "model_name": self.model_name,
+                "series": self.series, "figure": self.figure, "state": self.state, "now": self.now,
+                "opened_at": self.opened_at, "started_at": self.started_at, "regressed_at": self.regressed_at,
+                "ended_at": self.ended_at, "last_at": self.last_at, "baseline": self.baseline, "ratio": self.ratio,
+                "latest_ratio": self.latest_ratio, "reason": self.reason,
+                "causes": [f.to_dict() for f in self.causes]}
+
+
+class _Incident:
+    """An incident being followed: what :class:`Incident` shows, and what its diagnosis compares."""
+
+    __slots__ = ("series", "key", "figure", "direction", "state", "started_at", "ended_at", "baseline", "ratio",
+                 "latest_ratio", "now", "last_at", "reason", "onset", "before", "seen", "points", "kept",
+                 "diagnosed", "unsaved", "placed", "opened_at", "regressed_at", "model_name", "version", "saved")
+
+    def __init__(self, series: str, key: tuple[str, ...], tracker: SeriesTracker, started_at: float,
+                 opened_at: float | None = None, model_name: str = "") -> None:
+        self.series, self.key = series, key
+        self.figure, self.direction = tracker.figure, tracker.direction
+        self.state, self.now, self.reason = tracker.last.state, tracker.last.state, tracker.last.reason
+        self.started_at = started_at
+        self.ended_at: float | None = None
+        self.baseline, self.ratio = tracker.last.baseline, tracker.last.ratio
+        self.latest_ratio = tracker.last.ratio
+        self.last_at = started_at
+        self.opened_at = started_at if opened_at is None else opened_at
+        self.regressed_at = self.opened_at if tracker.last.state == regression.REGRESSION else None
+        self.model_name = model_name
+        self.version, self.saved = 1, 0
+        """Counts its changes, and the count the history last saved (:meth:`Verdicts.unsaved_incidents`)."""
+        self.onset = tracker.onset is not None
+        """Whether :attr:`started_at` is the tracker's episode onset (else the first violating run)."""
+        self.before: list[int] = []
+        """The runs (numbers, as :attr:`SeriesWatch.condition_runs`) before the start whose conditions are the
+        baseline's: the last ``CAUSE_RUNS``."""
+        self.seen = array("q")
+        """The runs since the start that recorded conditions, in order."""
+        self.points: list[int] = []
+        """Diagnoses to make, oldest first: each one compares the last ``CAUSE_RUNS`` of ``seen[:point]``
+        with :attr:`before`.  Made lazily (:func:`_settle`), newest first: the newest that names a cause is the
+        one kept, so older ones need not be made."""
+        self.kept: tuple[Finding, ...] | None = None
+        """The causes of the last diagnosis that named one."""
+        self.diagnosed = False
+        self.unsaved: dict[int, bytes] = {}
+        """Once closed: the packed conditions its pending diagnoses need that only memory held."""
+        self.placed = 0
+        """Counts the times its start was placed (a diagnosis made meanwhile is of the runs before it)."""
+
+    def follow(self, tracker: SeriesTracker, at: float) -> None:
+        """Take the state of its figure after a run at ``at``; a worse state makes ``tracker`` its figure."""
+        last = tracker.last
+        if tracker.figure != self.figure:
+            if last.code <= regression.STATE_CODES[self.state]:
+                return
+            self.figure, self.direction, self.baseline, self.ratio = tracker.figure, tracker.direction, None, None
+        if last.code > regression.STATE_CODES[self.state]:
+            self.state, self.reason = last.state, last.reason
+        if last.state == regression.REGRESSION and self.regressed_at is None:
+            self.regressed_at = at
+        self.version += 1
+        self.now, self.last_at, self.latest_ratio = last.state, at, last.ratio
+        if last.ratio is not None and (self.ratio is None or (last.ratio - self.ratio) * self.direction > 0):
+            self.ratio, self.baseline = last.ratio, last.baseline
+
+    def causes(self) -> tuple[Finding, ...]:
+        if self.kept is not None:
+            return self.kept
+        return (NONE,) if self.diagnosed else ()
+
+    def shown(self) -> Incident:
+        return Incident(self.series, self.key, self.figure, self.state, self.started_at, self.ended_at,
+                        self.baseline, self.ratio, self.latest_ratio, self.now, self.last_at, self.causes(),
+                        self.reason, self.opened_at, self.regressed_at, self.model_name)
+
+    def wanted(self) -> tuple[list[int], list[list[int]]]:
+        """What :func:`_settle` compares: the runs before, and each pending diagnosis' runs since, oldest first."""
+        return list(self.before), [list(self.seen[max(0, p - CAUSE_RUNS):p]) for p in self.points]
+
+    def settled(self, made: int, found: tuple[Finding, ...] | None) -> None:
+        """The first ``made`` pending diagnoses were made; ``found`` the newest of them that named a cause."""
+        del self.points[:made]
+        self.diagnosed = True
+        if found is not None:
+            if found != self.kept:
+                self.version += 1
+            self.kept = found
+        if not self.points and len(self.seen) > CAUSE_RUNS:
+            self.seen = self.seen[-CAUSE_RUNS:]
+        if not self.points:
+            self.unsaved.clear()
 
 
 class SeriesWatch:
@@ -107,6 +270,9 @@ class SeriesWatch:
         """Counts the runs added: what a cached diagnosis was made at."""
         self.diagnosed: tuple[int, list[Finding]] | None = None
         """(:attr:`changed`, findings) of the last diagnosis."""
+        self.incident: _Incident | None = None
+        """The series' open incident (some watched figure out of ok), and :attr:`closed` its last ones."""
+        self.closed: deque[_Incident] = deque(maxlen=CLOSED_KEPT)
 
     def add(self, record: RunRecord, recorded: bool | None = None) -> None:
         """Feed one run.  ``recorded``: whether it recorded conditions, where ``record`` comes without them
@@ -114,11 +280,13 @@ class SeriesWatch:
         ``conditions`` say."""
         self.record = lean(record, figures=False)
         self.changed += 1
+        run: int | None = None
         if (bool(record.conditions) if recorded is None else recorded) and record.status in ("ok", INCORRECT):
             if self.by_id and record.id is not None:
                 run = record.id
             elif not record.conditions:
-                return self._judge(record)  # conditions said recorded but not given, and no id: none to keep
+                self._judge(record)  # conditions said recorded but not given, and no id: none to keep
+                return self._follow(record, None)
             else:
                 run = next(_UNSAVED)
                 self.unsaved[run] = _packed(record.conditions)
@@ -130,6 +298,7 @@ class SeriesWatch:
             if self.change is not None and len(self.change.conditions_after) < CAUSE_RUNS:
                 self.change.conditions_after.append(run)
         self._judge(record)
+        self._follow(record, run)
 
     def _judge(self, record: RunRecord) -> None:
         versions = regression.versions(record)
@@ -171,11 +340,14 @@ class SeriesWatch:
         runs = list(zip(self.condition_times, self.condition_runs, strict=True))
         s = self.settings
         # the "before" side: each figure's last runs of the segment that ends here (the trackers keep them)
-        before = {figure: list(values) for figure, tracker in self.trackers.items()
-                  if (values := tracker.recent(max(s.version_runs, s.version_settle_runs))[1])}
+        recent = {figure: tracker.recent(max(s.version_runs, s.version_settle_runs))
+                  for figure, tracker in self.trackers.items()}
+        before = {figure: list(values) for figure, (_, values) in recent.items() if values}
         self.change = _Change(changes, at, before,
                               conditions_before=[run for t, run in runs if t < at][-CAUSE_RUNS:],
-                              conditions_after=[run for t, run in runs if t >= at][:CAUSE_RUNS])
+                              conditions_after=[run for t, run in runs if t >= at][:CAUSE_RUNS],
+                              times_before={figure: list(recent[figure][0]) for figure in before},
+                              trends={figure: self.trackers[figure].trend() for figure in before})
         self._forget_unsaved()
         for tracker in self.trackers.values():
             tracker.break_segment()
@@ -189,6 +361,7 @@ class SeriesWatch:
         if len(after) >= max(s.version_runs, s.version_settle_runs):
             return  # settled
         after.append(value)
+        change.times_after.setdefault(figure, []).append(record.started_at)
         if len(after) <= s.version_runs:  # judged as each of the first runs arrives
             runs = s.version_runs
         elif len(after) == s.version_settle_runs and len(change.before[figure]) >= s.version_settle_runs:
@@ -198,57 +371,154 @@ class SeriesWatch:
         settled = change.verdicts.get(figure)
         verdict = regression.version_verdict(
             change.before[figure], after, figure, change.changes, s, record.workload,
-            regression.series_label(record), change.at, runs=runs)
+            regression.series_label(record), change.at, runs=runs,
+            times=(change.times_before[figure], change.times_after[figure]), trend=change.trends[figure])
         if runs == s.version_settle_runs and settled is not None and settled.state == regression.REGRESSION \
                 and verdict.state != regression.REGRESSION:
             return  # the second look adds a regression the first runs could not see; it does not take one back
         change.verdicts[figure] = verdict
 
 
+    def _follow(self, record: RunRecord, run: int | None) -> None:
+        """Open, follow or close the series' incident after a run (``run``: its number, where it recorded
+        conditions), and ask for a diagnosis of it at this run (:class:`_Incident`)."""
+        out = [t for t in self.trackers.values() if t.last.state in OUT_OF_OK]
+        incident = self.incident
+        if not out:
+            if incident is not None:
+                own = self.trackers.get(incident.figure)
+                if own is not None:
+                    incident.follow(own, record.started_at)
+                incident.ended_at = record.started_at
+                incident.version += 1
+                if incident.points:  # its last diagnoses are still to make: keep what only memory holds of them
+                    incident.unsaved = {r: self.unsaved[r] for r in (*incident.before, *incident.seen)
+                                        if r in self.unsaved}
+                self.closed.append(incident)
+                self.incident = None
+                self._forget_unsaved()
+            return
+        worst = max(out, key=lambda t: t.last.code)  # a regression before a suspicious
+        if incident is None:
+            incident = self.incident = _Incident(regression.series_label(record), record.key(), worst,
+                                                 self._start(worst, record), record.started_at, record.model_name)
+            self._place(incident)
+        else:
+            figure = incident.figure
+            for tracker in self.trackers.values():
+                incident.follow(tracker, record.started_at)
+            own = self.trackers[incident.figure]
+            if incident.figure != figure:
+                incident.onset = False
+            if not incident.onset and own.onset is not None and own.onset < len(own.times):
+                incident.onset = True  # the detector placed the episode's first run: the incident starts there
+                if own.times[own.onset] != incident.started_at:
+                    incident.started_at = own.times[own.onset]
+                    self._place(incident)
+                    run = None
+            if run is not None:
+                incident.seen.append(run)
+                incident.points.append(len(incident.seen))
+        for tracker in self.trackers.values():
+            incident.follow(tracker, record.started_at)
+        if not self.by_id and len(incident.points) > CAUSE_RUNS:
+            self.settle(incident)  # every run's conditions in memory: no read, and the pending list stays short
+
+    def _start(self, tracker: SeriesTracker, record: RunRecord) -> float:
+        """When the change that put ``tracker`` out of ok began: its episode's onset, else the first of its last
+        ``slow_runs`` runs worse than the baseline by the minimum effect, else (an incorrect result, or a
+        state no single run explains) this run."""
+        if record.status == INCORRECT or not tracker.times:
+            return record.started_at
+        if tracker.onset is not None and tracker.onset < len(tracker.times):
+            return tracker.times[tracker.onset]
+        baseline = tracker.last.baseline
+        if baseline:
+            for t, value in zip(*tracker.recent(self.settings.slow_runs), strict=True):  # in the figure's units
+                if (value / baseline - 1.0) * tracker.direction >= tracker.min_effect:
+                    return t
+        return tracker.times[-1]
+
+    def _place(self, incident: _Incident) -> None:
+        """The runs before the incident's start (its baseline's conditions) and those since, from the kept runs;
+        a diagnosis of the runs since is asked for."""
+        start, runs = incident.started_at, list(zip(self.condition_times, self.condition_runs, strict=True))
+        incident.before = [run for t, run in runs if t < start][-CAUSE_RUNS:]
+        incident.seen = array("q", (run for t, run in runs if t >= start))
+        incident.points = [len(incident.seen)] if incident.seen else []
+        incident.placed += 1
+
+    def settle(self, incident: _Incident, read: ConditionsReader | None = None) -> None:
+        """Make an incident's pending diagnoses now (reading conditions back with ``read`` where they are
+        not in memory)."""
+        placed, (before, afters) = incident.placed, incident.wanted()
+        made, found = _settle(before, afters, {**self.unsaved, **incident.unsaved}, read)
+        if incident.placed == placed:
+            incident.settled(made, found)
+
     def _forget_unsaved(self) -> None:
         """Drop the kept conditions no diagnosis can need any more."""
         if self.unsaved:
             wanted = {*self.condition_runs, *(self.change.conditions_before + self.change.conditions_after
-                                              if self.change is not None else ())}
+                                              if self.change is not None else ()),
+                      *((*self.incident.before, *self.incident.seen) if self.incident is not None else ())}
             for run in [run for run in self.unsaved if run not in wanted]:
                 del self.unsaved[run]
 
     def cause_runs(self) -> tuple[list[int], list[int], dict[str, tuple[str, str]] | None] | None:
-        """What :meth:`causes` compares: the runs (numbers) before and after, and the version changes
-        when it is a change's diagnosis; None when nothing is to be diagnosed.  While a figure of the
-        series is suspicious or regressed: the runs since the episode's onset, or the last ``slow_runs``,
-        against the runs before; else while its latest version change regressed: the runs either side
-        of it."""
-        noteworthy = (regression.REGRESSION, regression.SUSPICIOUS)
-        unhealthy = [t for t in self.trackers.values() if t.last.state in noteworthy]
-        times, runs = self.condition_times, self.condition_runs
-        if unhealthy and runs:
-            tracker = max(unhealthy, key=lambda t: t.last.code)  # a regression before a suspicious
-            if tracker.onset is not None and tracker.onset < len(tracker.times):
-                since = tracker.times[tracker.onset]
-            elif tracker.times:
-                since = tracker.times[-min(self.settings.slow_runs, len(tracker.times))]
-            else:  # judged on incorrect results only: the last runs against those before
-                since = times[-min(self.settings.slow_runs, len(times))]
-            before = [run for t, run in zip(times, runs, strict=True) if t < since][-CAUSE_RUNS:]
-            after = [run for t, run in zip(times, runs, strict=True) if t >= since][-CAUSE_RUNS:]
-            return before, after, None
+        """What the diagnosis of a version change compares, while the series has no open incident (whose
+        own diagnosis gives the causes, :class:`_Incident`) and its latest version change regressed: the
+        runs (numbers) either side of it and the versions changed; else None."""
+        if self.incident is not None:
+            return None
         change = self.change
         if change is not None and any(v.state == regression.REGRESSION for v in change.verdicts.values()):
             return list(change.conditions_before), list(change.conditions_after), change.changes
         return None
 
     def causes(self, read: ConditionsReader | None = None) -> list[Finding]:
-        """The likely causes (see :meth:`cause_runs`), ranked; [] when there is nothing to diagnose."""
+        """The likely causes, ranked: the open incident's kept ones, else those of a version change that
+        regressed (:meth:`cause_runs`); [] when there is nothing to diagnose."""
+        if self.incident is not None:
+            self.settle(self.incident, read)
+            return list(self.incident.causes())
         return _diagnosis(self.cause_runs(), dict(self.unsaved), read)
 
 
 def _conditions(runs: list[int], unsaved: dict[int, bytes], read: ConditionsReader | None) -> list[dict[str, Any]]:
     """The conditions of these runs, in order: kept ones (``unsaved``) from memory, the others read by id
     (a run whose conditions are gone, pruned from the history, is left out)."""
+    found = _conditions_by_run(runs, unsaved, read)
+    return [found[run] for run in runs if run in found]
+
+
+def _conditions_by_run(runs: list[int], unsaved: dict[int, bytes],
+                       read: ConditionsReader | None) -> dict[int, dict[str, Any]]:
     ids = [run for run in runs if run >= 0]
     found = read(ids) if read is not None and ids else {}
-    return [found[run] if run >= 0 else _opened(unsaved[run]) for run in runs if run in found or run in unsaved]
+    found.update({run: _opened(unsaved[run]) for run in runs if run < 0 and run in unsaved})
+    return found
+
+
+def _settle(before: list[int], afters: list[list[int]], unsaved: dict[int, bytes],
+            read: ConditionsReader | None) -> tuple[int, tuple[Finding, ...] | None]:
+    """An incident's pending diagnoses (each the runs since its start at one run, oldest first) against the
+    runs ``before``, made newest first until one names a cause: (how many were pending, the causes it
+    named, or None where none did).  The newest named diagnosis is the one kept, so the older ones are
+    not made; each run's conditions are read once."""
+    if not afters:
+        return 0, None
+    found = _conditions_by_run(sorted({*before, *(run for after in afters for run in after)}), unsaved, read)
+    base = [found[run] for run in before if run in found]
+    tried: list[int] | None = None
+    for after in reversed(afters):
+        if after == tried:
+            continue
+        tried = after
+        findings = diagnose(base, [found[run] for run in after if run in found])
+        if findings[0].cause != NONE.cause:
+            return len(afters), tuple(findings)
+    return len(afters), None
 
 
 def _diagnosis(wanted: tuple[list[int], list[int], dict[str, tuple[str, str]] | None] | None,
@@ -259,6 +529,13 @@ def _diagnosis(wanted: tuple[list[int], list[int], dict[str, tuple[str, str]] | 
     before, after, changes = wanted
     before_c, after_c = _conditions(before, unsaved, read), _conditions(after, unsaved, read)
     return diagnose(before_c, after_c) if changes is None else diagnose(before_c, after_c, changes)
+
+
+def _saver(incident: _Incident, version: int) -> Callable[[], None]:
+    """What marks ``incident`` saved as it was at ``version`` (a change since is saved next time)."""
+    def saved() -> None:
+        incident.saved = max(incident.saved, version)
+    return saved
 
 
 def _states(watch: SeriesWatch | None) -> dict[str, str]:
@@ -274,7 +551,8 @@ class SeriesVerdicts:
     changes: dict[str, VersionVerdict]
     """The latest version change's verdict per figure, while it is recent."""
     causes: list[Finding] = field(default_factory=list)
-    """The likely causes, ranked, while the series is suspicious or regressed (:meth:`SeriesWatch.causes`)."""
+    """The likely causes, ranked: its open incident's (kept from the first diagnosis that named one until every
+    figure is back to ok), else those of a version change that regressed (:meth:`SeriesWatch.causes`)."""
 
 
 class Verdicts:
@@ -418,5 +696,56 @@ class Verdicts:
             with self._lock:
                 if watch.changed == changed:
                     watch.diagnosed = (changed, findings)
-        return [replace(verdicts, causes=fresh[id(watch)] if id(watch) in fresh else (watch.diagnosed or (0, []))[1])
+        self._settle_incidents([(w, w.incident) for w, _ in shown if w.incident is not None])
+        with self._lock:
+            kept = {id(w): list(w.incident.causes()) for w, _ in shown if w.incident is not None}
+        return [replace(verdicts, causes=kept[id(watch)] if id(watch) in kept else
+                        fresh[id(watch)] if id(watch) in fresh else (watch.diagnosed or (0, []))[1])
                 for watch, verdicts in shown]
+
+    def incidents(self, since: float | None = None) -> list[Incident]:
+        """Every series' open incident and those closed at or after ``since`` (Unix seconds; every one kept,
+        :data:`CLOSED_KEPT` a series, where None), the earliest start first, their diagnoses made (reading
+        conditions back outside the lock).  A pure function of the runs fed: the same runs give the same
+        incidents, whenever they are asked for."""
+        with self._lock:
+            chosen = [(w, incident) for w in self._series.values() for incident in (*w.closed, w.incident)
+                      if incident is not None and (incident.ended_at is None or since is None
+                                                   or incident.ended_at >= since)]
+        self._settle_incidents(chosen)
+        with self._lock:
+            shown = [incident.shown() for _, incident in chosen]
+        return sorted(shown, key=lambda i: (i.started_at, i.series, i.figure))
+
+    def unsaved_incidents(self) -> list[tuple[Incident, Callable[[], None]]]:
+        """The incidents that changed since the history last saved them (opened, followed a run, closed or
+        diagnosed; every one after a restore, which the history's upsert makes harmless), their diagnoses made,
+        each with what to call once it is saved.  The daemon's board saves them (``History.save_incidents``),
+        so the reports list what the agent's live verdicts said, when they said it (docs/REPORT.md)."""
+        with self._lock:
+            chosen = [(w, incident) for w in self._series.values() for incident in (*w.closed, w.incident)
+                      if incident is not None and incident.version != incident.saved]
+        self._settle_incidents(chosen)
+        out: list[tuple[Incident, Callable[[], None]]] = []
+        with self._lock:
+            for _, incident in chosen:
+                out.append((incident.shown(), _saver(incident, incident.version)))
+        return out
+
+    def _settle_incidents(self, incidents: list[tuple[SeriesWatch, _Incident]]) -> None:
+        """Make the pending diagnoses of these incidents, reading their runs' conditions outside the lock; one
+        that cannot be read now stays pending (its kept causes stand) and is tried again next time."""
+        with self._lock:
+            work = [(w, incident, incident.placed, *incident.wanted(), {**w.unsaved, **incident.unsaved})
+                    for w, incident in incidents if incident.points]
+            read = self._read
+        for _, incident, placed, before, afters, unsaved in work:
+            try:
+                made, found = _settle(before, afters, unsaved, read)
+            except Exception as exc:  # the history unreadable now
+                log.warning("incident causes: the recorded conditions could not be read (%s); tried again at the "
+                            "next look", exc)
+                continue
+            with self._lock:
+                if incident.placed == placed:
+                    incident.settled(made, found)

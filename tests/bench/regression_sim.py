@@ -4,7 +4,10 @@
 Usage (from the repository root):
 
     python -m tests.bench.regression_sim [--runs 1000000] [--trials 2000] [--workers 2]
-        [--models gauss_1,spiky] [--set noise_window=100] [--out FILE]
+        [--models gauss_1,spiky] [--runs-for t3=3000000] [--set noise_window=100] [--out FILE]
+
+``SIXDIM_SIM_DETECTOR=/path/to/detector.py`` runs the same harness on another copy of the detector
+module (a previous release's, copied out of git), for the before/after tables of docs/REGRESSIONS.md.
 
 Synthetic run histories of one ``seconds`` figure (larger is worse) at level 1.0, for every noise
 model of tests/bench/noise_models.py (Gaussian at CV 0.25-5%, Student t3, spiky, bursts), fed run
@@ -13,10 +16,14 @@ by run to the real tracker (tests.verdict_reference.Detector, the daemon's own c
 - false alarms: regression *onsets* (a series entering ``regression``) per 100,000 evaluated
   no-change series-runs (goal <= 1), with a one-sided 95% upper bound;
 - detection: the share of trials reporting ``regression`` within 3 runs of a 5% step (goal >= 95%
-  at CV <= 1%, t3 and spiky) and within 6 runs of a 3% step (goal >= 90%), with the delays;
+  at CV <= 1%, t3 and spiky) and within 6 runs of a 3% step (goal >= 90%), with the delays, for a
+  step after 120 steady runs, and for a step placed uniformly at runs 20-200 (a new host's or a new
+  segment's short history), reported per band of where the step came (20-59, 60-99, 100-200);
 - drift: series that get 0.05% slower each run from run 150 on: regression onsets during the
   drift, how soon the drift verdict names it, and whether a version change that did nothing, in
-  the middle of the drift, is called a regression;
+  the middle of the drift, is called a regression, at its first look or its second, judged as the
+  agent judges it (sixdim.verdicts.live: the runs either side with their times, and the drift the
+  tracker had named before the change);
 - beside it, a **reference detector** that knows the true level and standard deviation: the mean
   of the last k runs (k = 3 for the 5% target, 6 for the 3% one) against a threshold set so that it
   too raises 1 false onset per 100,000 runs on Gaussian noise of that standard deviation, and again
@@ -28,8 +35,11 @@ by run to the real tracker (tests.verdict_reference.Detector, the daemon's own c
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -43,7 +53,27 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.verdicts.detector import INSUFFICIENT_DATA, REGRESSION, Settings, version_verdict  # noqa: E402
+
+def _load_detector(path: str) -> None:
+    """Put another copy of the detector module in place of sixdim.verdicts.detector (before anything
+    imports it): the previous release's, for the before/after tables."""
+    spec = importlib.util.spec_from_file_location("sixdim.verdicts.detector", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sixdim.verdicts.detector"] = module
+    spec.loader.exec_module(module)
+
+
+if os.environ.get("SIXDIM_SIM_DETECTOR"):
+    _load_detector(os.environ["SIXDIM_SIM_DETECTOR"])
+
+from sixdim.verdicts.detector import (  # noqa: E402
+    INSUFFICIENT_DATA,
+    REGRESSION,
+    SeriesTracker,
+    Settings,
+    version_verdict,
+)
 from tests.bench import noise_models  # noqa: E402
 from tests.verdict_reference import Detector  # noqa: E402
 
@@ -56,6 +86,10 @@ SERIES_LEN = 600
 TARGETS = ((0.05, 3), (0.03, 6))
 """(step, within runs): the detection goals."""
 FALSE_ALARM_RATE = 1e-5
+EARLY_FROM, EARLY_TO = 20, 200
+"""Steps placed uniformly at these runs (the run index of the first slow run)."""
+BANDS = ((20, 59), (60, 99), (100, 200))
+"""Where the early steps came, as reported."""
 
 
 # --- the real detector ----------------------------------------------------------------------
@@ -90,6 +124,35 @@ def _delay_chunk(job: tuple[int, str, int, float, dict]) -> list[int]:
     return out
 
 
+def _early_chunk(job: tuple[int, str, int, float, dict]) -> list[tuple[int, int]]:
+    """(step position, delay as :func:`_delay_chunk` counts it) for steps placed uniformly at runs
+    EARLY_FROM..EARLY_TO."""
+    seed, model, n, step, settings = job
+    detector = Detector(Settings(**settings))
+    positions = np.random.default_rng(seed).integers(EARLY_FROM, EARLY_TO + 1, n)
+    x = noise_models.series(seed + 1, model, n, EARLY_TO + POST)
+    out = []
+    for row, at in zip(x, positions, strict=True):
+        values = row[:at + POST].copy()
+        values[at:] *= 1.0 + step
+        states = [v.state for v in detector.trace(values.tolist(), "seconds")]
+        post = states[at:]
+        out.append((int(at), -1 if REGRESSION in states[:at]
+                    else (post.index(REGRESSION) + 1 if REGRESSION in post else 0)))
+    return out
+
+
+def _early_summary(rows: list[tuple[int, int]], within: int) -> dict:
+    at = np.array([r[0] for r in rows])
+    delays = np.array([r[1] for r in rows])
+    out = {"all": _delay_summary(delays, within)}
+    for lo, hi in BANDS:
+        band = (at >= lo) & (at <= hi)
+        if band.any():
+            out[f"{lo}-{hi}"] = _delay_summary(delays[band], within)
+    return out
+
+
 def _chunks(total: int, size: int) -> list[int]:
     return [min(size, total - i) for i in range(0, total, size)]
 
@@ -115,10 +178,42 @@ CHANGE_AT = DRIFT_START + 150
 """A version change that did nothing, in the middle of the drift."""
 
 
-def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool]]:
+_TIMED = "times" in inspect.signature(version_verdict).parameters
+"""Whether this detector's version verdict takes the runs' times and the drift (the previous release's
+did not: it was given the values only)."""
+
+
+def version_looks(values: list[float], at: int, settings: Settings) -> tuple[bool, bool]:
+    """Whether a version change before run ``at`` of ``values`` (a ``seconds`` series) was called a
+    regression at its first look (any judgement on version_min_runs .. version_runs runs after it) and
+    at its second (version_settle_runs a side), judged as sixdim.verdicts.live judges it: the runs
+    before are the tracker's last ones, with their times (here, their indices) and the drift it named."""
+    s = settings
+    tracker = SeriesTracker("seconds", s)
+    for i, value in enumerate(values[:at]):
+        tracker.update(value, at=float(i))
+    times, before = tracker.recent(max(s.version_runs, s.version_settle_runs))
+    extra: dict = {}
+    if _TIMED:
+        extra = {"times": (list(times), [float(i) for i in range(at, len(values))]), "trend": tracker.trend()}
+    after = values[at:at + s.version_settle_runs]
+    change = {"driver": ("a", "b")}
+
+    def judge(k: int, runs: int) -> bool:
+        timed = dict(extra)
+        if _TIMED:
+            timed["times"] = (extra["times"][0], extra["times"][1][:k])
+        return version_verdict(list(before), after[:k], "seconds", change, s, runs=runs, **timed).state == REGRESSION
+
+    first = any(judge(k, s.version_runs) for k in range(s.version_min_runs, s.version_runs + 1))
+    second = len(before) >= s.version_settle_runs and judge(s.version_settle_runs, s.version_settle_runs)
+    return first, second
+
+
+def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool, bool]]:
     """Per series drifting by DRIFT_PER_RUN from run DRIFT_START: (regression onsets during the drift,
     runs from its start to the first drift verdict or -1, whether a no-effect version change in the
-    middle of it got a regression version verdict)."""
+    middle of it got a regression version verdict at its first look, and at its second)."""
     seed, model, n, settings = job
     s = Settings(**settings)
     detector = Detector(s)
@@ -130,9 +225,7 @@ def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool]]
         onsets = sum(1 for i in range(DRIFT_START, len(states))
                      if states[i] == REGRESSION and states[i - 1] != REGRESSION)
         first = next((i - DRIFT_START for i, v in enumerate(trace) if v.drift == 1 and i >= DRIFT_START), -1)
-        before, after = row[CHANGE_AT - s.version_runs:CHANGE_AT], row[CHANGE_AT:CHANGE_AT + s.version_runs]
-        change = version_verdict(before.tolist(), after.tolist(), "seconds", {"driver": ("a", "b")}, s)
-        out.append((onsets, first, change.state == REGRESSION))
+        out.append((onsets, first, *version_looks(row.tolist(), CHANGE_AT, s)))
     return out
 
 
@@ -143,18 +236,21 @@ def _drift_summary(rows: list[tuple[int, int, bool]]) -> dict:
             "series_with_onsets": int(sum(r[0] > 0 for r in rows)),
             "found": float(np.mean(firsts >= 0)),
             "runs_to_find_p50_p90": [float(np.percentile(found, q)) if found.size else None for q in (50, 90)],
-            "version_blamed": int(sum(r[2] for r in rows))}
+            "version_blamed_first_look": int(sum(r[2] for r in rows)),
+            "version_blamed_second_look": int(sum(r[3] for r in rows)),
+            "version_blamed": int(sum(r[2] or r[3] for r in rows))}
 
 
 def real_figures(models: tuple[str, ...], runs: int, trials: int, settings: Settings, workers: int,
-                 drift_series: int = 500) -> dict:
+                 drift_series: int = 500, runs_for: dict[str, int] | None = None) -> dict:
     cfg = asdict(settings)
     cfg["effects"] = dict(cfg["effects"])
-    n_series = math.ceil(runs / (SERIES_LEN - settings.min_baseline - settings.slow_runs))
     out: dict = {}
     with Pool(workers) as pool:
         for k, model in enumerate(models):
             t0 = time.time()
+            n_series = math.ceil((runs_for or {}).get(model, runs)
+                                 / (SERIES_LEN - settings.min_baseline - settings.slow_runs))
             jobs = [(SEED + 1000 * k + i, model, n, cfg) for i, n in enumerate(_chunks(n_series, 50))]
             fa = pool.map(_false_alarm_chunk, jobs)
             onsets, evaluated, drifts = (sum(x[i] for x in fa) for i in range(3))
@@ -166,6 +262,10 @@ def real_figures(models: tuple[str, ...], runs: int, trials: int, settings: Sett
                         for i, n in enumerate(_chunks(trials, 100))]
                 delays = np.array([d for chunk in pool.map(_delay_chunk, jobs) for d in chunk])
                 res[f"step_{round(step * 100)}pct"] = _delay_summary(delays, within)
+                jobs = [(SEED + 11 + 1000 * k + int(step * 1000) * 100 + i, model, n, step, cfg)
+                        for i, n in enumerate(_chunks(trials, 100))]
+                rows = [d for chunk in pool.map(_early_chunk, jobs) for d in chunk]
+                res[f"early_{round(step * 100)}pct"] = _early_summary(rows, within)
             res["reference"] = reference_figures(model)
             # the reference at the rate this detector measured (its 95% upper bound where it raised none)
             rate = (onsets if onsets else poisson_upper(0)) / evaluated
@@ -275,16 +375,40 @@ def markdown(real: dict) -> str:
     return "\n".join(rows)
 
 
+def early_markdown(real: dict) -> str:
+    """Steps placed uniformly at runs 20-200: detection per band of where they came."""
+    bands = [f"{lo}-{hi}" for lo, hi in BANDS]
+    rows = ["| noise | step | within | " + " | ".join(f"step at runs {b}: caught (n, 95% CI)" for b in bands)
+            + " | all (20-200) | never within 15 runs |", "|---|---|---|" + "---|" * (len(bands) + 2)]
+    for model, r in real.items():
+        for step, within in TARGETS:
+            e = r.get(f"early_{round(step * 100)}pct")
+            if e is None:
+                continue
+            cells = [_share(e[b]) if b in e else "-" for b in [*bands, "all"]]
+            missed = round(e["all"]["missed_in_window"] * e["all"]["trials"])
+            rows.append(f"| {model} | {round(step * 100)}% | {within} | " + " | ".join(cells)
+                        + f" | {missed} of {e['all']['trials']} |")
+    return "\n".join(rows)
+
+
+def _share(d: dict) -> str:
+    lo, hi = d["interval95"]
+    return (f"**{100 * d['detected_within']:.1f}%** ({round(d['detected_within'] * d['trials'])} of {d['trials']}, "
+            f"{100 * lo:.1f}–{100 * hi:.1f})")
+
+
 def drift_markdown(real: dict) -> str:
     rows = [f"| noise | series | regression onsets during the drift (series with any) | drift verdict found | runs to "
             f"find it p50/p90 | no-effect version change at run {CHANGE_AT - DRIFT_START} of the drift called a "
-            "regression |", "|---|---|---|---|---|---|"]
+            "regression: first look, second look, either |", "|---|---|---|---|---|---|"]
     for model, r in real.items():
         if "drift" not in r:
             continue
         d = r["drift"]
         rows.append(f"| {model} | {d['series']} | {d['onsets']} ({d['series_with_onsets']}) | "
-                    f"{100 * d['found']:.1f}% | {_pair(d['runs_to_find_p50_p90'])} | {d['version_blamed']} |")
+                    f"{100 * d['found']:.1f}% | {_pair(d['runs_to_find_p50_p90'])} | "
+                    f"{d['version_blamed_first_look']}, {d['version_blamed_second_look']}, {d['version_blamed']} |")
     return "\n".join(rows)
 
 
@@ -309,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2000, help="step trials per noise model and step size")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--drift-series", type=int, default=500, help="drifting series per drift model")
+    ap.add_argument("--runs-for", action="append", default=[], metavar="MODEL=RUNS",
+                    help="no-change runs for one model instead of --runs (e.g. t3=3000000: its rate is near the goal)")
     ap.add_argument("--models", default=",".join(noise_models.MODELS),
                     help=f"noise models (default: all of {', '.join(noise_models.MODELS)})")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -326,9 +452,15 @@ def main(argv: list[str] | None = None) -> int:
                     "models": models, "runs": args.runs, "trials": args.trials}
     print(f"Real detector, {args.runs:,} no-change runs and {args.trials} trials per step per model, "
           f"{args.workers} workers", flush=True)
-    report["real"] = real_figures(models, args.runs, args.trials, settings, args.workers, args.drift_series)
+    runs_for = {m: int(n) for m, n in (o.split("=", 1) for o in args.runs_for)}
+    report["runs_for"] = runs_for
+    report["detector"] = os.environ.get("SIXDIM_SIM_DETECTOR", "sixdim.verdicts.detector")
+    report["real"] = real_figures(models, args.runs, args.trials, settings, args.workers, args.drift_series,
+                                  runs_for)
     print()
     print(markdown(report["real"]))
+    print()
+    print(early_markdown(report["real"]))
     print()
     print(drift_markdown(report["real"]))
     print()

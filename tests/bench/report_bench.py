@@ -4,8 +4,14 @@ its detector finds on every noise model of tests/bench/noise_models.py.
 
 Usage (from the repository root; 2.5 minutes on the 2-core development machine, one worker):
 
-    python -m tests.bench.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR]
+    python -m tests.bench.report_bench [--series 50] [--runs-per-series 2000] [--seed 1] [--keep DIR [--reuse]]
         [--repeat 5] [--no-history] [--false-series 1000] [--sim-series 500] [--model NAME ...] [--out FILE]
+
+The issue 42 figures (the speed at 100,000 runs, the peak memory at 300,000), with the histories kept
+and reused between runs (writing them takes 20 s and 80 s):
+
+    python -m tests.bench.report_bench --keep /tmp/rb100k [--reuse] --sim-series 0
+    python -m tests.bench.report_bench --keep /tmp/rb300k [--reuse] --runs-per-series 6000 --sim-series 0 --repeat 3
 
 It writes a history of ``--series`` x ``--runs-per-series`` synthetic runs (default 100,000) in a
 temporary folder, in the history's own row format, with a fixed seed:
@@ -438,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-per-series", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", metavar="DIR", help="write the history here and keep it (default: a temporary folder)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: time the history already there (written by an earlier --keep run with the "
+                         "same --series, --runs-per-series and --seed) instead of writing it again")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs of the command (the median is the figure)")
     ap.add_argument("--no-history", action="store_true", help="skip the history and its timing: the simulation only")
     ap.add_argument("--false-series", type=int, default=1000,
@@ -474,14 +483,22 @@ def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Write the fleet history, time the command over it ``args.repeat`` times, score what it found."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "history.db"
-    path.unlink(missing_ok=True)
     specs = build_series(args.series)
-    t = time.perf_counter()
-    shifts, start = write_history(path, specs, args.runs_per_series, args.seed)
-    build_s = time.perf_counter() - t
     total = args.series * args.runs_per_series
-    print(f"history: {total:,} runs over {args.series} series, {path.stat().st_size / 2**20:.1f} MiB, "
-          f"written in {build_s:.1f} s")
+    if args.reuse and path.exists():  # the same --series, --runs-per-series and --seed as when it was written
+        with sqlite3.connect(path) as db:
+            written, start = db.execute("SELECT COUNT(*), MIN(started_at) FROM runs").fetchone()
+        if written != total:
+            raise SystemExit(f"{path} holds {written:,} runs, not {total:,}: give the options it was written with")
+        shifts = injected(specs, args.runs_per_series)[1]
+        print(f"history: {total:,} runs over {args.series} series, {path.stat().st_size / 2**20:.1f} MiB, reused")
+    else:
+        path.unlink(missing_ok=True)
+        t = time.perf_counter()
+        shifts, start = write_history(path, specs, args.runs_per_series, args.seed)
+        build_s = time.perf_counter() - t
+        print(f"history: {total:,} runs over {args.series} series, {path.stat().st_size / 2**20:.1f} MiB, "
+              f"written in {build_s:.1f} s")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
     cmd = [sys.executable, "-m", "sixdim", "report", "regressions", "--history", str(path), "--json"]
@@ -511,7 +528,8 @@ def history_figures(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     causes_s = time.perf_counter() - t
     assert again == found, "the subprocess and the in-process analysis disagree"
     ok_runs = history.runs
-    series_figures = sum(int((np.isfinite(np.array(s.rows, dtype=float)[:, 3:]).sum(axis=0) >= 2).sum())
+    width = 3 + len(history.figures)
+    series_figures = sum(int((np.isfinite(s.table(width)[:, 3:]).sum(axis=0) >= 2).sum())
                          for s in history.series.values())
 
     scored = score(shifts, specs, found, start, args.runs_per_series)

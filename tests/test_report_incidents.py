@@ -154,3 +154,21 @@ def test_a_history_of_the_previous_schema_gets_the_incidents_table(tmp_path):
     history = History(path)
     assert history.incidents() == []
     assert len(list(history)) == 1
+
+
+def test_incidents_a_locked_history_could_not_take_are_written_at_a_later_catch_up(daemon, caplog):
+    from tests.helpers import Locker
+
+    locker = Locker(daemon.path)
+    try:
+        for _ in range(4):
+            daemon.run(True)  # the runs queue, the verdicts see them; the incidents cannot be written
+        assert daemon.history.incidents() == []
+    finally:
+        locker.release()
+    warnings = [r for r in caplog.records if "incident(s) of the regression verdicts could not be written" in r.message
+                and r.levelname == "WARNING"]
+    assert len(warnings) == 1, "said once, not at every catch-up"
+    daemon.board.catch_up(daemon.history)
+    [row] = daemon.history.incidents()
+    assert row["started_at"] == daemon.times[BEFORE]

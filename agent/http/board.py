@@ -121,6 +121,8 @@ class Board:
         self._restoring = False
         """True while :meth:`from_history` loads the board in the background."""
         self._restore_thread: threading.Thread | None = None
+        self._incidents_failing = False
+        """Whether the last write of the incidents failed (the next failure is logged at debug level only)."""
 
     @classmethod
     def from_history(cls, history: History, verdicts: Verdicts | None = None, *, background: bool = False,
@@ -268,10 +270,15 @@ class Board:
             return 0
         try:
             history.save_incidents(incident.row() for incident, _ in changed)
-        except sqlite3.Error as exc:
-            log.warning("board: %d incident(s) of the regression verdicts could not be written now (%s); tried "
-                        "again at the next catch-up", len(changed), exc)
+        except sqlite3.Error as exc:  # said once a spell: the catch-up tries every few seconds
+            (log.debug if self._incidents_failing else log.warning)(
+                "board: %d incident(s) of the regression verdicts could not be written now (%s); tried again at "
+                "each catch-up", len(changed), exc)
+            self._incidents_failing = True
             return 0
+        if self._incidents_failing:
+            log.info("board: the regression verdicts' incidents are written again")
+            self._incidents_failing = False
         for _, saved in changed:
             saved()
         return len(changed)

@@ -451,7 +451,8 @@ def command(args: argparse.Namespace) -> int:
     verdicts = Counter(r["verdict"] for r in found)
     print(table(found))
     if listed:
-        window = f"the last {incidents.RECENT_SECONDS / 3600:g} h" if args.since is None else f"since {_local(now - args.since):%Y-%m-%d %H:%M}"
+        window = (f"the last {incidents.RECENT_SECONDS / 3600:g} h" if args.since is None
+                  else f"since {_local(now - args.since):%Y-%m-%d %H:%M}")
         print(f"\nIncidents of the agent's live verdicts, open or ended in {window}:")
         print(incidents.table(listed, now))
         print(incidents.summary(listed))

@@ -781,10 +781,10 @@ class History:
         if not rows:
             return 0
         updates = ", ".join(f"{c} = excluded.{c}" for c in INCIDENT_COLUMNS if c not in (*SERIES_FIELDS, "opened_at"))
+        marks = ", ".join("?" * len(INCIDENT_COLUMNS))
         with self._lock, self._db:
-            self._db.executemany(
-                f"INSERT INTO incidents ({', '.join(INCIDENT_COLUMNS)}) VALUES ({', '.join('?' * len(INCIDENT_COLUMNS))}) "
-                f"ON CONFLICT ({_SERIES}, opened_at) DO UPDATE SET {updates}", rows)
+            self._db.executemany(f"INSERT INTO incidents ({', '.join(INCIDENT_COLUMNS)}) VALUES ({marks}) "
+                                 f"ON CONFLICT ({_SERIES}, opened_at) DO UPDATE SET {updates}", rows)
         return len(rows)
 
     def incidents(self) -> list[dict[str, Any]]:

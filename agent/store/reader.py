@@ -263,7 +263,8 @@ def incidents(db: sqlite3.Connection, since: float | None = None,
     if "incidents" not in tables:
         return []
     names = [row[1] for row in db.execute("PRAGMA table_info(incidents)") if row[1] != "id"]
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if since is not None:
         where.append("(ended_at IS NULL OR ended_at >= ?)")
         args.append(since)

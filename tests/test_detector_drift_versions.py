@@ -37,7 +37,7 @@ def looks(values: list[float]) -> tuple[bool, bool]:
     tracker = SeriesTracker("seconds", s)
     for i, v in enumerate(values[:CHANGE]):
         tracker.update(v, at=900.0 * i)
-    assert tracker.last.drift == 1 and tracker.trend() is not None  # the drift is named before the change
+    assert tracker.trend() is not None  # the drift is known before the change
     times, before = tracker.recent(s.version_settle_runs)
     after_times = [900.0 * i for i in range(CHANGE, END)]
     after = values[CHANGE:END]
@@ -90,3 +90,21 @@ def test_the_agent_does_not_blame_a_drift_on_a_driver_change():
         assert change.state != rg.REGRESSION, (seed, change)
         [offline] = ref.version_verdicts(records, "flops")
         assert offline.state != rg.REGRESSION, (seed, offline)
+
+
+def test_on_noisy_series_a_drift_that_comes_and_goes_is_still_taken_out():
+    """At 2% noise the named drift comes and goes with its test against a single step (18 of these 40
+    series had none at the change): the trend the tracker had named stays known while the line through
+    the recent runs still slopes the same way, and the change is not blamed for it."""
+    unnamed = 0
+    blamed = 0
+    for seed in range(40):
+        values = drifting_seconds(seed, sd=0.02)
+        tracker = SeriesTracker("seconds")
+        for i, v in enumerate(values[:CHANGE]):
+            tracker.update(v, at=900.0 * i)
+        unnamed += tracker.last.drift == 0
+        first, second = looks(values)
+        blamed += first or second
+    assert unnamed >= 10
+    assert blamed <= 2

@@ -469,7 +469,7 @@ class SeriesTracker:
 
     __slots__ = ("figure", "settings", "direction", "fast_effect", "min_effect", "fast_floor", "outlier_effect",
                  "values", "indices", "times", "timed", "drifting", "tail_runs", "kept_times", "kept_values", "seen",
-                 "segment_start", "frozen", "episode", "onset", "last", "logs", "line")
+                 "segment_start", "frozen", "episode", "onset", "last", "logs", "line", "drifted")
 
     def __init__(self, figure: str, settings: Settings | None = None, workload: str = "",
                  direction: int | None = None) -> None:
@@ -495,6 +495,8 @@ class SeriesTracker:
         """The direction of the slope of a confirmed drift (0: none): it holds on a looser test."""
         self.line: tuple[float, float] | None = None
         """(slope, intercept) of the confirmed drift, on the judged scale; None while there is none."""
+        self.drifted = 0
+        """The direction of the last drift a verdict of this segment named (0: none yet)."""
         s = self.settings
         self.tail_runs = max(s.drift_runs, s.version_runs, s.version_settle_runs)
         """The segment's last runs :meth:`recent` gives: what a drift is fitted on, and the "before" side
@@ -520,7 +522,7 @@ class SeriesTracker:
         """A known break point (a version change): the next run starts a new segment."""
         self.values, self.indices, self.frozen, self.episode, self.onset = array("d"), array("q"), None, 0, None
         self.times, self.kept_times, self.kept_values, self.drifting = array("d"), None, None, 0
-        self.segment_start, self.logs, self.line = self.seen, True, None
+        self.segment_start, self.logs, self.line, self.drifted = self.seen, True, None, 0
 
     def update(self, value: float | None, status: str = "ok", at: float | None = None) -> Verdict:
         """Feed one run (in time order, ``at`` its Unix time where known); returns the verdict after it."""
@@ -572,14 +574,23 @@ class SeriesTracker:
         return times, (array("d", map(math.exp, values)) if self.logs else values)
 
     def trend(self) -> float | None:
-        """The slope of the drift the last verdict named, as a relative change per time unit (per second
-        where the runs' times were given, else per run), or None where it named none: what a version change
-        compares the runs after it against (:func:`version_verdict`), so that a drift is not blamed on it."""
-        if self.line is None or not self.last.drift:
+        """The slope of the segment's drift, as a relative change per time unit (per second where the runs'
+        times were given, else per run), or None: what a version change compares the runs after it against
+        (:func:`version_verdict`), so that a drift is not blamed on it.  The drift the last verdict named;
+        else, where a verdict of the segment named one before, the line through the recent runs while its
+        slope stays ``drift_keep_z`` standard errors out the same way (on 2%-noise series the named drift
+        comes and goes with the test against a step, and a third of them had none at the change)."""
+        line = self.line if self.line is not None and self.last.drift else None
+        if line is None and self.drifted:
+            ts, ys = self._recent(self.settings.drift_runs)
+            fit = _line(ts, ys, self.logs) if len(ts) >= self.settings.drift_min_runs else None
+            if fit is not None and fit[0] * self.drifted > 0 and abs(fit[0]) >= self.settings.drift_keep_z * fit[2]:
+                line = fit[0], fit[1]
+        if line is None:
             return None
+        slope, intercept = line
         if self.logs:
-            return self.line[0]
-        slope, intercept = self.line
+            return slope
         level = intercept + slope * self.times[-1] if self.times else 0.0
         return slope / abs(level) if level else None
 
@@ -630,6 +641,8 @@ class SeriesTracker:
     def _judge(self) -> Verdict:
         drift = self._drift()
         self.line = drift
+        if drift is not None:
+            self.drifted = 1 if drift[0] > 0 else -1
         values = self.values
         if drift is not None:
             slope, intercept = drift

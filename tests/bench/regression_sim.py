@@ -210,22 +210,24 @@ def version_looks(values: list[float], at: int, settings: Settings) -> tuple[boo
     return first, second
 
 
-def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool, bool]]:
+def _drift_chunk(job: tuple[int, str, int, dict]) -> list[tuple[int, int, bool, bool, bool]]:
     """Per series drifting by DRIFT_PER_RUN from run DRIFT_START: (regression onsets during the drift,
     runs from its start to the first drift verdict or -1, whether a no-effect version change in the
-    middle of it got a regression version verdict at its first look, and at its second)."""
+    middle of it got a regression version verdict at its first look, and at its second, and whether the
+    same change on the same series without the drift did at either: the control)."""
     seed, model, n, settings = job
     s = Settings(**settings)
     detector = Detector(s)
     out = []
-    for row in noise_models.drift(noise_models.series(seed, model, n, DRIFT_START + DRIFT_LEN), DRIFT_PER_RUN,
-                                  DRIFT_START):
+    flat = noise_models.series(seed, model, n, DRIFT_START + DRIFT_LEN)
+    for row, control in zip(noise_models.drift(flat, DRIFT_PER_RUN, DRIFT_START), flat, strict=True):
         trace = detector.trace(row.tolist(), "seconds")
         states = [v.state for v in trace]
         onsets = sum(1 for i in range(DRIFT_START, len(states))
                      if states[i] == REGRESSION and states[i - 1] != REGRESSION)
         first = next((i - DRIFT_START for i, v in enumerate(trace) if v.drift == 1 and i >= DRIFT_START), -1)
-        out.append((onsets, first, *version_looks(row.tolist(), CHANGE_AT, s)))
+        out.append((onsets, first, *version_looks(row.tolist(), CHANGE_AT, s),
+                    any(version_looks(control.tolist(), CHANGE_AT, s))))
     return out
 
 
@@ -238,7 +240,8 @@ def _drift_summary(rows: list[tuple[int, int, bool]]) -> dict:
             "runs_to_find_p50_p90": [float(np.percentile(found, q)) if found.size else None for q in (50, 90)],
             "version_blamed_first_look": int(sum(r[2] for r in rows)),
             "version_blamed_second_look": int(sum(r[3] for r in rows)),
-            "version_blamed": int(sum(r[2] or r[3] for r in rows))}
+            "version_blamed": int(sum(r[2] or r[3] for r in rows)),
+            "version_called_without_drift": int(sum(r[4] for r in rows))}
 
 
 def real_figures(models: tuple[str, ...], runs: int, trials: int, settings: Settings, workers: int,
@@ -401,14 +404,16 @@ def _share(d: dict) -> str:
 def drift_markdown(real: dict) -> str:
     rows = [f"| noise | series | regression onsets during the drift (series with any) | drift verdict found | runs to "
             f"find it p50/p90 | no-effect version change at run {CHANGE_AT - DRIFT_START} of the drift called a "
-            "regression: first look, second look, either |", "|---|---|---|---|---|---|"]
+            "regression: first look, second look, either | the same change without the drift |",
+            "|---|---|---|---|---|---|---|"]
     for model, r in real.items():
         if "drift" not in r:
             continue
         d = r["drift"]
         rows.append(f"| {model} | {d['series']} | {d['onsets']} ({d['series_with_onsets']}) | "
                     f"{100 * d['found']:.1f}% | {_pair(d['runs_to_find_p50_p90'])} | "
-                    f"{d['version_blamed_first_look']}, {d['version_blamed_second_look']}, {d['version_blamed']} |")
+                    f"{d['version_blamed_first_look']}, {d['version_blamed_second_look']}, {d['version_blamed']} | "
+                    f"{d.get('version_called_without_drift', '-')} |")
     return "\n".join(rows)
 
 
@@ -441,11 +446,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="override one Settings default (e.g. noise_window=100)")
     ap.add_argument("--out", type=Path, help="write every figure as JSON")
     ap.add_argument("--version-only", action="store_true", help="only the version-verdict figures (seconds)")
+    ap.add_argument("--drift-only", action="store_true", help="only the drift figures (drift models among --models)")
     args = ap.parse_args(argv)
     models = tuple(args.models.split(","))
     settings = Settings(**{k: type(getattr(Settings(), k))(v) for k, v in (o.split("=", 1) for o in args.set)})
     if args.version_only:
         print(version_markdown({m: {"version": version_figures(m, settings, args.trials)} for m in models}))
+        return 0
+    if args.drift_only:
+        cfg = {**asdict(settings), "effects": dict(settings.effects)}
+        started = time.time()
+        with Pool(args.workers) as pool:
+            real = {m: {"drift": _drift_summary([d for chunk in pool.map(_drift_chunk, [
+                (SEED + 5 + 1000 * k + i, m, n, cfg) for i, n in enumerate(_chunks(args.drift_series, 25))])
+                for d in chunk])} for k, m in enumerate(models) if m in DRIFT_MODELS}
+        print(drift_markdown(real))
+        print(f"\nTotal {round(time.time() - started, 1)} s")
+        if args.out:
+            args.out.write_text(json.dumps({"seed": SEED, "drift_series": args.drift_series, "real": real}, indent=1))
         return 0
     started = time.time()
     report: dict = {"seed": SEED, "settings": {**asdict(settings), "effects": dict(settings.effects)},

@@ -13,13 +13,16 @@ watched figures per run: flops, power_watts, memory_bytes), then measures
   runs do: what reading them back and keeping them for the diagnosis adds (restore time, the
   process's resident memory after the restore).
 
-Figures go to docs/BENCHMARKS.md; the tests assert behaviour only.
+Figures go to docs/BENCHMARKS.md; the tests assert behaviour only.  ``SIXDIM_SIM_DETECTOR=/path/detector.py``
+measures another copy of the detector module (a previous release's) for a before/after ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import os
 import random
 import sys
 import tempfile
@@ -27,6 +30,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+if os.environ.get("SIXDIM_SIM_DETECTOR"):  # another copy of the detector (a previous release's), as regression_sim
+    _spec = importlib.util.spec_from_file_location("sixdim.verdicts.detector", os.environ["SIXDIM_SIM_DETECTOR"])
+    assert _spec is not None and _spec.loader is not None
+    sys.modules["sixdim.verdicts.detector"] = _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
 
 import psutil  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402

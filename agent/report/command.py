@@ -61,7 +61,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "suspicious, ok, improvement, insufficient data; a series whose latest version or GPU-setting "
                     "change regressed a figure counts as a regression), with how many series are in each state; and "
                     "for a regression or a suspicious verdict the worst series (its figure and change) and the "
-                    "likely cause the agent names (sixdim_regression_cause). The verdicts are computed as the "
+                    "likely cause the agent names (sixdim_regression_cause). Under the table, the incidents the agent "
+                    "recorded (a series out of ok: when it started, was found and ended, its size and the likely "
+                    "cause it kept), open or ended in the last 24 h or --since. The verdicts are computed as the "
                     "agent restores them at start, from each series' last runs. The latest run of a workload is "
                     "its newest worker run with the worker runs of the same suite just before it (a crash's "
                     "restart) that repeat none of its cases. The history is read read-only.",
@@ -87,7 +89,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     "by at least the figure's minimum effect (regression.min_effect, 1.8%, or [regression.effects] "
                     "as for the live verdicts); its state is 'regression' or 'improvement' by the figure's "
                     "direction. A slow drift is listed too, its state 'drift' (and its direction, worse or "
-                    "better). The history is read read-only.",
+                    "better). Beside them, the incidents the agent's live verdicts recorded (listed from the run the "
+                    "live verdict found them, before the analysis can place a shift), open or ended since --since; a "
+                    "shift that is one carries it. The history is read read-only.",
         epilog="Exit codes: 0 the report was made, whether or not it lists a shift; 2 bad usage, bad "
                "configuration, or a history that is missing or not a sixdim database. See docs/REGRESSIONS.md.")
     regressions.add_arguments(shifts)

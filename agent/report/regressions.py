@@ -62,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="TOML configuration file, for agent.history and the [regression] settings [SIXDIM_CONFIG]")
     parser.add_argument("--since", type=duration_argument, metavar="DURATION",
-                        help=f"list only shifts at or after now - DURATION: {EXAMPLES} "
-                             "(default: all; the analysis always uses the whole history)")
+                        help=f"list only shifts at or after now - DURATION, and the incidents open or ended since: "
+                             f"{EXAMPLES} (default: all; the analysis always uses the whole history)")
     parser.add_argument("--workload", "-w", action="append", metavar="NAME", help="only this workload (repeatable)")
     parser.add_argument("--figure", action="append", type=_figure, metavar="NAME",
                         help="only this watched figure, e.g. flops or seconds (repeatable)")

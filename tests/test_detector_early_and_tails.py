@@ -3,8 +3,11 @@
 Item 4: a new host or a new segment has a short history, and a threshold whose noise term was widened
 by the squared t-quantile ratio kept a 3% step at 1% noise out of reach until about run 50.  The slow
 rule now widens by the ratio to the power 1.5 (``SLOW_SAMPLE_POWER``); the fast rule, whose noise term
-raised the false regressions of new noisy segments, keeps the square.  The issue's goal (90% within 6
-runs for steps from run 20 on) is not reached at the same false-alarm rate: see docs/REGRESSIONS.md.
+raised the false regressions of new noisy segments, keeps the square.  And the slow rule's last run need
+only be worse by half its threshold (``Settings.slow_last``): the whole threshold missed a 3% step whose
+last run fell under it, one in six at 1% noise, early or late in a history.  The issue's goal (90% within
+6 runs for steps from run 20 on) is not reached at the same false-alarm rate: 89% over runs 20-200, 79%
+at runs 20-59, where no detector can reach 90% by much (docs/REGRESSIONS.md).
 
 Item 6: on Student-t3 noise every false regression came from the fast rule, two heavy-tailed runs and a
 third just over its floor; the floor is 1.75% now.  The rate is measured by tests/bench/regression_sim.py.
@@ -39,9 +42,23 @@ def early_steps_caught(trials: int = 300, seed: int = 42, step: float = 0.03) ->
 
 
 def test_a_three_percent_step_early_in_a_history_is_caught_more_often():
-    """300 fixed-seed series: 197 caught within 6 runs before (65.7%), 202 now (67.3%; with the fast
-    rule's higher floor of item 6, which alone would cost 7 of them)."""
-    assert early_steps_caught() >= 200
+    """300 fixed-seed series: 197 caught within 6 runs at the previous release (65.7%), 202 with the slow
+    rule's power at 1.5 (67.3%; with the fast rule's higher floor of item 6, which alone would cost 7 of
+    them), 218 with its last run worse by half its threshold (72.7%)."""
+    assert early_steps_caught() >= 215
+
+
+def test_the_slow_rules_last_run_need_be_worse_by_half_its_threshold():
+    """Five runs 2.1% slow and a sixth 1.2% slow on a series of 0.5% noise (the slow rule's threshold is
+    the 1.8% minimum effect): the mean of the five least-worse is over 1.8%, the last run over half of
+    it.  A regression, where the last run had to be worse by the whole threshold, it stayed suspicious."""
+    values = [1.005 if i % 2 else 0.995 for i in range(120)] + [1.021] * 5 + [1.012]
+    tracker = SeriesTracker("seconds")
+    states = [tracker.update(v).state for v in values]
+    assert rg.REGRESSION not in states[:-1]
+    assert states[-1] == rg.REGRESSION
+    whole = SeriesTracker("seconds", Settings(slow_last=1.0))
+    assert [whole.update(v).state for v in values][-1] == rg.SUSPICIOUS
 
 
 @pytest.mark.xfail(strict=True, reason="the 90% goal for steps at runs 20-59 is not reached at the same "

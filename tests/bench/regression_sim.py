@@ -5,6 +5,7 @@ Usage (from the repository root):
 
     python -m tests.bench.regression_sim [--runs 1000000] [--trials 2000] [--workers 2]
         [--models gauss_1,spiky] [--runs-for t3=3000000] [--set noise_window=100] [--out FILE]
+    python -m tests.bench.regression_sim --bound     # the t-test bound for early steps (t_test_bound)
 
 ``SIXDIM_SIM_DETECTOR=/path/to/detector.py`` runs the same harness on another copy of the detector
 module (a previous release's, copied out of git), for the before/after tables of docs/REGRESSIONS.md.
@@ -350,6 +351,34 @@ def reference_figures(model: str, rate: float = FALSE_ALARM_RATE, trials: int = 
     return out
 
 
+def t_test_bound(step: float = 0.03, cv: float = 0.01, within: int = 6, alpha: float = FALSE_ALARM_RATE,
+                 trials: int = 2000, seed: int = SEED) -> dict:
+    """The best a detector that must learn level and noise from the series can do on Gaussian noise it is
+    told is Gaussian: after each run, a t-test of the last ``within`` runs' mean against the mean of every
+    run before them (noise from those runs), at Student's one-sided ``alpha`` quantile; the share of steps
+    caught within ``within`` runs, per band of where the step came (uniform over each band's runs)."""
+    rng = np.random.default_rng(seed)
+    shift = math.log1p(step)
+
+    def caught(at: int) -> float:
+        x = rng.standard_normal((trials, at + within)) * cv
+        x[:, at:] += shift
+        hit = np.zeros(trials, bool)
+        for k in range(1, within + 1):
+            end = at + k
+            window, base = x[:, end - within:end], x[:, :end - within]
+            n = base.shape[1]
+            t = (window.mean(1) - base.mean(1)) / (base.std(axis=1, ddof=1) * math.sqrt(1 / within + 1 / n))
+            hit |= t > stats.t.isf(alpha, n - 1)
+        return float(hit.mean())
+
+    shares = {at: caught(at) for at in range(EARLY_FROM, EARLY_TO + 1)}
+    out = {f"{lo}-{hi}": float(np.mean([shares[a] for a in range(lo, hi + 1)])) for lo, hi in BANDS}
+    out[f"{EARLY_FROM}-{EARLY_TO}"] = float(np.mean(list(shares.values())))
+    out[f"at {EARLY_FROM}"] = shares[EARLY_FROM]
+    return out
+
+
 # --- report --------------------------------------------------------------------------------
 
 def _line(model: str, r: dict) -> str:
@@ -447,9 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write every figure as JSON")
     ap.add_argument("--version-only", action="store_true", help="only the version-verdict figures (seconds)")
     ap.add_argument("--drift-only", action="store_true", help="only the drift figures (drift models among --models)")
+    ap.add_argument("--bound", action="store_true", help="only the t-test bound for 3%% steps at 1%% noise, per band")
     args = ap.parse_args(argv)
     models = tuple(args.models.split(","))
     settings = Settings(**{k: type(getattr(Settings(), k))(v) for k, v in (o.split("=", 1) for o in args.set)})
+    if args.bound:
+        print(json.dumps(t_test_bound(trials=args.trials), indent=1))
+        return 0
     if args.version_only:
         print(version_markdown({m: {"version": version_figures(m, settings, args.trials)} for m in models}))
         return 0

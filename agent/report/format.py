@@ -140,10 +140,11 @@ def fmt(figure: str, value: float | None, precision: str = "") -> str:
     return f"{value:.4g}"
 
 
-def percent(ratio: float | None) -> str:
-    """A ratio as a signed change: ``−7.0%``, ``+1.2%``."""
+def percent(ratio: float | None, missing: str = "\u2014") -> str:
+    """A ratio as a signed change: ``−7.0%``, ``+1.2%``; ``missing`` where there is none (the terminal reports
+    print ``-``)."""
     if ratio is None or not math.isfinite(ratio):
-        return "\u2014"
+        return missing
     pct = (ratio - 1.0) * 100.0
     sign = "\u2212" if pct < 0 else "+"
     return f"{sign}{abs(pct):.1f}%"

@@ -40,7 +40,8 @@ def read(path: str, since: float | None = None, workloads: Sequence[str] | None 
         return [entry(row) for row in reader.incidents(db, since, workloads)]
 
 
-def _utc(at: float | None) -> str | None:
+def utc(at: float | None) -> str | None:
+    """A time as ISO 8601 UTC (``2026-11-29T03:12:00Z``); None where there is none."""
     if at is None:
         return None
     return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -56,7 +57,7 @@ def entry(row: Mapping[str, Any]) -> dict[str, Any]:
                state=row["state"], direction="worse", open=row["ended_at"] is None, now=row["now"])
     for name, column in (("started_at", "started_at"), ("found_at", "opened_at"), ("regressed_at", "regressed_at"),
                          ("ended_at", "ended_at"), ("last_at", "last_at")):
-        out[name], out[f"{name}_utc"] = row[column], _utc(row[column])
+        out[name], out[f"{name}_utc"] = row[column], utc(row[column])
     out.update(baseline=row["baseline"], change_ratio=row["ratio"], latest_ratio=row["latest_ratio"],
                reason=row["reason"], causes=[dict(c) for c in row["causes"]])
     return out
@@ -93,7 +94,8 @@ def match(shifts: Sequence[dict[str, Any]], incidents: Iterable[dict[str, Any]])
     return alone
 
 
-def _minute(at: float | None) -> str:
+def minute(at: float | None) -> str:
+    """A time to the minute, UTC (``-`` where there is none)."""
     return "-" if at is None else datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
@@ -108,11 +110,9 @@ def _clock(at: float | None, day_of: float) -> str:
 
 def change(ratio: float | None) -> str:
     """A current/baseline ratio as a signed percentage (``-`` where unknown)."""
-    if ratio is None or not math.isfinite(ratio):
-        return "-"
-    pct = (ratio - 1.0) * 100.0
-    sign = "\u2212" if pct < 0 else "+"
-    return f"{sign}{abs(pct):.1f}%"
+    from sixdim.report.format import percent
+
+    return percent(ratio, "-")
 
 
 def _ago(seconds: float) -> str:
@@ -156,7 +156,7 @@ def table(incidents: Sequence[Mapping[str, Any]], now: float) -> str:
     for i in incidents:
         label = series_label(SimpleNamespace(precision=i["precision"], workload=i["workload"], shape=i["shape"]))
         mode = "/".join(p for p in (i["mode"], i["pass"]) if p and p != "forward")
-        rows.append((i["state"], _minute(i["started_at"]), _clock(i["found_at"], i["started_at"]),
+        rows.append((i["state"], minute(i["started_at"]), _clock(i["found_at"], i["started_at"]),
                      _clock(i["regressed_at"], i["started_at"]), change(i["change_ratio"]), change(i["latest_ratio"]),
                      status(i, now), i["hostname"], i["gpu"], label + (f" ({mode})" if mode else ""),
                      i["figure"], cause(i)))

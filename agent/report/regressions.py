@@ -433,10 +433,6 @@ def version_breaks(vids: Sequence[int]) -> list[int]:
     return [int(i) for i in np.flatnonzero(ids[1:] != ids[:-1]) + 1]
 
 
-def _utc(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 SHIFT, DRIFT = "shift", "drift"
 """The kinds of what the report lists (``"kind"``); a drift's ``"state"`` is ``"drift"`` too."""
 WORSE, BETTER = "worse", "better"
@@ -472,7 +468,7 @@ def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, 
         **_head(s, figure, SHIFT, cp.median_before, cp.median_after, cp.ratio),
         "p_value": cp.p_value,
         "at": at,
-        "at_utc": _utc(at),
+        "at_utc": incidents.utc(at),
         "median_before": cp.median_before, "median_after": cp.median_after,
         "runs_before": cp.runs_before, "runs_after": cp.runs_after,
         "versions_before": dict(old), "versions_after": dict(new),
@@ -487,7 +483,7 @@ def _drift(s: Series, figure: str, d: Any, first: dict[str, str], last: dict[str
     return {
         **_head(s, figure, DRIFT, d.level_start, d.level_end, d.ratio),
         "p_value": d.p_value,
-        "at": at, "at_utc": _utc(at), "until": until, "until_utc": _utc(until),
+        "at": at, "at_utc": incidents.utc(at), "until": until, "until_utc": incidents.utc(until),
         "level_start": d.level_start, "level_end": d.level_end, "runs": d.runs,
         "versions_before": dict(first), "versions_after": dict(last), "version_changed": [],
     }
@@ -588,14 +584,6 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p < 1e-4 else f"{p:.4f}".rstrip("0").rstrip(".")
 
 
-def _percent(ratio: float | None) -> str:
-    if ratio is None:
-        return "-"
-    pct = (ratio - 1.0) * 100.0
-    sign = "\u2212" if pct < 0 else "+"
-    return f"{sign}{abs(pct):.1f}%"
-
-
 def _versions(shift: dict[str, Any]) -> str:
     changed = shift["version_changed"]
     if not changed:
@@ -610,10 +598,6 @@ def _cause(shift: dict[str, Any]) -> str:
     return causes[0]["evidence"] if causes else "-"
 
 
-def _minute(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
 def table(shifts: list[dict[str, Any]]) -> str:
     """One line per shift or drift, oldest first, under a header.  A drift's line reads "worse drift"
     (or "better drift"), its levels at its first and last run, and its runs up to when it ends."""
@@ -625,13 +609,13 @@ def table(shifts: list[dict[str, Any]]) -> str:
         label = series_label(SimpleNamespace(precision=s["precision"], workload=s["workload"], shape=s["shape"]))
         if s["kind"] == "drift":
             state, levels = f"{s['direction']} drift", f"{s['level_start']:.4g} \u2192 {s['level_end']:.4g}"
-            runs = f"{s['runs']} runs to {_minute(s['until'])}"
+            runs = f"{s['runs']} runs to {incidents.minute(s['until'])}"
         else:
             state, levels = s["state"], f"{s['median_before']:.4g} \u2192 {s['median_after']:.4g}"
             runs = f"{s['runs_before']} | {s['runs_after']}"
-        rows.append((_minute(s["at"]), state, _percent(s["change_ratio"]), _p(s["p_value"]), s["hostname"], s["gpu"],
-                     label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"], levels, runs, _versions(s),
-                     _cause(s)))
+        rows.append((incidents.minute(s["at"]), state, incidents.change(s["change_ratio"]), _p(s["p_value"]),
+                     s["hostname"], s["gpu"], label, f"{s['mode'] or '-'}/{s['pass'] or '-'}", s["figure"], levels,
+                     runs, _versions(s), _cause(s)))
     return text.table(rows)
 
 

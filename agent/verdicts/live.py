@@ -576,6 +576,9 @@ class Verdicts:
         it, and whether it was a slow run (``SeriesTracker.slow_run`` of some figure): the daemon's
         confirmation runs (sixdim.run.scheduler.SuiteScheduler.judged)."""
         self._read: ConditionsReader | None = None
+        self._unsaved: set[SeriesWatch] = set()
+        """The series whose incidents changed since the history last saved all of them (:meth:`unsaved_incidents`
+        looks at these only, not at every series, at each of the board's catch-ups)."""
         """Reads conditions back from the history by row id, once :meth:`restore` was given a history that
         can (the daemon's); until then, and for a history that cannot, conditions are kept in memory."""
 
@@ -601,6 +604,8 @@ class Verdicts:
         if watch is None:
             watch = self._series[record.key()] = SeriesWatch(self.settings, self.restore_runs, self._read is not None)
         watch.add(record, recorded)
+        if watch.incident is not None or watch.closed:
+            self._unsaved.add(watch)
 
     def states(self, key: tuple[str, ...]) -> dict[str, str]:
         """The state of each watched figure of one series (``RunRecord.key()``) after its latest run;
@@ -723,8 +728,9 @@ class Verdicts:
         each with what to call once it is saved.  The daemon's board saves them (``History.save_incidents``),
         so the reports list what the agent's live verdicts said, when they said it (docs/REPORT.md)."""
         with self._lock:
-            chosen = [(w, incident) for w in self._series.values() for incident in (*w.closed, w.incident)
+            chosen = [(w, incident) for w in self._unsaved for incident in (*w.closed, w.incident)
                       if incident is not None and incident.version != incident.saved]
+            self._unsaved = {w for w, _ in chosen}  # a series stays until every incident of it was saved
         self._settle_incidents(chosen)
         out: list[tuple[Incident, Callable[[], None]]] = []
         with self._lock:
@@ -739,7 +745,7 @@ class Verdicts:
             work = [(w, incident, incident.placed, *incident.wanted(), {**w.unsaved, **incident.unsaved})
                     for w, incident in incidents if incident.points]
             read = self._read
-        for _, incident, placed, before, afters, unsaved in work:
+        for watch, incident, placed, before, afters, unsaved in work:
             try:
                 made, found = _settle(before, afters, unsaved, read)
             except Exception as exc:  # the history unreadable now
@@ -749,3 +755,5 @@ class Verdicts:
             with self._lock:
                 if incident.placed == placed:
                     incident.settled(made, found)
+                    if incident.version != incident.saved:
+                        self._unsaved.add(watch)  # diagnosed at a scrape, after the history saved it: again

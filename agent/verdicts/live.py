@@ -476,14 +476,6 @@ class SeriesWatch:
             return list(change.conditions_before), list(change.conditions_after), change.changes
         return None
 
-    def causes(self, read: ConditionsReader | None = None) -> list[Finding]:
-        """The likely causes, ranked: the open incident's kept ones, else those of a version change that
-        regressed (:meth:`cause_runs`); [] when there is nothing to diagnose."""
-        if self.incident is not None:
-            self.settle(self.incident, read)
-            return list(self.incident.causes())
-        return _diagnosis(self.cause_runs(), dict(self.unsaved), read)
-
 
 def _conditions(runs: list[int], unsaved: dict[int, bytes], read: ConditionsReader | None) -> list[dict[str, Any]]:
     """The conditions of these runs, in order: kept ones (``unsaved``) from memory, the others read by id
@@ -552,7 +544,7 @@ class SeriesVerdicts:
     """The latest version change's verdict per figure, while it is recent."""
     causes: list[Finding] = field(default_factory=list)
     """The likely causes, ranked: its open incident's (kept from the first diagnosis that named one until every
-    figure is back to ok), else those of a version change that regressed (:meth:`SeriesWatch.causes`)."""
+    figure is back to ok), else those of a version change that regressed (:meth:`SeriesWatch.cause_runs`)."""
 
 
 class Verdicts:

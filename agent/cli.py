@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sixdim import generate  # each owns its command's arguments and work
     from sixdim.dashboards import command as dashboards_command
+    from sixdim.fleet import command as fleet_command
     from sixdim.monitoring import rules
     from sixdim.report import command as report_command
 
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_parser(commands)
     dashboards_command.add_parser(commands)
     generate.add_parser(commands)
+    fleet_command.add_parser(commands)
     return parser
 
 

@@ -40,7 +40,7 @@ def loaded(*argv: str) -> set[str]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["report", "--help"], ["dashboards", "--help"],
-                                  ["rules", "--help"], ["list"]])
+                                  ["rules", "--help"], ["fleet", "--help"], ["list"]])
 def test_help_and_list_import_no_heavy_library(argv):
     heavy = loaded(*argv) & set(HEAVY)
     assert not heavy, f"sixdim {' '.join(argv)} imported {sorted(heavy)}"

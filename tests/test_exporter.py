@@ -59,7 +59,8 @@ def test_result_series_carry_dcgm_join_labels_and_versions():
         "hostname": "node1", "gpu": "0", "UUID": "GPU-a", "model_name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": "00000000:17:00.0", "device_type": "cuda", "workload": "gemm", "precision": "bf16",
         "shape": "m=8,n=8,k=8", "mode": "training", "pass": "forward", "suite": "quick",
-        "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.13.0"}
+        "driver_version": "550.54.15", "cuda_version": "12.4", "cudnn_version": "", "nccl_version": "",
+            "torch_version": "2.13.0"}
     assert find(text, "sixdim_workload_seconds") == [0.002]
     assert find(text, "sixdim_workload_flops") == [1024 / 0.002]
     assert find(text, "sixdim_workload_power_watts") == [350.0]

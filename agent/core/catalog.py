@@ -4,11 +4,14 @@ The exporter renders these definitions; the dashboards and alert rules import
 them, so a name or a label changes in exactly one place.
 
 Label names follow NVIDIA dcgm-exporter where one exists (``gpu``, ``UUID``,
-``pci_bus_id``, ``hostname``) so that PromQL can join sixdim results with DCGM
-telemetry ``on(UUID)`` or ``on(hostname, gpu)``.  dcgm-exporter's ``modelName``
-is camelCase, which ``promtool check metrics`` rejects; sixdim exports it as
-``model_name`` by default and as ``modelName`` when the operator asks for
-dcgm-identical names (``--dcgm-label-names``), accepting that one lint warning.
+``pci_bus_id``) so that PromQL can join sixdim results with DCGM telemetry
+``on(UUID)``.  Two of dcgm-exporter's names differ from the defaults: its host label
+is ``Hostname`` (every release up to 4.5.3-4.8.2; its main branch renamed it
+``hostname`` in May 2026, unreleased) and its model label ``modelName``, camelCase,
+which ``promtool check metrics`` rejects.  sixdim exports ``hostname`` and
+``model_name`` by default, and dcgm-exporter's exact names when the operator asks
+for them (``--dcgm-label-names``, :data:`DCGM_LABEL_NAMES`): then
+``on(Hostname, gpu)`` joins too, at the cost of the one lint warning on ``modelName``.
 
 All values are in base units: seconds, bytes, watts, joules, hertz, FLOP/s, and
 ratios (fractions in [0, 1] where the help says so; speedup, linearity, spread, peer and
@@ -23,8 +26,9 @@ from typing import Literal
 MetricKind = Literal["gauge", "counter", "info"]
 """Counters are named with their ``_total`` suffix, as PromQL sees them; info metrics end in ``_info``."""
 
-# Label names.  The model label is the one name that depends on configuration.
+# Label names.  The host and model labels are the names that depend on configuration (DCGM_LABEL_NAMES).
 HOSTNAME = "hostname"
+HOSTNAME_DCGM = "Hostname"
 GPU = "gpu"
 UUID = "UUID"
 MODEL_NAME = "model_name"
@@ -41,6 +45,8 @@ SUITE = "suite"
 DRIVER_VERSION = "driver_version"
 CUDA_VERSION = "cuda_version"
 TORCH_VERSION = "torch_version"
+CUDNN_VERSION = "cudnn_version"
+NCCL_VERSION = "nccl_version"
 
 DEVICE_LABELS: tuple[str, ...] = (HOSTNAME, GPU, UUID, MODEL_NAME, PCI_BUS_ID, DEVICE_TYPE)
 """Which device a series describes (dcgm-exporter's join keys plus the device type)."""
@@ -49,8 +55,12 @@ WORKLOAD_LABELS: tuple[str, ...] = DEVICE_LABELS + (WORKLOAD, PRECISION, SHAPE, 
 """Which measurement: the device plus the workload, its precision, shape, mode (training or
 inference) and pass (forward, backward_data, backward_weight, ...)."""
 
-VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, TORCH_VERSION)
-"""The software a result was measured under, so a driver upgrade shows as a new series."""
+VERSION_LABELS: tuple[str, ...] = (DRIVER_VERSION, CUDA_VERSION, CUDNN_VERSION, NCCL_VERSION, TORCH_VERSION)
+"""The software a result was measured under, so a driver upgrade shows as a new series (and ``sixdim fleet``
+can split a fleet by any of them).  cuDNN and NCCL are empty, so absent in Prometheus, on a CPU."""
+VERSION_KEYS: dict[str, str] = {DRIVER_VERSION: "driver", CUDA_VERSION: "cuda_runtime", CUDNN_VERSION: "cudnn",
+                                NCCL_VERSION: "nccl", TORCH_VERSION: "torch"}
+"""Each version label's key in a run's ``environment`` (the components of ``sixdim.core.conditions``)."""
 
 RESULT_LABELS: tuple[str, ...] = WORKLOAD_LABELS + VERSION_LABELS
 """A result series as judged: the measurement (whichever suite ran it: its shape names every parameter that
@@ -748,8 +758,14 @@ def figure_label_values(metric: MetricDef, key: str) -> dict[str, str] | None:
     return dict(zip(metric.figure_labels, values))
 
 
+DCGM_LABEL_NAMES: dict[str, str] = {HOSTNAME: HOSTNAME_DCGM, MODEL_NAME: MODEL_NAME_DCGM}
+"""The labels dcgm-exporter names otherwise, and its names for them (its other device labels, ``gpu``, ``UUID``
+and ``pci_bus_id``, are sixdim's already).  dcgm-exporter renders ``Hostname`` and ``modelName`` on every GPU
+series (internal/pkg/rendermetrics/render_metrics.go, releases up to 4.5.3-4.8.2), and its Grafana dashboard
+filters on ``Hostname``: with these names ``on(Hostname, gpu)`` and ``on(UUID)`` join sixdim's series with its."""
+
+
 def exported_label(label: str, dcgm_label_names: bool) -> str:
-    """The label name as exported: ``model_name`` becomes ``modelName`` in dcgm mode."""
-    if dcgm_label_names and label == MODEL_NAME:
-        return MODEL_NAME_DCGM
-    return label
+    """The label name as exported, and as the rules and dashboards name it: in dcgm mode ``hostname`` becomes
+    ``Hostname`` and ``model_name`` becomes ``modelName`` (:data:`DCGM_LABEL_NAMES`); every other is itself."""
+    return DCGM_LABEL_NAMES.get(label, label) if dcgm_label_names else label

@@ -137,9 +137,7 @@ class RunRecord:
 
     def result_labels(self) -> dict[str, str]:
         return {**self.workload_labels(),
-                catalog.DRIVER_VERSION: str(self.environment.get("driver", "")),
-                catalog.CUDA_VERSION: str(self.environment.get("cuda_runtime", "")),
-                catalog.TORCH_VERSION: str(self.environment.get("torch", ""))}
+                **{label: str(self.environment.get(key, "")) for label, key in catalog.VERSION_KEYS.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

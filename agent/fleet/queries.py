@@ -1,0 +1,164 @@
+"""What ``sixdim fleet`` asks Prometheus, and the rows it gets back.
+
+Hosts are the unit of comparison, so Prometheus aggregates each host's GPUs before anything is sent: one
+row per host, case and software versions, holding the median over the host's GPUs and how many GPUs it
+covers (a bad GPU of one host moves its host's median little and counts once).  Two kinds of query, each
+one request per metric:
+
+* **now**: every host's median and GPU count per case and versions, at the time asked (each series' newest
+  sample within Prometheus's lookback);
+* **paired**: for the hosts on a new version now, each GPU's value now over its last value under the old
+  version within the window, aggregated per host (median of the GPUs' ratios).  The old series of a GPU that
+  upgraded has ended; ``last_over_time`` still finds its last sample, and the query names only the hosts that
+  upgraded, so Prometheus reads no other host's history.
+
+Summaries are compared only where they cover as many shapes as their group's median (the same rule as the
+peer recording rules): a geometric mean over other shapes is another number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sixdim.core import catalog
+from sixdim.monitoring.promql import covering_shapes, quote
+
+STAT = "sixdim_fleet_stat"
+"""The label that tells the median rows from the count rows of one answer."""
+MEDIAN, GPUS = "median", "gpus"
+
+DEFAULT_METRICS: tuple[catalog.MetricDef, ...] = (
+    catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES, catalog.SUMMARY_BANDWIDTH,
+    catalog.WORKLOAD_FLOPS, catalog.WORKLOAD_SAMPLES, catalog.WORKLOAD_BANDWIDTH)
+"""The speeds compared by default: each suite's summaries and, where a suite exports them, its shapes."""
+
+LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_MATCHER = re.compile(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*$')
+
+
+def judged_metrics() -> dict[str, catalog.MetricDef]:
+    """Every result or summary metric with a direction that is worse (what ``--metric`` may name)."""
+    return {m.name: m for m in catalog.RESULT_METRICS + catalog.SUMMARY_METRICS
+            if m.figure in catalog.WATCHED}
+
+
+def check_matchers(text: str) -> list[str]:
+    """``--selector``'s label matchers (``cluster="eu-1",suite=~"quick|full"``), each checked."""
+    out: list[str] = []
+    current, quoted, escaped = "", False, False
+    for ch in text.strip().strip("{}"):
+        if escaped:
+            current, escaped = current + ch, False
+            continue
+        if ch == "\\" and quoted:
+            current, escaped = current + ch, True
+            continue
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            out.append(current)
+            current = ""
+            continue
+        current += ch
+    if current.strip():
+        out.append(current)
+    for matcher in out:
+        if not _MATCHER.match(matcher):
+            raise ValueError(f'expected PromQL label matchers such as cluster="eu-1",suite=~"quick|full", '
+                             f"got {matcher.strip()!r}")
+    return [m.strip() for m in out]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which labels make a host, a group and a side, as the agents export them."""
+
+    cluster: str
+    host: str
+    model: str
+    pooled: bool = False
+    """Clusters pooled into one comparison (``--across-clusters``); a host is still its cluster and name."""
+
+    def host_labels(self) -> tuple[str, ...]:
+        return (self.cluster, self.host)
+
+    def group_labels(self, metric: catalog.MetricDef) -> tuple[str, ...]:
+        """The model, device type and the case's labels (workload, precision, shape or suite, mode, pass)."""
+        case = tuple(label for label in metric.labels
+                     if label not in catalog.DEVICE_LABELS and label not in catalog.VERSION_LABELS)
+        return ((() if self.pooled else (self.cluster,)) + (self.model, catalog.DEVICE_TYPE) + case)
+
+    def exported(self, label: str) -> str:
+        return {catalog.HOSTNAME: self.host, catalog.MODEL_NAME: self.model}.get(label, label)
+
+
+def _selector(metric: catalog.MetricDef, matchers: list[str], extra: tuple[str, ...] | list[str] = ()) -> str:
+    inside = ",".join([*matchers, *extra])
+    return f"{metric.name}{{{inside}}}" if inside else metric.name
+
+
+def _both(by: str, expr: str) -> str:
+    """The median and the count over ``expr`` per ``by``, in one answer told apart by :data:`STAT`."""
+    return (f'label_replace(quantile by ({by}) (0.5, {expr}), "{STAT}", "{MEDIAN}", "", "")\n'
+            f'or\nlabel_replace(count by ({by}) ({expr}), "{STAT}", "{GPUS}", "", "")')
+
+
+def now_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str]) -> str:
+    """Each host's median over its GPUs and their count, per case and versions, as they are now."""
+    group = layout.group_labels(metric)
+    expr = _selector(metric, matchers)
+    if metric in catalog.SUMMARY_METRICS:
+        shapes = _selector(catalog.SUMMARY_SHAPES, matchers)
+        expr = covering_shapes(expr, shapes, ", ".join(dict.fromkeys((layout.cluster,) + group)))
+    by = ", ".join(dict.fromkeys(layout.host_labels() + group + catalog.VERSION_LABELS))
+    return _both(by, expr)
+
+
+def version_matchers(versions: dict[str, str]) -> list[str]:
+    """Matchers selecting exactly these version label values (an empty value matches an absent label)."""
+    return [f"{label}={quote(value)}" for label, value in versions.items()]
+
+
+def paired_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str], old: dict[str, str],
+                 new: dict[str, str], hosts: list[str], window: str) -> str:
+    """Per host that runs ``new`` now: the median over its GPUs of (value now / last value under ``old`` within
+    ``window``), and how many GPUs have both."""
+    host_filter = [f"{layout.host}=~{quote('|'.join(re.escape(h) for h in sorted(set(hosts))))}"]
+    versions = ", ".join(catalog.VERSION_LABELS)
+    after = _selector(metric, matchers, version_matchers(new) + host_filter)
+    before = _selector(metric, matchers, version_matchers(old) + host_filter)
+    ratio = (f"(\n  max without ({versions}) ({after})\n/\n"
+             f"  max without ({versions}) (last_over_time({before}[{window}]))\n)")
+    by = ", ".join(dict.fromkeys(layout.host_labels() + layout.group_labels(metric)))
+    return _both(by, ratio)
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host's median over its GPUs and their count, for one group and one set of versions."""
+
+    group: tuple[str, ...]
+    host: tuple[str, str]
+    versions: tuple[str, ...]
+    median: float
+    gpus: int
+
+
+def rows(answer: list[dict], metric: catalog.MetricDef, layout: Layout, *, with_versions: bool = True) -> list[HostRow]:
+    """The rows of a :func:`now_query` or :func:`paired_query` answer: the median and count rows joined."""
+    group_labels = layout.group_labels(metric)
+    medians: dict[tuple, float] = {}
+    counts: dict[tuple, int] = {}
+    for series in answer:
+        labels = series["metric"]
+        key = (tuple(labels.get(label, "") for label in group_labels),
+               (labels.get(layout.cluster, ""), labels.get(layout.host, "")),
+               tuple(labels.get(label, "") for label in catalog.VERSION_LABELS) if with_versions else ())
+        value = float(series["value"][1])
+        if labels.get(STAT) == GPUS:
+            counts[key] = int(value)
+        else:
+            medians[key] = value
+    return [HostRow(group, host, versions, value, counts.get((group, host, versions), 0))
+            for (group, host, versions), value in medians.items()]

@@ -1,0 +1,314 @@
+"""``sixdim fleet`` against Debian's real Prometheus scraping a synthetic fleet in the middle of a rollout.
+
+The fleet (tests/fleet_sim.py): 240 hosts x 8 GPUs, two GPU models, seven summary cases each; a random half of
+each model's hosts moves from driver 550.54.15 to 560.35.03, which is 3% slower on the H100s' bf16 GEMM and the
+same everywhere else; every GPU's value has 1% run noise, hosts spread by 0.5%, and one host in ten has a GPU 25%
+slower on everything.  One HTTP server serves every host's ``/metrics``; Prometheus scrapes each host as its own
+target every second, first before the rollout (phase 0), then half done (phase 1), so the upgraded hosts' old
+series end in Prometheus as they would in a real fleet, and the paired comparison finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import bcrypt
+import pytest
+import yaml
+
+from sixdim.cli import main
+from sixdim.core import catalog
+from sixdim.monitoring import rules
+from sixdim.monitoring.options import Options
+from tests import certs
+from tests.conftest import free_port, required_tool
+from tests.fleet_sim import NEW_DRIVER, OLD_DRIVER, SLOWED, Fleet
+from tests.helpers import shortened_rules
+
+pytestmark = pytest.mark.slow
+
+FLEET = Fleet()
+
+
+class FleetServer(ThreadingHTTPServer):
+    """Every host's exposition at /metrics/<host>, of the phase the test has reached."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.phase = 0
+        self.bodies = {(host.name, phase): FLEET.exposition(host, phase).encode()
+                       for host in FLEET.hosts for phase in (0, 1)}
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a scrape Prometheus gave up on (its 1 s timeout on a busy machine) is not the test's failure
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FleetServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.server.bodies[(self.path.rsplit("/", 1)[-1], self.server.phase)]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def query(port: int, promql: str, at: float | None = None) -> list[dict]:
+    params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)["data"]["result"]
+
+
+def wait(predicate, timeout: float, what: str, log: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s\n{log.read_text()[-2000:] if log.exists() else ''}")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    port: int
+    moment: float
+    """A time when every host's last scrape had worked (``sixdim fleet --time``)."""
+
+    def args(self) -> list[str]:
+        return ["--prometheus", f"http://127.0.0.1:{self.port}", "--time", f"{self.moment:.3f}", "--window", "10m"]
+
+
+@pytest.fixture(scope="module")
+def rollout(tmp_path_factory):
+    """Prometheus (the generated rules loaded, their ``for`` shortened) scraping the fleet through phase 0 into
+    phase 1; yields its port once every upgraded host's old series has ended and its new ones are in."""
+    prometheus = required_tool("prometheus")
+    folder = tmp_path_factory.mktemp("fleet")
+    server = FleetServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = free_port()
+    (folder / "rules.yml").write_text(shortened_rules(rules.render(Options())))
+    (folder / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(folder / "rules.yml")],
+        "scrape_configs": [{"job_name": "sixdim", "static_configs": [
+            {"targets": [f"127.0.0.1:{server.server_port}"],
+             "labels": {"cluster": FLEET.cluster, "instance": f"{h.name}:9480",
+                        "__metrics_path__": f"/metrics/{h.name}"}}
+            for h in FLEET.hosts]}]}))
+    log = folder / "prometheus.log"
+    process = subprocess.Popen([prometheus, f"--config.file={folder / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                               stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    try:
+        everyone = len(FLEET.hosts)
+        wait(lambda: (r := query(port, "count(up == 1)")) and int(float(r[0]["value"][1])) == everyone, 90,
+             "every host scraped", log)
+        time.sleep(3)  # a few scrapes of the fleet before the rollout
+        server.phase = 1
+        upgraded = sum(h.upgraded for h in FLEET.hosts) * FLEET.gpus
+        wait(lambda: (r := query(port, f'count({catalog.SUMMARY_FLOPS.name}{{driver_version="{NEW_DRIVER}",'
+                                       'workload="gemm",precision="bf16"})'))
+             and int(float(r[0]["value"][1])) == upgraded, 60, "the rollout scraped", log)
+        wait(lambda: (r := query(port, f'count({catalog.SUMMARY_FLOPS.name}{{driver_version="{OLD_DRIVER}",'
+                                       'workload="gemm",precision="bf16"})'))
+             and int(float(r[0]["value"][1])) == everyone * FLEET.gpus - upgraded, 60, "old series ended", log)
+        # An agent whose scrape failed has no series until the next one (Prometheus marks them stale), as in a
+        # real fleet; the tests judge the fleet at a moment when every host's last scrape had worked.
+        series = everyone * FLEET.gpus * len(FLEET.cases)
+        moment = wait(lambda: (at := time.time() - 0.5) and (r := query(port, "count({__name__=~\"sixdim_suite_(flops|"
+                                                                       "samples_per_second|bytes_per_second)\"})", at))
+                      and int(float(r[0]["value"][1])) == series and at, 60, "a moment with every host", log)
+        yield Rollout(port, moment)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        server.shutdown()
+
+
+def fleet_json(capsys, rollout: Rollout, *args: str, port: int | None = None) -> dict:
+    where = rollout.args() if port is None else ["--prometheus", f"http://127.0.0.1:{port}", "--time",
+                                                   f"{rollout.moment:.3f}", "--window", "10m"]
+    code = main(["fleet", *where, "--json", *args])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def group_key(entry: dict) -> tuple[str, str, str]:
+    labels = entry["labels"]
+    return labels[catalog.MODEL_NAME], labels[catalog.WORKLOAD], labels[catalog.PRECISION]
+
+
+def test_the_one_slowed_group_is_slower_by_its_true_ratio_and_every_other_is_not(rollout, capsys):
+    answer = fleet_json(capsys, rollout)
+    groups = {group_key(e): e for e in answer["groups"]}
+    assert len(groups) == answer["groups_compared"] == 2 * len(FLEET.cases)
+    assert answer["requests"] <= 12 and answer["slower_beyond_threshold"] == 1
+    slowed = groups.pop(SLOWED)
+    assert slowed["verdict"] == "slower" and slowed["beyond_threshold"]
+    assert set(slowed["old"]["versions"]) == set(catalog.VERSION_LABELS)  # split by all: every version label
+    assert slowed["old"]["versions"][catalog.DRIVER_VERSION] == OLD_DRIVER
+    assert slowed["new"]["versions"][catalog.DRIVER_VERSION] == NEW_DRIVER
+    assert slowed["old"]["hosts"] == slowed["new"]["hosts"] == 60 and slowed["new"]["gpus"] == 480
+    cross, paired = slowed["cross_section"], slowed["paired"]
+    assert cross["verdict"] == paired["verdict"] == "slower"
+    assert cross["ratio"] == pytest.approx(0.97, abs=0.01) and paired["ratio"] == pytest.approx(0.97, abs=0.01)
+    assert cross["ratio_low"] <= 0.97 <= cross["ratio_high"] or abs(cross["ratio"] - 0.97) < 0.005
+    assert paired["hosts"] == 60 and paired["gpus"] == 480
+    for key, entry in groups.items():
+        assert entry["verdict"] in ("no change", "too few"), (key, entry)
+        assert entry["cross_section"]["ratio"] == pytest.approx(1.0, abs=0.01), key
+        assert entry["paired"]["verdict"] in ("no change", "too few"), key
+        assert not entry["beyond_threshold"]
+
+
+def test_the_exit_code_gates_an_upgrade_pipeline(rollout):
+    base = [sys.executable, "-m", "sixdim", "fleet", *rollout.args()]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIXDIM_")}
+    failing = subprocess.run([*base, "--exit-code"], capture_output=True, text=True, env=env, timeout=120)
+    assert failing.returncode == 1, failing.stderr
+    first = failing.stdout.splitlines()[2]  # the heading, the table's header, then the failing group first
+    assert "H100" in first and "gemm bf16" in first and "slower -3." in first and "beyond threshold" in first
+    assert "1 group(s) slower by at least 2.0%" in failing.stdout
+    lenient = subprocess.run([*base, "--exit-code", "--threshold", "5%"], capture_output=True, text=True, env=env,
+                             timeout=120)
+    assert lenient.returncode == 0 and "no group slower by 5.0% or more" in lenient.stdout
+    informed = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    assert informed.returncode == 0
+
+
+def test_splits_selectors_and_named_sides(rollout, capsys):
+    by_torch = fleet_json(capsys, rollout, "--split", "torch")
+    assert by_torch["groups_compared"] == 0 and by_torch["groups_with_one_version"] == 2 * len(FLEET.cases)
+    by_driver = fleet_json(capsys, rollout, "--split", "driver", "--selector", 'workload="gemm",precision="bf16"')
+    assert [group_key(e) for e in by_driver["groups"]] == [SLOWED, ("NVIDIA A100-SXM4-80GB", "gemm", "bf16")]
+    assert by_driver["groups"][0]["old"]["versions"] == {catalog.DRIVER_VERSION: OLD_DRIVER}
+    reversed_sides = fleet_json(capsys, rollout, "--split", "driver", "--old", NEW_DRIVER, "--new", OLD_DRIVER,
+                                "--selector", 'workload="gemm",precision="bf16"')
+    h100 = reversed_sides["groups"][0]
+    assert h100["verdict"] == "faster" and h100["cross_section"]["ratio"] == pytest.approx(1 / 0.97, abs=0.012)
+
+
+# ----------------------------------------------------------------------------- reaching a guarded Prometheus
+
+class BearerGate(ThreadingHTTPServer):
+    """What sits in front of many shared Prometheus-compatible APIs (Thanos, Mimir): a gateway that wants a
+    bearer token and passes the request on to the real Prometheus."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: int, token: str) -> None:
+        super().__init__(("127.0.0.1", 0), _GateHandler)
+        self.upstream, self.token = upstream, token
+
+
+class _GateHandler(BaseHTTPRequestHandler):
+    server: BearerGate
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.headers.get("Authorization") != f"Bearer {self.server.token}":
+            self.send_response(401)
+            self.end_headers()
+            return
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = urllib.request.Request(f"http://127.0.0.1:{self.server.upstream}{self.path}", data=body,
+                                         headers={"Content-Type": self.headers["Content-Type"]})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = response.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_basic_auth_tls_and_bearer_tokens_as_promtool_takes_them(rollout, tmp_path, capsys):
+    """A second Prometheus with basic auth over TLS (its own web configuration), reading the first one's data
+    through federation would be slow: it holds nothing, and the answer is "no group"; what is tested is the way
+    in.  Then a bearer-token gateway in front of the first one, through an HTTP client configuration file."""
+    prometheus = required_tool("prometheus")
+    certs.make_ca(tmp_path)
+    certs.issue(tmp_path, "server", "prometheus.test",
+                "subjectAltName=DNS:prometheus.test\nextendedKeyUsage=serverAuth\n")
+    password = "fleet-pass"
+    (tmp_path / "web.yml").write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": str(tmp_path / "server.crt"), "key_file": str(tmp_path / "server.key")},
+        "basic_auth_users": {"ops": bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}}))
+    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 1h\n")
+    (tmp_path / "password").write_text(password + "\n")
+    (tmp_path / "wrong").write_text("nope\n")
+    port = free_port()
+    log = tmp_path / "prometheus.log"
+    process = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+                                f"--web.config.file={tmp_path / 'web.yml'}"],
+                               stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    url = f"https://127.0.0.1:{port}"
+    tls = ["--ca-file", str(tmp_path / "ca.crt"), "--server-name", "prometheus.test"]
+    try:
+        def ready() -> bool:
+            code = main(["fleet", "--prometheus", url, *tls, "--username", "ops", "--password-file",
+                         str(tmp_path / "password"), "--json"])
+            capsys.readouterr()
+            return code == 0
+        wait(ready, 60, "Prometheus over TLS", log)
+        assert main(["fleet", "--prometheus", url, *tls, "--username", "ops", "--password-file",
+                     str(tmp_path / "wrong")]) == 2
+        assert "HTTP 401" in capsys.readouterr().err
+        assert main(["fleet", "--prometheus", url, "--username", "ops", "--password-file",
+                     str(tmp_path / "password")]) == 2  # the server's CA not given: its certificate is refused
+        err = capsys.readouterr().err
+        assert "cannot reach" in err and "certificate" in err.lower()
+        assert main(["fleet", "--prometheus", url, "--ca-file", str(tmp_path / "ca.crt"), "--username", "ops",
+                     "--password-file", str(tmp_path / "password")]) == 2  # the name is prometheus.test, not 127.0.0.1
+        err = capsys.readouterr().err
+        assert "cannot reach" in err and "certificate" in err.lower()
+        (tmp_path / "http.yml").write_text(yaml.safe_dump({
+            "basic_auth": {"username": "ops", "password_file": "password"},
+            "tls_config": {"ca_file": "ca.crt", "server_name": "prometheus.test"}}))
+        assert main(["fleet", "--prometheus", url, "--http-config-file", str(tmp_path / "http.yml"), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["groups_compared"] == 0
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+    gate = BearerGate(rollout.port, "s3cret-token")
+    threading.Thread(target=gate.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "token").write_text("s3cret-token\n")
+        (tmp_path / "bearer.yml").write_text(yaml.safe_dump({"authorization": {"credentials_file": "token"}}))
+        gated = f"http://127.0.0.1:{gate.server_port}"
+        assert main(["fleet", "--prometheus", gated]) == 2
+        assert "HTTP 401" in capsys.readouterr().err
+        answer = fleet_json(capsys, rollout, "--http-config-file", str(tmp_path / "bearer.yml"), port=gate.server_port)
+        assert answer["slower_beyond_threshold"] == 1
+        same = fleet_json(capsys, rollout, "--bearer-token-file", str(tmp_path / "token"), port=gate.server_port)
+        assert same["slower_beyond_threshold"] == 1
+    finally:
+        gate.shutdown()
+

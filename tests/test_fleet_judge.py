@@ -142,13 +142,20 @@ def test_the_paired_comparison_finds_what_host_spread_hides():
     assert group.beyond_threshold
 
 
-def test_comparisons_that_disagree_give_no_change_and_say_why():
+def test_hosts_that_were_slower_before_they_upgraded_are_not_a_slower_version():
+    """The first rack upgraded was 5% slower all along: across sides the new version looks 5% slower, but the
+    same hosts before and after changed by nothing (or got faster): the paired comparison decides, and says
+    why it differs from the cross-section."""
     rows = hosts(20, "550.54.15", 1.0, spread=0.002) + hosts(20, "560.35.03", 0.95, spread=0.002)
-    pairs = [HostRow(GROUP, r.host, (), 1.05 + 0.001 * i, 8) for i, r in enumerate(rows[20:])]
-    [group], _ = judged(rows, paired={0: pairs})
-    assert (group.cross.verdict, group.paired.verdict, group.verdict) == (judge.SLOWER, judge.FASTER,
+    same = [HostRow(GROUP, r.host, (), 1.0 + 0.0005 * (i - 10), 8) for i, r in enumerate(rows[20:])]
+    [group], _ = judged(rows, paired={0: same})
+    assert (group.cross.verdict, group.paired.verdict, group.verdict) == (judge.SLOWER, judge.NO_CHANGE,
                                                                           judge.NO_CHANGE)
-    assert group.notes and "before and after" in group.notes[0] and not group.beyond_threshold
+    assert group.notes and "not the versions" in group.notes[0] and not group.beyond_threshold
+    faster = [HostRow(GROUP, r.host, (), 1.05 + 0.001 * i, 8) for i, r in enumerate(rows[20:])]
+    [group], _ = judged(rows, paired={0: faster})
+    assert (group.cross.verdict, group.verdict) == (judge.SLOWER, judge.FASTER)
+    assert group.change() == pytest.approx(0.06, abs=0.01)
 
 
 def test_hosts_with_nothing_measured_are_left_out():

@@ -38,7 +38,7 @@ DEFAULT_THRESHOLD = 0.02
 """``--threshold``: the slowdown ``--exit-code`` fails on (docs/FLEET.md says how it was chosen)."""
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_HOSTS = 3
-DEFAULT_WINDOW = 3 * 86400
+DEFAULT_BEFORE = 86400
 PARALLEL_REQUESTS = 4
 SPLIT_NAMES = ("all", "driver", "cuda", "cudnn", "nccl", "torch")
 
@@ -150,9 +150,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                             f"(Bonferroni) (default: {DEFAULT_ALPHA})")
     fleet.add_argument("--min-hosts", type=_count, default=DEFAULT_MIN_HOSTS, metavar="N",
                        help=f"hosts each side needs for a verdict (default: {DEFAULT_MIN_HOSTS})")
-    fleet.add_argument("--window", type=_window, default=DEFAULT_WINDOW, metavar="DURATION",
-                       help="how far back the paired comparison looks for a host's last result under the old "
-                            f"version (default: {format_duration(DEFAULT_WINDOW)}); longer reads more history")
+    fleet.add_argument("--before", type=_window, default=DEFAULT_BEFORE, metavar="DURATION",
+                       help="the paired comparison takes each upgraded GPU's value this long before --time, when "
+                            "it still ran the old version: make it reach back to before the hosts you want paired "
+                            f"upgraded (default: {format_duration(DEFAULT_BEFORE)})")
     fleet.add_argument("--time", type=_time, default=None, metavar="TIME",
                        help="judge the fleet as it was at TIME (Unix seconds or RFC 3339; default: now)")
     fleet.add_argument("--metric", action="append", choices=sorted(queries.judged_metrics()), metavar="NAME",
@@ -262,7 +263,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "prometheus": client.url, "time": at, "split": args.split, "split_labels": list(split),
         "cluster_label": layout.cluster, "model_label": layout.model,
         "threshold": args.threshold, "alpha": args.alpha, "min_hosts": args.min_hosts,
-        "window_seconds": args.window, "selector": args.selector,
+        "before_seconds": args.before, "selector": args.selector,
         "requests": client.requests, "seconds": round(time.perf_counter() - started, 3),
         "groups_compared": len(groups), "groups_with_one_version": single,
         "slower_beyond_threshold": len(judge.exit_worthy(groups)),
@@ -285,7 +286,7 @@ def _paired(pool: ThreadPoolExecutor, client: Prometheus, groups: list, layout: 
         if not hosts:
             return key, []
         promql = queries.paired_query(registry[name], layout, args.selector, dict(old), dict(new), hosts,
-                                      format_duration(args.window))
+                                      format_duration(args.before))
         return key, queries.rows(client.query(promql, at), registry[name], layout, with_versions=False)
     out: dict[int, list[queries.HostRow]] = {}
     for key, rows in pool.map(ask, list(asks)):
@@ -312,7 +313,7 @@ def _group_json(group: Any, layout: queries.Layout) -> dict[str, Any]:
         "other_hosts": group.other_hosts,
         "cross_section": group.cross.as_json() if group.cross else None,
         "paired": group.paired.as_json() if group.paired else None,
-        "verdict": group.verdict, "change": None if change is None else round(change, 6),
+        "verdict": group.verdict, "basis": group.basis, "change": None if change is None else round(change, 6),
         "change_text": percent(change), "beyond_threshold": group.beyond_threshold, "notes": group.notes,
     }
 
@@ -351,6 +352,7 @@ def render(answer: dict[str, Any], when: Callable[[float], str] | None = None) -
             f"{answer['split']}; {answer['groups_with_one_version']} groups have one version only")
     if not answer["groups"]:
         return head + "\nno group has hosts on two versions to compare"
+    across = False
     rows = [("model", "case", "versions", "hosts old/new", "GPUs old/new", "ratio new/old [CI]", "paired hosts",
              "paired ratio [CI]", "verdict")]
     for entry in answer["groups"]:
@@ -359,6 +361,9 @@ def render(answer: dict[str, Any], when: Callable[[float], str] | None = None) -
         cluster = labels.get(answer["cluster_label"], "")
         paired = entry["paired"]
         verdict = entry["verdict"] + (f" {entry['change_text']}" if entry["verdict"] in ("slower", "faster") else "")
+        if entry["verdict"] in ("slower", "faster") and entry["basis"] == "cross-section":
+            verdict += " *"
+            across = True
         if entry["beyond_threshold"]:
             verdict += " (beyond threshold)"
         rows.append(((cluster + " " if cluster else "") + model, _case(entry), _versions_text(entry),
@@ -368,4 +373,7 @@ def render(answer: dict[str, Any], when: Callable[[float], str] | None = None) -
     tail = (f"{answer['slower_beyond_threshold']} group(s) slower by at least {answer['threshold']:.1%}"
             if answer["slower_beyond_threshold"] else f"no group slower by {answer['threshold']:.1%} or more")
     notes = [f"  note: {_case(e)}: {n}" for e in answer["groups"] for n in e["notes"]]
+    if across:
+        notes.append("  * across hosts only (too few hosts with results under both versions yet): the hosts on the "
+                     "new version may differ from the others for another reason, such as a rack upgraded first")
     return "\n".join([head, text.table(rows), *notes, tail])

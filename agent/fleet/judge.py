@@ -17,9 +17,9 @@ Two comparisons, both on log values so that a shift is a ratio (:mod:`sixdim.fle
 The confidence of every interval is Bonferroni-corrected over all the comparisons of one answer (two per
 group compared), so that the chance of any false verdict in the whole answer stays under ``alpha``.  A
 comparison whose sides are too small to ever reach that confidence is ``too few``.  The group's verdict is
-the direction either comparison found (the paired one's ratio where both found it); where they found
-opposite directions it is ``no change``, with both shown; where neither found one, ``no change`` if either
-could judge, else ``too few``.
+the paired comparison's wherever it can judge (a rollout goes rack by rack, and a rack's hosts may differ from
+the rest by more than a driver does: the same hosts before and after do not), else the cross-section's; where
+they disagree, the answer says so.
 """
 
 from __future__ import annotations
@@ -96,10 +96,16 @@ class Group:
     def worse(self) -> int:
         return catalog.WATCHED[self.metric.figure or ""]
 
+    @property
+    def basis(self) -> str:
+        """Which comparison the verdict rests on: ``paired`` (the same hosts before and after) or
+        ``cross-section`` (the hosts on the new version against those on the old: they may differ for another
+        reason, a rack upgraded first)."""
+        return "paired" if self.paired is not None and self.paired.verdict != TOO_FEW else "cross-section"
+
     def change(self) -> float | None:
         """The ratio that decided the verdict, as a signed change (``-0.03``: 3% lower)."""
-        decided = (self.paired if self.paired is not None and self.paired.verdict == self.verdict
-                   and self.verdict in (SLOWER, FASTER) else self.cross)
+        decided = self.paired if self.basis == "paired" else self.cross
         if decided is None or decided.shift is None:
             return None
         return decided.shift.ratio - 1
@@ -198,15 +204,16 @@ def judge(groups: list[Group], paired: dict[int, list[HostRow]], *, alpha: float
 
 
 def _combine(cross: str, paired: str, group: Group) -> str:
-    """A direction either comparison found, unless the other found the opposite; else ``no change`` where
-    either could judge, ``too few`` where neither could."""
-    decisive = {v for v in (cross, paired) if v in (SLOWER, FASTER)}
-    if len(decisive) == 2:
-        group.notes.append(f"the cross-section says {cross}, the same hosts before and after say {paired}")
-        return NO_CHANGE
-    if decisive:
-        return decisive.pop()
-    return NO_CHANGE if NO_CHANGE in (cross, paired) else TOO_FEW
+    """The paired comparison where it can judge: the same GPUs before and after, so hosts that were slower (or
+    faster) before they upgraded, as a rack upgraded first may be, do not pass for a change of version.  The
+    cross-section only where no paired comparison can judge.  A disagreement is noted."""
+    if paired == TOO_FEW:
+        return cross
+    if cross in (SLOWER, FASTER) and cross != paired:
+        group.notes.append(f"the hosts on the new version are {cross} than those on the old one, but the same "
+                           f"hosts before and after they upgraded say {paired}: a difference between the hosts, "
+                           "not the versions")
+    return paired
 
 
 def exit_worthy(groups: list[Group]) -> list[Group]:

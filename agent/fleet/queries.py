@@ -7,10 +7,10 @@ one request per metric:
 
 * **now**: every host's median and GPU count per case and versions, at the time asked (each series' newest
   sample within Prometheus's lookback);
-* **paired**: for the hosts on a new version now, each GPU's value now over its last value under the old
-  version within the window, aggregated per host (median of the GPUs' ratios).  The old series of a GPU that
-  upgraded has ended; ``last_over_time`` still finds its last sample, and the query names only the hosts that
-  upgraded, so Prometheus reads no other host's history.
+* **paired**: for the hosts on a new version now, each GPU's value now over its value ``before`` ago, when it
+  was still on the old version, aggregated per host (median of the GPUs' ratios).  Both are instant selectors
+  (the old one with ``offset``), so Prometheus reads one sample per series and time, however dense the
+  history, and the query names only the hosts on the new version.
 
 Summaries are compared only where they cover as many shapes as their group's median (the same rule as the
 peer recording rules): a geometric mean over other shapes is another number.
@@ -121,15 +121,15 @@ def version_matchers(versions: dict[str, str]) -> list[str]:
 
 
 def paired_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str], old: dict[str, str],
-                 new: dict[str, str], hosts: list[str], window: str) -> str:
-    """Per host that runs ``new`` now: the median over its GPUs of (value now / last value under ``old`` within
-    ``window``), and how many GPUs have both."""
+                 new: dict[str, str], hosts: list[str], before: str) -> str:
+    """Per host that runs ``new`` now: the median over its GPUs of (value now / value ``before`` ago under
+    ``old``), and how many GPUs have both."""
     host_filter = [f"{layout.host}=~{quote('|'.join(re.escape(h) for h in sorted(set(hosts))))}"]
     versions = ", ".join(catalog.VERSION_LABELS)
     after = _selector(metric, matchers, version_matchers(new) + host_filter)
-    before = _selector(metric, matchers, version_matchers(old) + host_filter)
+    earlier = _selector(metric, matchers, version_matchers(old) + host_filter)
     ratio = (f"(\n  max without ({versions}) ({after})\n/\n"
-             f"  max without ({versions}) (last_over_time({before}[{window}]))\n)")
+             f"  max without ({versions}) ({earlier} offset {before})\n)")
     by = ", ".join(dict.fromkeys(layout.host_labels() + layout.group_labels(metric)))
     return _both(by, ratio)
 

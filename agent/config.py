@@ -265,7 +265,8 @@ OPTIONS: tuple[Option, ...] = (
            "raw runs kept at most; the oldest beyond are thinned like old ones (default: 1000000)",
            _max_runs, "a whole number from 1000 to 100000000", lambda env: 1_000_000),
     Option("agent.hostname", "--hostname", "SIXDIM_HOSTNAME",
-           "the hostname label (default: $NODE_NAME or the host name)",
+           "the host label's value (the label is hostname, or Hostname with --dcgm-label-names; default: "
+           "$NODE_NAME or the host name)",
            _str, "a string", default_hostname),
     Option("agent.log_level", "--log-level", "SIXDIM_LOG_LEVEL", "debug, info, warning or error (default: info)",
            _log_level, "one of debug, info, warning, error", lambda env: "info"),
@@ -273,7 +274,9 @@ OPTIONS: tuple[Option, ...] = (
            "telemetry samples per second during a run, 1 to 100 (default: 10)",
            _sample_hz, "a number from 1 to 100", lambda env: 10.0),
     Option("agent.dcgm_label_names", "--dcgm-label-names", "SIXDIM_DCGM_LABEL_NAMES",
-           "export the model label as dcgm-exporter's modelName (promtool warns on camelCase; default: off)",
+           "export dcgm-exporter's label names, Hostname and modelName, for on(Hostname, gpu) joins with its "
+           "series; generate the rules and dashboards with the same flag (promtool warns on camelCase modelName; "
+           "default: off: hostname, model_name)",
            parse_bool, "true or false", lambda env: False),
     Option("agent.web_config_file", "--web.config.file", "SIXDIM_WEB_CONFIG_FILE",
            "web configuration file in the Prometheus exporter-toolkit format: TLS, client certificates, basic "

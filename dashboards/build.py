@@ -4,8 +4,10 @@
 DIR`` writes them (dashboards/command.py) and the copies generated with the defaults are committed
 in dashboards/json/.  What each dashboard answers and how to install it: docs/DASHBOARDS.md.
 
-Every dashboard has the same variables (datasource; hostname, model, GPU, workload and precision, each
-read from a series every host exports, a CPU-only one included), the same links to the others, and
+Every dashboard has the same variables (datasource; cluster; hostname, model, GPU, workload and precision, each
+read from a series every host exports, a CPU-only one included; the agent health dashboard the scrape target's
+job and instance too, after the cluster), every series selector filtered by the cluster (and there by the job
+and instance), the same links to the others, and
 panels whose descriptions start with a marker when they can legitimately be empty on a host running
 the default configuration or the README's example (``GPU-only: ...``, ``May be empty: ...``), when they
 read series exported per shape only and so need a suite with ``export = "shapes"`` (``Per-shape: ...``),
@@ -27,6 +29,7 @@ from sixdim.core.durations import format_duration
 from sixdim.dashboards import grafana as gf
 from sixdim.dashboards.grafana import Q, Row
 from sixdim.dashboards.promql import (
+    CLUSTER_VARIABLE,
     GPU_VAR,
     HOST_VAR,
     INTERVAL,
@@ -40,6 +43,7 @@ from sixdim.dashboards.promql import (
     RANGE,
     STATES,
     TARGET_LABELS,
+    TARGET_VARIABLES,
     UP,
     WORKLOAD_VAR,
     PromQL,
@@ -95,6 +99,8 @@ ALL_RAN = ("every case ran (none unsupported or skipped) and no suite run was in
 NO_INTERRUPTION = "no suite run was interrupted (the series appears with the first interruption)"
 NO_SUITE_RAN = "no suite ran within the time range"
 NO_GPU_VALUES = "a CPU host has no GPU: its gpu label is empty, which All (.*) matches"
+NO_CLUSTER_VALUES = ("a Prometheus that holds one cluster needs no cluster label, and a scrape that adds none leaves "
+                     "the series without it, which All (.*) matches")
 GPU_ENERGY_COUNTER = ("the share is over the GPU's own energy counter (NVML, live telemetry), exported only by a "
                       "host with a GPU; empty on a CPU host")
 
@@ -187,10 +193,11 @@ _PER_SHAPE_NAMES = frozenset(m.name for m in PER_SHAPE_METRICS)
 
 
 class _Dashboards:
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, *, targets: bool = False) -> None:
+        """``targets``: for a dashboard about the agents themselves, with the scrape target's variables."""
         options.validate()
         self.o = options
-        self.q = PromQL(options.dcgm_label_names, options.cluster_label)
+        self.q = PromQL(options.dcgm_label_names, options.cluster_label, targets)
         self.rules = options
         """The alert rules' options: panels that explain an alert use its thresholds."""
 
@@ -215,10 +222,11 @@ class _Dashboards:
         return " ".join([f"{{{{{q.lab(catalog.HOSTNAME)}}}}} GPU {{{{{catalog.GPU}}}}}", q.legend(*more)]).strip()
 
     def gpu_link(self) -> list[dict[str, Any]]:
-        """From a row of a table to the GPU detail dashboard of that host and GPU."""
+        """From a row of a table to the GPU detail dashboard of that host and GPU, in the clusters selected."""
         h, g = self.q.lab(catalog.HOSTNAME), catalog.GPU
         return [{"title": "GPU detail", "targetBlank": False,
                  "url": f"/d/{GPU_DETAIL}/?${{__url_time_range}}&${{datasource:queryparam}}"
+                        f"&${{{CLUSTER_VARIABLE}:queryparam}}"
                         f"&var-{HOST_VAR.name}=${{__data.fields.{h}}}&var-{GPU_VAR.name}=${{__data.fields.{g}}}"}]
 
     def hidden(self) -> tuple[str, ...]:
@@ -247,13 +255,25 @@ class _Dashboards:
 
     # --- variables
     def variables(self) -> list[G.Template]:
+        """The cluster first (and the scrape target's job and instance, where the dashboard has them), then the
+        host, model, GPU, workload and precision, each listing the values of the ones before it."""
         q = self.q
         runs, shapes, build = catalog.WORKLOAD_RUNS, catalog.SUMMARY_SHAPES, catalog.BUILD_INFO
         f = lambda metric, *keep: q.sel(metric, skip=[v.label for v in (  # noqa: E731
             HOST_VAR, MODEL_VAR, GPU_VAR, WORKLOAD_VAR, PRECISION_VAR) if v.label not in keep])
+        targets = list(TARGET_VARIABLES) if q.targets else []
+        scope = [gf.Variable(CLUSTER_VARIABLE, q.cluster, "Cluster", build.name,
+                             f"Clusters, by the {q.cluster} label the scrape (or Thanos) adds to their series "
+                             f"({build.name}: every agent from its start); a host name found in two is two hosts.",
+                             may_be_empty=NO_CLUSTER_VALUES)]
+        scope += [gf.Variable(name, name, name.capitalize(), q.sel(build, skip=[HOST_VAR.label, *targets[i:]]),
+                              f"The scrape target's {name} of the agents in the clusters selected ({build.name}).")
+                  for i, name in enumerate(targets)]
         return [gf.datasource_variable()] + [v.template() for v in (
-            gf.Variable(HOST_VAR.name, q.lab(catalog.HOSTNAME), "Host", build.name,
-                        f"Hosts with a sixdim agent ({build.name}: every agent from its start)."),
+            *scope,
+            gf.Variable(HOST_VAR.name, q.lab(catalog.HOSTNAME), "Host", f(build),
+                        f"Hosts with a sixdim agent ({build.name}: every agent from its start) in the clusters "
+                        "selected."),
             gf.Variable(MODEL_VAR.name, q.model, "Model", f(runs, catalog.HOSTNAME),
                         "GPU or CPU models benchmarked on the hosts selected."),
             gf.Variable(GPU_VAR.name, catalog.GPU, "GPU", f(runs, catalog.HOSTNAME, catalog.MODEL_NAME),
@@ -1021,8 +1041,11 @@ class _Dashboards:
         runs, build = c.WORKLOAD_RUNS, c.BUILD_INFO
         host, hosts = q.lab(c.HOSTNAME), q.by(c.HOSTNAME)
         target = q.by(*TARGET_LABELS)
-        scraped = (f"max by ({hosts}) ({UP} * on ({target}) group_left ({host}) "
+        scraped = (f"max by ({hosts}) ({q.series(UP)} * on ({target}) group_left ({host}) "
                    f"{q.sel(recording.TARGET_HOSTNAME)})")
+        memory, cpu, start = (q.series(name) for name in (PROCESS_RESIDENT_MEMORY, PROCESS_CPU_SECONDS,
+                                                           PROCESS_START_TIME))
+        fds = f"{q.series(PROCESS_OPEN_FDS)} / {q.series(PROCESS_MAX_FDS)}"
         agent = [
             gf.state_timeline("Agent scraped", "Whether Prometheus scrapes each agent (up), with the host name the "
                               "agent last reported, which the rules remember while it is down "
@@ -1041,16 +1064,16 @@ class _Dashboards:
                                   "1": {"text": "ok", "color": "green", "index": 1}}}], w=12, h=5),
             gf.timeseries("Agent resident memory", "The daemon's resident memory (the worker that runs benchmarks "
                           "is a separate process).",
-                          [Q(f"max by ({hosts}) ({q.with_host(PROCESS_RESIDENT_MEMORY)})", q.legend(c.HOSTNAME))],
+                          [Q(f"max by ({hosts}) ({q.with_host(memory)})", q.legend(c.HOSTNAME))],
                           "bytes", w=8),
             gf.timeseries("Agent CPU", "CPU time the daemon uses per second (1 = one core).",
-                          [Q(f"max by ({hosts}) ({q.with_host(q.rate(PROCESS_CPU_SECONDS))})", q.legend(c.HOSTNAME))],
+                          [Q(f"max by ({hosts}) ({q.with_host(q.rate(cpu))})", q.legend(c.HOSTNAME))],
                           "percentunit", w=8),
             gf.timeseries("Agent file descriptors", "Open file descriptors over the process limit.",
-                          [Q(f"max by ({hosts}) ({q.with_host(f'{PROCESS_OPEN_FDS} / {PROCESS_MAX_FDS}')})",
+                          [Q(f"max by ({hosts}) ({q.with_host(fds)})",
                              q.legend(c.HOSTNAME))], "percentunit", w=8),
             gf.stat("Agent uptime", "Time since each daemon started.",
-                    [Q(f"min by ({hosts}) (time() - {q.with_host(PROCESS_START_TIME)})", q.legend(c.HOSTNAME))], "s",
+                    [Q(f"min by ({hosts}) (time() - {q.with_host(start)})", q.legend(c.HOSTNAME))], "s",
                     w=8, h=6),
             gf.table("Agent builds", "The sixdim, Python, torch and prometheus-client versions of each agent.",
                      [Q(f"max by ({q.by(*build.labels)}) ({q.sel(build)})")], "none", w=16, h=6,
@@ -1176,6 +1199,7 @@ class _Dashboards:
 
 def dashboards(options: Options | None = None) -> dict[str, dict[str, Any]]:
     """Every dashboard's JSON data, by file name (``<uid>.json``), in a fixed order."""
-    build = _Dashboards(options or Options())
-    made = [build.fleet(), build.gpu_detail(), build.versions(), build.scaling(), build.correctness(), build.agent()]
+    options = options or Options()
+    build, agents = _Dashboards(options), _Dashboards(options, targets=True)
+    made = [build.fleet(), build.gpu_detail(), build.versions(), build.scaling(), build.correctness(), agents.agent()]
     return {f"{board['uid']}.json": board for board in made}

@@ -2,12 +2,16 @@
 
 Every metric and label name comes from :mod:`sixdim.core.catalog` (or, for the two kinds of series that are
 not sixdim's, from the constants below, each written once): a rename in the catalog renames it here,
-and the committed JSON fails its staleness test until it is regenerated.  The model label is
-``model_name``, or dcgm-exporter's ``modelName`` with ``dcgm_label_names``, as in agent/monitoring/rules.py.
+and the committed JSON fails its staleness test until it is regenerated.  The host and model labels are
+``hostname`` and ``model_name``, or dcgm-exporter's ``Hostname`` and ``modelName`` with ``dcgm_label_names``,
+as in agent/monitoring/rules.py.
 
 Each dashboard variable filters the series that carry its label, as a regex (``label=~"$var"``): the
 All value is ``.*``, which also matches a label that is empty (a CPU host's ``gpu``, a copy
-workload's ``precision``) or absent.
+workload's ``precision``) or absent.  Every series selector, the recorded series' and the ones the catalog does
+not define included, is filtered by the ``cluster`` variable (the options' cluster label, which the scrape
+adds: absent, All matches every series), and on a dashboard with target variables by ``job`` and ``instance``
+too: one cluster's host is told apart from another's of the same name.
 
 Every ``by (...)`` and ``on (...)`` list starts with the options' cluster label (:meth:`PromQL.by`), as
 the alert rules' do: where several clusters share one Prometheus or Thanos, a host name found in two
@@ -47,6 +51,11 @@ class Var:
     label: str
 
 
+CLUSTER_VARIABLE = "cluster"
+"""The cluster variable's name, whatever the cluster label is called (``--cluster-label``)."""
+TARGET_VARIABLES = (JOB, INSTANCE)
+"""The scrape target's variables (named as their labels), on the dashboards where a target matters."""
+
 HOST_VAR = Var("hostname", catalog.HOSTNAME)
 MODEL_VAR = Var("model", catalog.MODEL_NAME)
 GPU_VAR = Var("gpu", catalog.GPU)
@@ -59,12 +68,14 @@ STATES = dict(catalog.REGRESSION_STATE_VALUES)
 
 
 class PromQL:
-    """Expressions for one label-name convention (``model_name`` or dcgm's ``modelName``) and one cluster
-    label (the options' ``cluster_label``)."""
+    """Expressions for one label-name convention (``hostname`` and ``model_name``, or dcgm-exporter's ``Hostname``
+    and ``modelName``) and one cluster label (the options' ``cluster_label``); with ``targets``, for a dashboard
+    that has the scrape target's variables (``job``, ``instance``) as well."""
 
-    def __init__(self, dcgm_label_names: bool = False, cluster_label: str = "cluster") -> None:
+    def __init__(self, dcgm_label_names: bool = False, cluster_label: str = "cluster", targets: bool = False) -> None:
         self.dcgm = dcgm_label_names
         self.cluster = cluster_label
+        self.targets = targets
 
     # --- names
     def lab(self, label: str) -> str:
@@ -88,12 +99,23 @@ class PromQL:
         return " ".join([f"{{{{{self.lab(label)}}}}}" for label in labels] + ([text] if text else []))
 
     # --- selectors
+    def scope(self, *, skip: Iterable[str] = ()) -> list[str]:
+        """The matchers every selector starts with: the cluster variable's, then (with ``targets``) the job's and
+        the instance's, but those whose variable is in ``skip``."""
+        names = [(self.cluster, CLUSTER_VARIABLE)] + ([(v, v) for v in TARGET_VARIABLES] if self.targets else [])
+        return [f'{label}=~"${name}"' for label, name in names if name not in set(skip)]
+
+    def series(self, name: str) -> str:
+        """A series the catalog does not define (``up``, the process metrics), filtered by the scope."""
+        return f"{name}{{{', '.join(self.scope())}}}"
+
     def sel(self, metric: catalog.MetricDef, *, skip: Iterable[str] = (), **matchers: tuple[str, str]) -> str:
-        """The metric filtered by every dashboard variable whose label it carries (but those in
-        ``skip``), and by extra ``label=(op, value)`` matchers, each label checked against the catalog."""
+        """The metric filtered by the scope (:meth:`scope`) and by every dashboard variable whose label it carries
+        (but those in ``skip``, variable names or labels), and by extra ``label=(op, value)`` matchers, each label
+        checked against the catalog."""
         skipped = set(skip)
-        parts = [f'{self.lab(v.label)}=~"${v.name}"' for v in VARIABLES
-                 if v.label in metric.labels and v.label not in skipped]
+        parts = self.scope(skip=skipped) + [f'{self.lab(v.label)}=~"${v.name}"' for v in VARIABLES
+                                             if v.label in metric.labels and v.label not in skipped]
         for label, (op, value) in matchers.items():
             if label not in metric.labels:
                 raise KeyError(f"{metric.name} has no label {label!r}")

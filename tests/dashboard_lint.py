@@ -4,9 +4,9 @@
 rules, each named in its messages:
 
 * ``template-datasource``: a ``datasource`` variable of type datasource for Prometheus;
-* ``template-variables``: the hostname, model, gpu, workload and precision query variables, each on the
-  datasource variable, multi-valued with a regex All (``.*``), reading a series every host exports
-  (a CPU-only one included), refreshed on time-range change;
+* ``template-variables``: the cluster, hostname, model, gpu, workload and precision query variables (and job and
+  instance where the dashboard has them), each on the datasource variable, multi-valued with a regex All
+  (``.*``), reading a series every host exports (a CPU-only one included), refreshed on time-range change;
 * ``panel-datasource``: every panel's and target's datasource is ``{type: prometheus, uid: ${datasource}}``;
 * ``panel-type``: current panel types only (no Angular graph, singlestat, ...);
 * ``panel-title-description``: a title and a description;
@@ -19,7 +19,12 @@ rules, each named in its messages:
 * ``target-legend``: a legend on every series that is not a table's, never only ``{{instance}}`` or
   ``{{job}}``, with ``{{hostname}}`` where the series has a host and ``{{gpu}}`` where it has a GPU;
 * ``target-metrics``: only metrics of the catalog, prometheus_client's ``process_*`` and ``up``;
-* ``target-job-instance``: no ``job`` or ``instance`` matchers;
+* ``target-job-instance``: no ``job`` or ``instance`` matchers but the dashboard's own ``job=~"$job"`` and
+  ``instance=~"$instance"`` (a fixed job ties the dashboard to one scrape configuration);
+* ``target-scope``: every series selector of every panel, variable and annotation query (but the cluster
+  variable's own) is filtered by the cluster variable (``<cluster label>=~"$cluster"``), and on a dashboard with
+  job and instance variables by those too (grafana/dashboard-linter's target-job and target-instance rules,
+  for the variables this dashboard has);
 * ``dashboard-schema``: schemaVersion >= 39, a uid, a title, the ``sixdim`` tag, no ``__inputs``
   and no ``${DS_...}`` reference;
 * ``dashboard-links``: a link to the other sixdim dashboards (by their common tag, keeping the time
@@ -74,6 +79,37 @@ _KEYWORDS = frozenset(("by", "without", "on", "ignoring", "group_left", "group_r
                        "offset", "bool", "inf", "nan", "Inf", "NaN", "atan2"))
 _AGGREGATIONS = frozenset(("sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
                            "bottomk", "topk", "quantile"))
+
+
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`|\{(?:"(?:[^"\\]|\\.)*"|[^}"])*\}|\[[^\]]*\]'
+                     r"|[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def selectors(expr: str) -> list[tuple[str, str]]:
+    """(metric name, its matchers' text, ``""`` where it has none) for each series selector of a known metric."""
+    tokens = list(_TOKENS.finditer(expr))
+    out = []
+    for i, token in enumerate(tokens):
+        if token.group() not in KNOWN_METRICS or expr[token.end():].lstrip().startswith("("):
+            continue
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        adjacent = after is not None and not expr[token.end():after.start()].strip()
+        braces = after.group() if adjacent and after.group().startswith("{") else ""
+        out.append((token.group(), braces))
+    return out
+
+
+def scope_matchers(dashboard: Mapping[str, Any]) -> list[str]:
+    """The matchers every selector of the dashboard must have: the cluster variable's label matched by it, and the
+    job and instance variables' where the dashboard has them."""
+    variables = {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+    out = []
+    cluster = variables.get(promql.CLUSTER_VARIABLE)
+    if cluster:
+        match = re.match(r"^label_values\((\w+),\s*(\w+)\)$", variable_query(cluster))
+        out.append(f'{match.group(2) if match else "?"}=~"${promql.CLUSTER_VARIABLE}"')
+    out += [f'{name}=~"${name}"' for name in promql.TARGET_VARIABLES if name in variables]
+    return out
 
 
 def _strip_strings(expr: str) -> str:
@@ -190,7 +226,7 @@ def _metric_labels(expr: str) -> set[str]:
     by_name = {m.name: m for m in catalog.ALL_METRICS}
     for name in metric_names(expr):
         if name in by_name:
-            labels |= set(by_name[name].labels) | {catalog.MODEL_NAME_DCGM}
+            labels |= {catalog.exported_label(label, dcgm) for label in by_name[name].labels for dcgm in (False, True)}
     return labels
 
 
@@ -235,7 +271,15 @@ def lint(dashboard: Mapping[str, Any], others: Sequence[Mapping[str, Any]] = ())
     source = variables.get(gf.DATASOURCE_VARIABLE)
     if not source or source.get("type") != "datasource" or source.get("query") != gf.DATASOURCE_TYPE:
         problem("template-datasource", "templating", "no datasource variable of type datasource for prometheus")
-    for name, label in REQUIRED_VARIABLES.items():
+    targets = {name: name for name in promql.TARGET_VARIABLES if name in variables}
+    cluster = variables.get(promql.CLUSTER_VARIABLE, {})
+    cluster_label = re.sub(r"^label_values\(\w+,\s*(\w+)\)$", r"\1", variable_query(cluster)) if cluster else "?"
+    if cluster and not match_variable(variable_query(cluster)):
+        problem("template-variables", promql.CLUSTER_VARIABLE, f"not label_values(<metric>, <label>): "
+                f"{variable_query(cluster)!r}")
+    if len(targets) == 1:
+        problem("template-variables", next(iter(targets)), "job and instance go together")
+    for name, label in {promql.CLUSTER_VARIABLE: cluster_label, **targets, **REQUIRED_VARIABLES}.items():
         variable = variables.get(name)
         if variable is None:
             problem("template-variables", name, "missing")
@@ -256,6 +300,17 @@ def lint(dashboard: Mapping[str, Any], others: Sequence[Mapping[str, Any]] = ())
             problem("template-variables", name, "not multi-valued with a regex All (.*)")
         if variable.get("refresh") != 2:
             problem("template-variables", name, "not refreshed on time-range change")
+
+    # --- every query in the scope of the cluster (and job and instance) variables
+    scope = scope_matchers(dashboard)
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") == "query":
+            own = [m for m in scope if m.endswith(f'"${variable.get("name")}"')]
+            earlier = scope[:scope.index(own[0])] if own else scope
+            problems.extend(_lint_scope(title, f"variable {variable.get('name')}", variable_query(variable), earlier))
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if "expr" in annotation:
+            problems.extend(_lint_scope(title, f"annotation {annotation.get('name')!r}", annotation["expr"], scope))
 
     # --- links
     tags = set(dashboard.get("tags", []))
@@ -313,11 +368,31 @@ def lint(dashboard: Mapping[str, Any], others: Sequence[Mapping[str, Any]] = ())
             if ref not in refs:
                 problem("panel-markers", where, f"a marker for query {ref}, which does not exist")
         for target in targets:
-            problems.extend(_lint_target(title, where, panel, target))
+            problems.extend(_lint_target(title, where, panel, target, scope))
     return problems
 
 
-def _lint_target(title: str, where: str, panel: Mapping[str, Any], target: Mapping[str, Any]) -> list[str]:
+def match_variable(text: str) -> re.Match[str] | None:
+    return re.match(r"^label_values\((\w+)(\{.*\})?,\s*(\w+)\)$", text, re.S)
+
+
+def _lint_scope(title: str, where: str, expr: str, scope: Sequence[str]) -> list[str]:
+    """``target-scope`` and ``target-job-instance`` for one query."""
+    out = []
+    for name, braces in selectors(expr):
+        missing = [m for m in scope if m not in braces]
+        if missing:
+            out.append(f"target-scope: {title}: {where}: {name} is not filtered by {', '.join(missing)}")
+    for match in re.finditer(r'\b(job|instance)\s*(=|!=|=~|!~)\s*("(?:[^"\\]|\\.)*")', expr):
+        if f'{match.group(1)}=~"${match.group(1)}"' not in scope or match.group(2) + match.group(3) != (
+                f'=~"${match.group(1)}"'):
+            out.append(f"target-job-instance: {title}: {where}: a job or instance matcher, {match.group()}, that is "
+                       "not the dashboard's own variable")
+    return out
+
+
+def _lint_target(title: str, where: str, panel: Mapping[str, Any], target: Mapping[str, Any],
+                 scope: Sequence[str] = ()) -> list[str]:
     out: list[str] = []
     expr = target.get("expr", "")
     at = f"{where} query {target.get('refId')}"
@@ -344,8 +419,7 @@ def _lint_target(title: str, where: str, panel: Mapping[str, Any], target: Mappi
     for name in metric_names(expr):
         if name not in KNOWN_METRICS:
             problem("target-metrics", f"{name} is neither a catalog metric, a process_* metric nor up")
-    if re.search(r"\b(job|instance)\s*(=|!=|=~|!~)", stripped):
-        problem("target-job-instance", "a job or instance matcher")
+    out.extend(_lint_scope(title, at, expr, scope))
     if target.get("format") == "table" or panel.get("type") == "table":
         return out
     legend = target.get("legendFormat", "")
@@ -356,7 +430,8 @@ def _lint_target(title: str, where: str, panel: Mapping[str, Any], target: Mappi
     if templates and templates <= {"instance", "job"}:
         problem("target-legend", f"legend {legend!r} names only the scrape target")
     labels = result_labels(expr)
-    if catalog.HOSTNAME in labels and catalog.HOSTNAME not in templates:
+    hosts = {catalog.exported_label(catalog.HOSTNAME, dcgm) for dcgm in (False, True)}  # either naming
+    if labels & hosts and not templates & hosts:
         problem("target-legend", f"legend {legend!r} lacks {{{{{catalog.HOSTNAME}}}}}")
     if catalog.GPU in labels and catalog.GPU not in templates:
         problem("target-legend", f"legend {legend!r} lacks {{{{{catalog.GPU}}}}}")

@@ -21,6 +21,7 @@ from sixdim.monitoring import rules
 from sixdim.monitoring.options import Options
 from tests import dashboard_lint as lint
 from tests import dashboard_queries as queries
+from tests.dcgm_names import default_names_in, renamed
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_DIR = ROOT / command.COMMITTED_DIR
@@ -180,6 +181,15 @@ MUTATIONS = {
     "target-legend/empty": lambda b: _first(b, "timeseries")["targets"][0].update(legendFormat=""),
     "target-metrics": lambda b: _first(b, "timeseries")["targets"][0].update(expr="DCGM_FI_DEV_POWER_USAGE"),
     "target-job-instance": lambda b: _rewrite(b, catalog.HISTORY_UP.name, "{", '{job="sixdim", '),
+    "target-job-instance/fixed": lambda b: _rewrite(b, catalog.HISTORY_UP.name, 'job=~"$job"', 'job=~"sixdim"'),
+    "target-scope": lambda b: _rewrite(b, catalog.HISTORY_UP.name, 'cluster=~"$cluster", ', ""),
+    "target-scope/job": lambda b: _rewrite(b, catalog.HISTORY_UP.name, 'job=~"$job", ', ""),
+    "target-scope/up": lambda b: _rewrite(b, "group_left", 'up{cluster=~"$cluster", job=~"$job", '
+                                          'instance=~"$instance"}', "up"),
+    "target-scope/variable": lambda b: _set_query(_var(b, "model"), f"label_values({catalog.WORKLOAD_RUNS.name}, "
+                                                                      f"{catalog.MODEL_NAME})"),
+    "template-variables/cluster": lambda b: b["templating"]["list"].remove(_var(b, "cluster")),
+    "template-variables/job": lambda b: b["templating"]["list"].remove(_var(b, "instance")),
     "dashboard-schema": lambda b: b.update(schemaVersion=12),
     "dashboard-schema/inputs": lambda b: b.update(__inputs=[{"name": "DS_PROMETHEUS"}]),
     "dashboard-links": lambda b: b.update(links=[]),
@@ -202,7 +212,7 @@ def _rewrite(board: dict[str, Any], having: str, old: str, new: str) -> None:
 def test_the_lint_catches_a_broken_rule(mutation):
     """Mutation check: break each rule in a copy and the lint names it."""
     boards = copy.deepcopy(BOARDS)
-    board = boards["sixdim-agent.json" if "job" in mutation or "rate" in mutation else "sixdim-fleet.json"]
+    board = boards["sixdim-agent.json" if any(w in mutation for w in ("job", "rate", "scope")) else "sixdim-fleet.json"]
     if mutation == "target-legend/gpu":
         board = boards["sixdim-gpu.json"]
     MUTATIONS[mutation](board)
@@ -434,7 +444,9 @@ def test_all_queries_lists_every_target_variable_and_annotation():
         targets = sum(len(p["targets"]) for p in all_panels(board))
         annotations = sum(1 for a in board["annotations"]["list"] if "expr" in a)
         assert len([q for q in found if q.kind == queries.PANEL]) == targets
-        assert [q.panel_title for q in found if q.kind == queries.VARIABLE] == [
+        scope = [lint.promql.CLUSTER_VARIABLE] + (list(lint.promql.TARGET_VARIABLES)
+                                                  if board["uid"] == build.AGENT else [])
+        assert [q.panel_title for q in found if q.kind == queries.VARIABLE] == scope + [
             v.name for v in lint.promql.VARIABLES]
         assert len([q for q in found if q.kind == queries.ANNOTATION]) == annotations
         assert all(q.dashboard == board["uid"] for q in found)
@@ -506,7 +518,8 @@ def test_every_dashboard_has_the_variables_links_and_current_schema():
     for board in BOARDS.values():
         assert board["schemaVersion"] >= 39
         names = [v["name"] for v in board["templating"]["list"]]
-        assert names == ["datasource", "hostname", "model", "gpu", "workload", "precision"]
+        targets = ["job", "instance"] if board["uid"] == build.AGENT else []  # the agents' own dashboard only
+        assert names == ["datasource", "cluster", *targets, "hostname", "model", "gpu", "workload", "precision"]
         kinds = {p["type"] for p in all_panels(board)}
         assert kinds <= {"timeseries", "stat", "table", "bargauge", "state-timeline", "heatmap"}
         assert "graph" not in json.dumps(board).replace("graphTooltip", "").replace('"graphMode"', "")
@@ -528,6 +541,52 @@ def test_the_dcgm_variant_uses_modelName():
         text = json.dumps(board)
         assert catalog.MODEL_NAME not in text.replace("MODEL_NAME", ""), name
         assert catalog.MODEL_NAME_DCGM in text, name
+
+
+def test_the_dcgm_variant_is_the_default_with_dcgm_exporters_label_names():
+    """--dcgm-label-names gives dcgm-exporter's Hostname and modelName in every query, variable, legend, link,
+    annotation and table column, and changes nothing else: the default variant, whose every query runs against a
+    real Prometheus (tests/test_dashboards_e2e.py), with those names renamed.  The host variable keeps its name
+    (``$hostname``, ``var-hostname``), so links and bookmarks work with either."""
+    host_variable = f'"name": "{build.HOST_VAR.name}"'
+    for name in BOARDS:
+        default, dcgm = json.dumps(BOARDS[name], indent=1), json.dumps(DCGM_BOARDS[name], indent=1)
+        assert default_names_in(dcgm.replace(host_variable, "")) == [], name
+        assert dcgm == renamed(default).replace(renamed(host_variable), host_variable), name
+        matcher = json.dumps(f'{catalog.HOSTNAME_DCGM}=~"${build.HOST_VAR.name}"')[1:-1]  # as JSON writes it
+        assert matcher in dcgm and f"{{{{{catalog.HOSTNAME_DCGM}}}}}" in dcgm, name
+
+
+def test_the_cluster_variable_tells_two_hosts_of_the_same_name_apart(tmp_path, promtool):
+    """Host a in cluster eu-1 and host a in cluster us-1, with a GPU each: every cluster at once counts two hosts
+    and two devices; the cluster variable at one of them counts one, and the GPU detail shows that cluster's GPU
+    only, though the host variable names both."""
+    fleet = {q.panel_title: q.expr for q in queries.all_queries(BOARDS["sixdim-fleet.json"])}
+    gpu = {(q.panel_title, q.ref_id): q.expr for q in queries.all_queries(BOARDS["sixdim-gpu.json"])}
+    cluster = Options().cluster_label
+    series = []
+    for where, flops in (("eu-1", 100), ("us-1", 200)):
+        device = {**SERIES_LABELS, catalog.HOSTNAME: "a", catalog.UUID: f"GPU-{where}", catalog.DRIVER_VERSION: "560",
+                  cluster: where}
+        shape = {k: v for k, v in device.items() if k != catalog.SUITE}
+        series += [{"series": _series(catalog.BUILD_INFO.name, **{catalog.HOSTNAME: "a", cluster: where}),
+                    "values": "1x10"},
+                   {"series": _series(catalog.SUMMARY_SHAPES.name, **device), "values": "4x10"},
+                   {"series": _series(catalog.WORKLOAD_FLOPS.name, **shape, shape="m=1"), "values": f"{flops}x10"}]
+
+    def at(expr: str, **variables: str) -> str:
+        return queries.substitute(expr, {"hostname": "a", **variables})
+
+    result = {**{k: v for k, v in SERIES_LABELS.items() if k not in catalog.VERSION_LABELS + (catalog.SUITE,)},
+              catalog.HOSTNAME: "a", catalog.SHAPE: "m=1"}  # a per-shape series, its versions dropped
+    _promtool_test(promtool, tmp_path, series, [
+        {"expr": at(fleet["Hosts reporting"]), "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 2}]},
+        {"expr": at(fleet["Devices with results"]), "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 2}]},
+        *({"expr": at(fleet[title], cluster=where), "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": 1}]}
+          for title in ("Hosts reporting", "Devices with results") for where in ("eu-1", "us-1")),
+        {"expr": at(gpu["FLOP/s per shape", "A"], cluster="us-1"), "eval_time": "5m", "exp_samples": [
+            {"labels": _labels(**{**result, catalog.UUID: "GPU-us-1", cluster: "us-1"}), "value": 200}]},
+    ])
 
 
 def test_no_metric_name_is_typed_in_the_generator():

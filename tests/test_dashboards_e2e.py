@@ -16,6 +16,10 @@ NVLink), rendered by the agent's own exporter, plus a few per-result and per-sui
 the likely-causes tables and of the panels that show an alert's GPU inputs must return data from it,
 and what a GPU does not answer must be absent in Prometheus too.
 
+Every target is scraped with a ``cluster`` target label, ``lab-a``, and the GPU host a second time as a host of
+the same name in cluster ``lab-b``: with the cluster variable at ``lab-b`` every query runs, the GPU host's panels
+fill, and no series of ``lab-a`` shows; the host variable lists only ``lab-b``'s host.
+
 And a third: a second real agent, ``readme``, running the README's example configuration (its
 ``[[suites]]``, read from README.md): a suite of one's own that says nothing of ``export``, so Prometheus
 sees only its summaries (the README's nightly full preset, here its workloads at small sizes and at once
@@ -51,7 +55,8 @@ from sixdim.config import parse_toml
 from sixdim.core import catalog
 from sixdim.dashboards.build import CAUSES_TITLE, COST_ROW, EXPORT_SHAPES, HEALTH_ROW
 from sixdim.http.board import Board
-from sixdim.http.exporter import SixdimCollector
+from sixdim.http.exporter import SixdimCollector, build_info_labels
+from sixdim.monitoring.options import Options
 from sixdim.store.reader import reading
 from sixdim.workloads import registry
 from tests.conftest import free_port, required_tool
@@ -98,6 +103,9 @@ timeout_seconds = 180
 """
 
 TESTHOST, README_HOST = "testhost", "readme"
+CLUSTER_LABEL = Options().cluster_label
+LAB_A, LAB_B = "lab-a", "lab-b"
+"""The clusters: every target in the first; the GPU host in the second too, under the same host name."""
 
 
 def readme_suites() -> list[dict]:
@@ -157,12 +165,13 @@ benchmarks take 1% of its time and 2% of its energy."""
 
 
 def gpu_host_samples(nvml: NvmlCollector, gpus: list[FakeGpu], elapsed: float) -> list[Sample]:
-    """Live GPU series and health from the NVML collector over the fake, per-result throttle flags of the
-    H100's results, and the likely causes of one of them; ``elapsed`` seconds after the host started, each
-    GPU's energy counter advanced at its power, and the suites' cost counters at :data:`SUITE_COSTS`."""
+    """The agent's build info, live GPU series and health from the NVML collector over the fake, per-result
+    throttle flags of the H100's results, and the likely causes of one of them; ``elapsed`` seconds after the
+    host started, each GPU's energy counter advanced at its power, and the suites' cost counters at
+    :data:`SUITE_COSTS`."""
     for gpu in gpus:  # NVML's counter, in millijoules: milliwatts times seconds
         gpu.energy_mj = FakeGpu.energy_mj + round(gpu.power_mw * elapsed)
-    samples = nvml.collect()
+    samples = nvml.collect() + [Sample(catalog.BUILD_INFO, build_info_labels(GPU_HOST), 1.0)]  # as every agent
     device = {**nvml.identity_labels(nvml.gpu(0)), catalog.DEVICE_TYPE: "cuda"}
     watts = gpus[0].power_mw / 1000
     for suite, (share, energy_share) in SUITE_COSTS.items():
@@ -215,15 +224,17 @@ def serve_gpu_host() -> tuple[ThreadingHTTPServer, int]:
     return server, port
 
 
-def start_prometheus(tmp_path: Path, ports: list[int], rules: Path) -> tuple[subprocess.Popen, int]:
+def start_prometheus(tmp_path: Path, clusters: dict[str, list[int]], rules: Path) -> tuple[subprocess.Popen, int]:
     """Debian's Prometheus on loopback scraping the targets every second as one job, ``sixdim`` (as a
-    fleet's agents are), with the rules evaluated every second too (tests/helpers.py's, for several targets)."""
+    fleet's agents are), each cluster's ports with the cluster as a target label, with the rules evaluated every
+    second too (tests/helpers.py's, for several targets)."""
     prometheus = required_tool("prometheus")
     port = free_port()
-    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    groups = "".join(f"      - targets: [{', '.join(repr(f'127.0.0.1:{p}') for p in ports)}]\n"
+                     f"        labels: {{{CLUSTER_LABEL}: {cluster}}}\n" for cluster, ports in clusters.items())
     (tmp_path / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {rules}\n"
-        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n      - targets: [{targets}]\n")
+        f"scrape_configs:\n  - job_name: sixdim\n    static_configs:\n{groups}")
     server = subprocess.Popen(
         [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}"],
@@ -268,7 +279,8 @@ def check_costs(port: int, now: float, history: Path, failures: list[str]) -> No
     assert set(found) == COSTS_ON_A_GPU, found
 
     def values(title: str, host: str) -> dict[str, float]:
-        expr = substitute(found[title].expr, {"hostname": host}, rate_interval=f"{COST_RATE_SECONDS}s", range_="5m")
+        expr = substitute(found[title].expr, {"hostname": host, "cluster": LAB_A},
+                          rate_interval=f"{COST_RATE_SECONDS}s", range_="5m")
         result = api(port, "query", query=expr, time=str(now))["data"]["result"]
         return {r["metric"].get(catalog.SUITE, r["metric"].get(catalog.GPU, "")): float(r["value"][1])
                 for r in result}
@@ -307,6 +319,43 @@ def api(port: int, path: str, **params: str) -> dict:
             return json.load(response)
     except urllib.error.HTTPError as error:  # a query Prometheus refuses: 400 with its reason
         return json.load(error)
+
+
+def check_clusters(port: int, now: float, must_fill: set[tuple[str, str]], failures: list[str]) -> None:
+    """The cluster variable at ``lab-b``, where only the GPU host is (under the name it has in ``lab-a`` too):
+    every query runs, the GPU host's panels fill, no series of ``lab-a`` shows, and the variables list
+    ``lab-b``'s host and target only; at every cluster, the fleet counts the GPU host twice."""
+    other, filled, queried = set(), set(), 0
+    for path in DASHBOARDS:
+        for query in all_queries(json.loads(path.read_text())):
+            expr = substitute(query.expr, {"cluster": LAB_B}, rate_interval="30s", interval="2s", range_="5m")
+            body = api(port, "query", query=expr, time=str(now))
+            if body.get("status") != "success":
+                failures.append(f"cluster {LAB_B}: {query.dashboard} / {query.panel_title!r}: {body.get('error')}")
+                continue
+            queried += 1
+            result = body["data"]["result"]
+            if query.kind == PANEL and result:
+                filled.add((query.dashboard, query.panel_title))
+            if query.kind == VARIABLE:
+                values = {r["metric"].get(query.label, "") for r in result} - {""}
+                expected = {CLUSTER_LABEL: {LAB_A, LAB_B}, catalog.HOSTNAME: {GPU_HOST}}.get(query.label)
+                if expected is not None and values != expected:
+                    failures.append(f"cluster {LAB_B}: variable {query.panel_title} lists {values}, not {expected}")
+                continue
+            clusters = {r["metric"].get(CLUSTER_LABEL) for r in result} - {None}
+            if clusters - {LAB_B}:
+                other.add(f"{query.dashboard} / {query.panel_title!r} {query.ref_id}: {clusters}")
+    failures.extend(f"cluster {LAB_B}: a series of another cluster: {where}" for where in sorted(other))
+    failures.extend(f"cluster {LAB_B}: {board} / {title!r}: no data from the GPU host"
+                    for board, title in sorted(must_fill - filled))
+    hosts = next(q for q in all_queries(json.loads((ROOT / "dashboards" / "json" / "sixdim-fleet.json").read_text()))
+                 if q.panel_title == "Hosts reporting")
+    for variables, count in (({}, 4), ({"cluster": LAB_B}, 1), ({"cluster": LAB_A}, 3)):
+        got = api(port, "query", query=substitute(hosts.expr, variables), time=str(now))["data"]["result"]
+        if [float(r["value"][1]) for r in got] != [count]:
+            failures.append(f"Hosts reporting at {variables or 'every cluster'}: {got}, not {count}")
+    assert queried > 200, queried  # every dashboard's queries, those that failed apart
 
 
 def run_queries(port: int, started: float, now: float, hosts: str, configuration: str, must_fill: set[tuple[str, str]],
@@ -370,7 +419,8 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
     agent_port, readme_port = free_port(), free_port()
     gpu_host, gpu_host_port = serve_gpu_host()
     gpu_host_started = time.time()
-    server, prom_port = start_prometheus(tmp_path, [agent_port, gpu_host_port, readme_port], RULES)
+    server, prom_port = start_prometheus(tmp_path, {LAB_A: [agent_port, gpu_host_port, readme_port],
+                                                    LAB_B: [gpu_host_port]}, RULES)
     must_fill = gpu_host_panels()
     # the health row's 8, a causes table on 2 dashboards, 5 of alert inputs, the 4 of what benchmarks cost
     assert len(must_fill) == 19, must_fill
@@ -403,6 +453,7 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
                                             failures)
         readme_counts, readme_reasons = run_queries(prom_port, started, now, README_HOST, README, set(), failures)
         check_costs(prom_port, now, Path(cli_env["SIXDIM_HISTORY"]), failures)  # the environment names it
+        check_clusters(prom_port, now, must_fill, failures)
         with capsys.disabled():  # in CI's output too, not only with -s
             for name, found, reasons in (("default configuration (testhost and the GPU host)", counts,
                                           empty_reasons),
@@ -416,7 +467,7 @@ def test_every_dashboard_query_runs_and_returns_data_against_a_real_prometheus(t
         assert not failures, "\n".join(failures)
         # what a GPU does not answer is absent in Prometheus too, never 0
         at = {"time": str(now)}
-        volta = f'{{{catalog.HOSTNAME}="{GPU_HOST}", {catalog.UUID}="{VOLTA.uuid}"}}'
+        volta = f'{{{CLUSTER_LABEL}="{LAB_A}", {catalog.HOSTNAME}="{GPU_HOST}", {catalog.UUID}="{VOLTA.uuid}"}}'
         for metric in (catalog.GPU_REMAPPED_ROWS, catalog.GPU_REMAPPED_ROWS_PENDING, catalog.GPU_REMAPPED_ROWS_FAILED,
                        catalog.GPU_NVLINK_LINKS_ACTIVE):
             assert api(prom_port, "query", query=metric.name + volta, **at)["data"]["result"] == [], metric.name

@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sixdim import cli
 from sixdim.core import catalog, durations
 from sixdim.monitoring import alerts as alerts_module
 from sixdim.monitoring import options, promql, recording, rules
 from tests.conftest import required_tool
+from tests.dcgm_names import default_names_in, renamed
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / rules.COMMITTED
@@ -250,6 +252,64 @@ def test_the_dcgm_variant_uses_modelName_and_passes_promtool(tmp_path, promtool)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_dcgm_variant_is_the_default_with_dcgm_exporters_label_names():
+    """--dcgm-label-names names the host Hostname and the model modelName, as dcgm-exporter does, in every
+    expression, matcher, grouping, recorded series and alert text (the queries the texts run included), and
+    changes nothing else: the default rules, unit-tested by promtool, with those names renamed."""
+    default, dcgm = rules.render(rules.Options()), rules.render(rules.Options(dcgm_label_names=True))
+    assert default_names_in(dcgm) == []
+    header = 4  # the generated file's comment, which names the options
+    assert dcgm.splitlines()[header:] == renamed(default).splitlines()[header:]
+    assert dcgm.splitlines()[:header] != default.splitlines()[:header]
+    by_name = {alert["alert"]: alert for alert in alerts(rules.Options(dcgm_label_names=True))}
+    assert f"by ({CLUSTER}, {catalog.HOSTNAME_DCGM})" in by_name["SixdimHistoryDown"]["expr"]
+    assert f"$labels.{catalog.HOSTNAME_DCGM} " in by_name["SixdimRegression"]["annotations"]["description"]
+
+
+LONG_UNIT_TEST = 86400
+"""A unit test whose evaluations reach past this many seconds costs promtool seconds (days of minutes)."""
+
+
+def fired(test: dict) -> set[str]:
+    return {case["alertname"] for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
+
+
+def dcgm_unit_tests(tmp_path: Path) -> Path:
+    """deploy/prometheus/tests/sixdim-rules-test.yml for the rules generated with --dcgm-label-names: every series,
+    expected label and query with dcgm-exporter's names (the annotations, which print label values, unchanged).
+    A test of days that fires only alerts another test fires too is left out (it proves durations, which the
+    names do not change, and costs most of promtool's time)."""
+    rules_file = tmp_path / "sixdim-rules-dcgm.yml"
+    rules_file.write_text(rules.render(rules.Options(dcgm_label_names=True)))
+    text = renamed(UNIT_TESTS.read_text())
+    assert default_names_in(text) == [] and text.count(catalog.HOSTNAME_DCGM) > 100
+    spec = yaml.safe_load(text)
+    spec["rule_files"] = [str(rules_file)]
+    kept = list(spec["tests"])
+    for test in spec["tests"]:
+        longest = max(0 if re.fullmatch(r"0[a-z]*", case["eval_time"]) else durations.whole_seconds(case["eval_time"])
+                      for case in test.get("alert_rule_test", []) + test.get("promql_expr_test", []))
+        others = set().union(*(fired(t) for t in kept if t is not test))
+        if longest > LONG_UNIT_TEST and fired(test) <= others:
+            kept.remove(test)
+    assert set().union(*map(fired, kept)) == {alert["alert"] for alert in alerts()} and len(kept) < len(spec["tests"])
+    spec["tests"] = kept
+    path = tmp_path / "sixdim-rules-dcgm-test.yml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_promtool_unit_tests_pass_for_the_dcgm_variant(tmp_path, promtool):
+    """The same unit tests, every series named as agents with --dcgm-label-names export it, against the rules
+    generated with --dcgm-label-names: each alert fires with the same labels (Hostname, modelName) and the same
+    texts, whose host names and the queries they run read the dcgm names."""
+    result = subprocess.run([promtool, "test", "rules", str(dcgm_unit_tests(tmp_path))], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    assert "SUCCESS" in result.stdout
+
+
 def test_options_reach_the_expressions(tmp_path, promtool):
     options = rules.Options(stale_after=26 * 3600, failures=5, failure_window=12 * 3600, incorrect_window=7200,
                             peer_ratio=0.8, min_peers=4, job="gpu-bench", cluster_label="site",
@@ -310,7 +370,7 @@ def test_one_duration_grammar_for_the_rules_and_the_reports(capsys):
     rules.Options(stale_after=0), rules.Options(cluster_label=""), rules.Options(cluster_label="1dc"),
     rules.Options(cluster_label="data-center"), rules.Options(cluster_label="__cluster"),
     rules.Options(cluster_label="hostname"), rules.Options(cluster_label="instance"),
-    rules.Options(cluster_label="modelName")])
+    rules.Options(cluster_label="modelName"), rules.Options(cluster_label="Hostname")])
 def test_bad_options_are_refused(options):
     with pytest.raises(ValueError):
         rules.render(options)
@@ -394,3 +454,23 @@ def test_the_alertmanager_example_names_real_alerts_and_labels():
     severities = {alert["labels"]["severity"] for alert in by_name.values()}
     for severity in severities:
         assert severity in text
+
+
+def test_the_alertmanager_example_says_how_to_group_the_dcgm_variant(tmp_path):
+    """Its comment's command, run as written on a copy, gives a configuration amtool accepts whose every grouping
+    and inhibition label is one the --dcgm-label-names alerts carry (Hostname), none left on the default name."""
+    amtool = required_tool("amtool", "prometheus-alertmanager")
+    text = ALERTMANAGER.read_text()
+    command = re.search(r"`(sed -i '[^']*') alertmanager\.yml`", text)
+    assert command, "the example's comment has no sed command for the dcgm names"
+    copy = tmp_path / "alertmanager.yml"
+    copy.write_text(text)
+    subprocess.run(f"{command.group(1)} alertmanager.yml", shell=True, cwd=tmp_path, check=True)
+    result = subprocess.run([amtool, "check-config", str(copy)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    carried = {label for alert in alerts(rules.Options(dcgm_label_names=True))
+               for label in labels_in(alert["expr"])} | {"alertname"}
+    clauses = re.findall(r"(?:group_by|equal): \[([^\]]*)\]", copy.read_text())
+    used = {name.strip() for clause in clauses for name in clause.split(",")}
+    assert catalog.HOSTNAME_DCGM in used and catalog.HOSTNAME not in used and used <= carried, used - carried
+

@@ -761,8 +761,8 @@ def figure_label_values(metric: MetricDef, key: str) -> dict[str, str] | None:
 DCGM_LABEL_NAMES: dict[str, str] = {HOSTNAME: HOSTNAME_DCGM, MODEL_NAME: MODEL_NAME_DCGM}
 """The labels dcgm-exporter names otherwise, and its names for them (its other device labels, ``gpu``, ``UUID``
 and ``pci_bus_id``, are sixdim's already).  dcgm-exporter renders ``Hostname`` and ``modelName`` on every GPU
-series (internal/pkg/rendermetrics/render_metrics.go, releases up to 4.5.3-4.8.2), and its Grafana dashboard
-filters on ``Hostname``: with these names ``on(Hostname, gpu)`` and ``on(UUID)`` join sixdim's series with its."""
+series (internal/pkg/rendermetrics/render_metrics.go, releases up to 4.5.3-4.8.2): with these names
+``on(Hostname, gpu)`` and ``on(UUID)`` join sixdim's series with its."""
 
 
 def exported_label(label: str, dcgm_label_names: bool) -> str:

@@ -94,14 +94,23 @@ class Alerts:
     def __init__(self, options: Options) -> None:
         options.validate()
         self.o = options
-        self.model = catalog.exported_label(catalog.MODEL_NAME, options.dcgm_label_names)
-        self.device = tuple(catalog.exported_label(name, options.dcgm_label_names) for name in catalog.DEVICE_LABELS)
+        self.model = self.n(catalog.MODEL_NAME)
+        self.device = tuple(self.n(name) for name in catalog.DEVICE_LABELS)
         self.versions = catalog.VERSION_LABELS
 
     # --- helpers
+    def n(self, name: str) -> str:
+        """A label's name as the agents export it: dcgm-exporter's ``Hostname`` and ``modelName`` with
+        --dcgm-label-names (:func:`sixdim.core.catalog.exported_label`), in every expression, matcher and text."""
+        return catalog.exported_label(name, self.o.dcgm_label_names)
+
+    def label(self, metric: catalog.MetricDef, name: str) -> str:
+        """A label of a catalog metric, checked against its definition, as exported."""
+        return self.n(label(metric, name))
+
     def by(self, *labels: str) -> str:
-        """A label list for ``by (...)`` and ``on (...)``: the cluster label first, then ``labels``."""
-        return ", ".join((self.o.cluster_label,) + labels)
+        """A label list for ``by (...)`` and ``on (...)``: the cluster label first, then ``labels`` as exported."""
+        return ", ".join((self.o.cluster_label,) + tuple(self.n(name) for name in labels))
 
     def host(self) -> str:
         """The host name in a text, with its cluster where the alert has one: host-a (cluster eu-1)."""
@@ -115,7 +124,7 @@ class Alerts:
 
     def ref(self, name: str) -> str:
         """A label as a template expression (``$labels.gpu``), for ``if`` and ``with``."""
-        return "$labels." + catalog.exported_label(name, self.o.dcgm_label_names)
+        return "$labels." + self.n(name)
 
     def lab(self, name: str) -> str:
         """A label's value in a template."""
@@ -148,11 +157,11 @@ class Alerts:
         """For alerts whose series carry no versions: the driver and torch the agent reports now, as a
         sentence with its leading space; nothing at all when the agent reports nothing (it is down)."""
         cluster, arg = self.same_cluster()
-        gpu_info = (f"{catalog.GPU_INFO.name}{{{cluster}{label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
-                    f"{label(catalog.GPU_INFO, catalog.UUID)}=%q}}")
-        build_info = f"{catalog.BUILD_INFO.name}{{{cluster}{label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
-        return (f"{{{{ with query (printf `{build_info}` {arg}$labels.{catalog.HOSTNAME}) }}}} Now running"
-                f"{{{{ with query (printf `{gpu_info}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID}) }}}}"
+        gpu_info = (f"{catalog.GPU_INFO.name}{{{cluster}{self.label(catalog.GPU_INFO, catalog.HOSTNAME)}=%q,"
+                    f"{self.label(catalog.GPU_INFO, catalog.UUID)}=%q}}")
+        build_info = f"{catalog.BUILD_INFO.name}{{{cluster}{self.label(catalog.BUILD_INFO, catalog.HOSTNAME)}=%q}}"
+        return (f"{{{{ with query (printf `{build_info}` {arg}{self.ref(catalog.HOSTNAME)}) }}}} Now running"
+                f"{{{{ with query (printf `{gpu_info}` {arg}{self.ref(catalog.HOSTNAME)} {self.ref(catalog.UUID)}) }}}}"
                 f" driver {{{{ . | first | label \"{label(catalog.GPU_INFO, catalog.DRIVER_VERSION)}\" }}}}"
                 "{{ end }}"
                 f" with torch {{{{ . | first | label \"{label(catalog.BUILD_INFO, catalog.TORCH_VERSION)}\" }}}}."
@@ -186,7 +195,7 @@ class Alerts:
         op = "=~" if len(statuses) > 1 else "="
         x = f"{runs.name}{{{label(runs, catalog.STATUS)}{op}{quote(matcher)}}}"
         w = format_duration(window)
-        host = self.by(label(catalog.HISTORY_UP, catalog.HOSTNAME))
+        host = self.by(self.label(catalog.HISTORY_UP, catalog.HOSTNAME))
         return (f"(\n"
                 f"    {x}\n"
                 f"  unless\n"
@@ -223,8 +232,8 @@ class Alerts:
         figure = label(state, catalog.FIGURE)
         cluster, arg = self.same_cluster()
         group = (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD, catalog.PRECISION, *self.versions)
-        matchers = ",".join(f"{label(state, name)}=%q" for name in group)
-        values = " ".join(f"$labels.{name}" for name in group)
+        matchers = ",".join(f"{self.label(state, name)}=%q" for name in group)
+        values = " ".join(self.ref(name) for name in group)
         figures_query = f"count by ({self.by(figure)}) ({state.name}{{{cluster}{matchers}}} == {REGRESSION_CODE})"
         figures = (f"{{{{ range $i, $s := query (printf `{figures_query}` {arg}{values}) "
                    f"| sortByLabel \"{figure}\" }}}}{{{{ if $i }}}}, {{{{ end }}}}"
@@ -251,10 +260,11 @@ class Alerts:
         cause = catalog.REGRESSION_CAUSE
         name = label(cause, catalog.CAUSE)
         cluster, arg = self.same_cluster()
-        series = self.by(*(label(cause, n) for n in (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD,
-                                                       catalog.PRECISION, catalog.SHAPE, catalog.MODE, catalog.PASS)))
-        matchers = "".join(f"{label(cause, n)}=%q," for n in labels)
-        values = " ".join(f"$labels.{n}" for n in labels)
+        series = self.by(*(self.label(cause, n) for n in (catalog.HOSTNAME, catalog.UUID, catalog.WORKLOAD,
+                                                            catalog.PRECISION, catalog.SHAPE, catalog.MODE,
+                                                            catalog.PASS)))
+        matchers = "".join(f"{self.label(cause, n)}=%q," for n in labels)
+        values = " ".join(self.ref(n) for n in labels)
         query = (f"sort_desc(count by ({self.by(name)}) ({cause.name}{{{cluster}{matchers}{catalog.CAUSE_RANK}=\"1\"}} "
                  f"and on ({series}) ({judged})))")
         return (f"{{{{ with query (printf `{query}` {arg}{values} {args}) }}}} Likely cause: "
@@ -269,11 +279,11 @@ class Alerts:
         case, expr = self.shapes_where(state, DRIFT_WORSE)
         total = catalog.DRIFT_TOTAL_RATIO
         cluster, arg = self.same_cluster()
-        worst = (f"min by ({self.by()}) (abs({total.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
+        worst = (f"min by ({self.by()}) (abs({total.name}{{{cluster}{self.n(catalog.HOSTNAME)}=%q,{catalog.UUID}=%q,"
                  f"{catalog.WORKLOAD}=%q,{catalog.PRECISION}=%q}} - 1) and on ({self.by(*case)}, "
                  f"{label(state, catalog.FIGURE)}) ({state.name} == {DRIFT_WORSE}))")
-        change = (f"{{{{ with query (printf `{worst}` {arg}$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} "
-                  f"$labels.{catalog.WORKLOAD} $labels.{catalog.PRECISION}) }}}}, by at least "
+        change = (f"{{{{ with query (printf `{worst}` {arg}{self.ref(catalog.HOSTNAME)} {self.ref(catalog.UUID)} "
+                  f"{self.ref(catalog.WORKLOAD)} {self.ref(catalog.PRECISION)}) }}}}, by at least "
                   f"{{{{ . | first | value | humanizePercentage }}}} over its last runs{{{{ end }}}}")
         return self.alert(
             "SixdimDrift", expr, "info",
@@ -380,15 +390,15 @@ class Alerts:
                 f"  0.5, {change.name}{{{verdict}}}\n"
                 f")")
         cluster, arg = self.same_cluster()
-        count_query = (f"count({change.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,"
+        count_query = (f"count({change.name}{{{cluster}{self.n(catalog.HOSTNAME)}=%q,{catalog.UUID}=%q,"
                        f"{catalog.WORKLOAD}=%q,{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,"
                        f"{catalog.CHANGE_FROM}=%q,{catalog.CHANGE_TO}=%q,{verdict}}})")
-        values = (f"$labels.{catalog.HOSTNAME} $labels.{catalog.UUID} $labels.{catalog.WORKLOAD} "
+        values = (f"{self.ref(catalog.HOSTNAME)} $labels.{catalog.UUID} $labels.{catalog.WORKLOAD} "
                   f"$labels.{catalog.FIGURE} $labels.{catalog.CHANGE_COMPONENT} $labels.{catalog.CHANGE_FROM} "
                   f"$labels.{catalog.CHANGE_TO}")
         count = (f"{{{{ with query (printf `{count_query}` {arg}{values}) }}}}"
                  f"{{{{ . | first | value }}}}{{{{ end }}}}")
-        judged = (f"{change.name}{{{cluster}{catalog.HOSTNAME}=%q,{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,"
+        judged = (f"{change.name}{{{cluster}{self.n(catalog.HOSTNAME)}=%q,{catalog.UUID}=%q,{catalog.WORKLOAD}=%q,"
                   f"{catalog.FIGURE}=%q,{catalog.CHANGE_COMPONENT}=%q,{catalog.CHANGE_FROM}=%q,"
                   f"{catalog.CHANGE_TO}=%q,{verdict}}}")
         return self.alert(
@@ -410,7 +420,7 @@ class Alerts:
         scraped successfully has no host name to give and keeps only its target labels."""
         job = quote(self.o.job)
         up = f"{PROMETHEUS_UP}{{{JOB}={job}}}"
-        host = label(catalog.BUILD_INFO, catalog.HOSTNAME)
+        host = self.label(catalog.BUILD_INFO, catalog.HOSTNAME)
         w = format_duration(AGENT_MOSTLY_DOWN_WINDOW)
         # Both arms without the metric name (max without () drops it), so that `or` keeps one series per target.
         down = (f"(\n"
@@ -437,7 +447,7 @@ class Alerts:
             f"are recorded or exported from it, and its other alerts cannot fire.", for_=AGENT_DOWN_FOR)
 
     def history_down(self) -> dict[str, Any]:
-        host = self.by(label(catalog.HISTORY_UP, catalog.HOSTNAME))
+        host = self.by(self.label(catalog.HISTORY_UP, catalog.HOSTNAME))
         pending = catalog.HISTORY_PENDING
         expr = (f"max by ({host}) ({pending.name})\n"
                 f"and on ({host})\n"
@@ -451,7 +461,7 @@ class Alerts:
 
     def cannot_run(self) -> dict[str, Any]:
         can_run = catalog.AGENT_CAN_RUN
-        host = self.by(label(can_run, catalog.HOSTNAME))
+        host = self.by(self.label(can_run, catalog.HOSTNAME))
         expr = f"max by ({host}) ({can_run.name}) == 0"
         return self.alert(
             "SixdimAgentCannotRun", expr, "warning",
@@ -471,7 +481,7 @@ class Alerts:
         counter's value counts whole; the alert takes the larger of the two.  No ``for``: results dropped
         or a history moved aside are definitive events the agent counted, not noisy samples."""
         errors = catalog.HISTORY_WRITE_ERRORS
-        host, reason = self.by(label(errors, catalog.HOSTNAME)), label(errors, "reason")
+        host, reason = self.by(self.label(errors, catalog.HOSTNAME)), label(errors, "reason")
         w = format_duration(HISTORY_LOSS_WINDOW)
         series = f"{errors.name}{{{reason}=~\"dropped|corrupt\"}}"
         increase = f"sum by ({host}, {reason}) (increase({series}[{w}]))"
@@ -492,7 +502,7 @@ class Alerts:
 
     def config_reload_failed(self) -> dict[str, Any]:
         success, last = catalog.CONFIG_RELOAD_SUCCESS, catalog.CONFIG_LAST_RELOAD
-        host = self.by(label(success, catalog.HOSTNAME))
+        host = self.by(self.label(success, catalog.HOSTNAME))
         expr = (f"time() - max by ({host}) ({last.name})\n"
                 f"and on ({host})\n"
                 f"max by ({host}) ({success.name}) == 0")

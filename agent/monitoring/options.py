@@ -47,9 +47,12 @@ class Options:
     kubernetes-mixin's ``clusterLabel``: every aggregation and every join of the rules and dashboards keeps
     it, so each cluster gets its own alerts and its own peer groups.  The agent does not export it: the
     scrape configuration adds it (a target label, or a relabelling), or Thanos adds its external label.
-    Absent, it groups everything as one cluster, as before."""
+    Absent, it groups everything as one cluster, as before.  Every dashboard has a ``cluster`` variable over it
+    that filters every series selector, so one cluster's host is told apart from another's of the same name."""
     dcgm_label_names: bool = False
-    """Use dcgm-exporter's ``modelName`` for the model label, as the agent's --dcgm-label-names does."""
+    """Name the host and model labels as dcgm-exporter does (``Hostname``, ``modelName``;
+    :data:`sixdim.core.catalog.DCGM_LABEL_NAMES`), as the agents started with --dcgm-label-names export them: every
+    expression, matcher, alert text, dashboard variable and legend follows."""
     runbook_base: str = DEFAULT_RUNBOOK_BASE
 
     def validate(self) -> None:
@@ -90,10 +93,10 @@ class Options:
 
 
 def _labels_in_use() -> frozenset[str]:
-    """The labels sixdim's series carry already (the catalog's, in either model-label convention, and the
-    target labels): a cluster label named like one of them would merge two different things."""
+    """The labels sixdim's series carry already (the catalog's, in either naming, and the target labels): a
+    cluster label named like one of them would merge two different things."""
     names = {label for metric in catalog.ALL_METRICS for label in metric.labels}
-    return frozenset(names | {catalog.MODEL_NAME_DCGM, JOB, INSTANCE})
+    return frozenset(names | set(catalog.DCGM_LABEL_NAMES.values()) | {JOB, INSTANCE})
 
 
 # ----------------------------------------------------------------------------- the flags
@@ -173,11 +176,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        default=d.cluster_label, metavar="LABEL",
                        help="the label that tells clusters apart in a Prometheus or Thanos holding several: every "
                             "aggregation and join of the rules and dashboards keeps it, so each cluster gets its "
-                            "own alerts and peer groups; the scrape configuration (or Thanos) adds it, the agent "
-                            f"does not (default: {d.cluster_label})")
+                            "own alerts and peer groups, and the dashboards' cluster variable filters by it; the "
+                            "scrape configuration (or Thanos) adds it, the agent does not (default: "
+                            f"{d.cluster_label})")
     group.add_argument("--dcgm-label-names", action="store_true",
-                       help="the agents run with --dcgm-label-names: use modelName for the model label "
-                            "(default: model_name)")
+                       help="the agents run with --dcgm-label-names: name the host and model labels as "
+                            "dcgm-exporter does, Hostname and modelName, so that on(Hostname, gpu) joins "
+                            "sixdim's series with dcgm-exporter's (default: hostname, model_name)")
     group.add_argument("--runbook-base", type=_arg(_checked("runbook_base"), "URL"), default=d.runbook_base,
                        metavar="URL",
                        help="URL of docs/ALERTS.md; each runbook_url is URL#<alert name in lower case> "

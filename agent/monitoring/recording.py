@@ -60,7 +60,8 @@ TARGET_HOSTNAME = catalog.MetricDef(
     "The host name each scrape target of the agents last reported in sixdim_build_info, kept while the target is "
     "down and for as long as Prometheus still has it as a target (its up series); always 1; a recording rule.",
     (catalog.HOSTNAME,))
-"""Labels: the target's (job, instance, and the cluster label where the scrape adds one) and the host name."""
+"""Labels: the target's (job, instance, and the cluster label where the scrape adds one) and the host name (as the
+agents export it: ``Hostname`` with --dcgm-label-names)."""
 
 RECORDED: tuple[catalog.MetricDef, ...] = tuple(
     d for m in PEER_METRICS for d in (peer_ratio(m), peer_count(m))) + (TARGET_HOSTNAME,)
@@ -103,7 +104,7 @@ def target_hostname_rule(options: Options, fallback_seconds: int) -> dict[str, A
     once (arm 1), and the old series ends: one series per target, always."""
     job = quote(options.job)
     target = ", ".join((options.cluster_label, JOB, INSTANCE))
-    host = catalog.HOSTNAME
+    host = catalog.exported_label(catalog.HOSTNAME, options.dcgm_label_names)
     build = f"{catalog.BUILD_INFO.name}{{{JOB}={job}}}"
     name = TARGET_HOSTNAME.name
     expr = (f"(\n"

@@ -99,6 +99,8 @@ ALL_RAN = ("every case ran (none unsupported or skipped) and no suite run was in
 NO_INTERRUPTION = "no suite run was interrupted (the series appears with the first interruption)"
 NO_SUITE_RAN = "no suite ran within the time range"
 NO_GPU_VALUES = "a CPU host has no GPU: its gpu label is empty, which All (.*) matches"
+ROLLOUT_SIDES = ("a version is compared only where enough hosts run it (--rollout-min-hosts), and only a fleet with "
+                 "two versions of a GPU model and case has a ratio below 1")
 NO_CLUSTER_VALUES = ("a Prometheus that holds one cluster needs no cluster label, and a scrape that adds none leaves "
                      "the series without it, which All (.*) matches")
 GPU_ENERGY_COUNTER = ("the share is over the GPU's own energy counter (NVML, live telemetry), exported only by a "
@@ -836,11 +838,56 @@ class _Dashboards:
                      hide=self.hidden() + ("Value",)),
         ]
         rows.append(Row("Did the last upgrade help or hurt?", software))
+        rows.append(Row("Rollout: each version of the fleet against the fastest, per GPU model and case",
+                        self.rollout(), collapsed=False))
         return self.dashboard(
             VERSIONS, "sixdim / Versions",
             "The same figures grouped by driver, by CUDA and by torch version, side by side: the view across driver "
             "and SDK versions, and the verdicts on the latest change of each series.", rows,
             time_from="now-30d", refresh="15m")
+
+    def rollout(self) -> list[gf.PanelSpec]:
+        """Old against new side by side during a rollout: the recorded medians, host counts and ratios to the
+        fastest version (:func:`sixdim.monitoring.recording.rollout_rules`), what SixdimRolloutSlower fires on."""
+        q, c = self.q, catalog
+        group = recording.ROLLOUT_GROUP
+        sides = group + c.VERSION_LABELS
+        legend = q.legend(c.MODEL_NAME, c.SUITE, c.WORKLOAD, c.PRECISION, c.MODE, c.PASS, c.DRIVER_VERSION,
+                          c.CUDA_VERSION, c.CUDNN_VERSION, c.NCCL_VERSION, c.TORCH_VERSION)
+
+        def each(make: Any) -> str:
+            return " or ".join(q.sel(make(metric)) for metric in recording.ROLLOUT_METRICS)
+        limit = 1 - self.rules.rollout_threshold
+        colours = ((None, "red"), (limit, "green"))
+        hide = tuple(label for label in (c.DEVICE_TYPE,))
+        ratio = gf.table(
+            "Rollout: each version against the fastest, now",
+            "Per GPU model and case (suite, workload, precision, mode, pass), each set of versions run by at least "
+            f"{self.rules.rollout_min_hosts} hosts: its median over the GPUs (suite FLOP/s, samples/s or bytes/s) over "
+            f"the fastest version's (100%), and how many hosts run it. Below {limit:.0%} (red) is what "
+            "SixdimRolloutSlower alerts on. A median over GPUs: 'sixdim fleet' judges the same with hosts as the "
+            "unit, a confidence interval and the same hosts before and after they upgraded (docs/FLEET.md).",
+            [Q(f"min by ({q.by(*sides)}) ({each(recording.rollout_ratio)})", name="ratio to the fastest"),
+             Q(f"max by ({q.by(*sides)}) ({each(recording.rollout_hosts)})", name="hosts", unit="none")],
+            "percentunit", w=24, h=9, may_be_empty=ROLLOUT_SIDES, hide=hide, sort_by="ratio to the fastest",
+            thresholds=colours, cell="color-background")
+        over_time = gf.timeseries(
+            "Rollout: ratio to the fastest version over time",
+            f"Each version's median over the fastest version's, per GPU model and case; below {limit:.0%} fires "
+            "SixdimRolloutSlower (after 30 minutes).",
+            [Q(f"min by ({q.by(*sides)}) ({each(recording.rollout_ratio)})", legend)], "percentunit", w=12,
+            may_be_empty=ROLLOUT_SIDES, soft_max=1)
+        hosts = gf.timeseries(
+            "Rollout: hosts on each version",
+            "How many hosts run each set of versions, per GPU model and case: the rollout's progress.",
+            [Q(f"max by ({q.by(*sides)}) ({each(recording.rollout_hosts)})", legend)], "none", w=12, results=True)
+        medians = gf.timeseries(
+            "Rollout: each version's median, side by side",
+            "The median over every GPU of the model under each set of versions (suite FLOP/s, samples/s or bytes/s "
+            "geometric means): old and new versions of the same case as lines next to each other.",
+            [Q(f"max by ({q.by(*sides)}) ({each(recording.rollout_median)})", legend)], "short", w=24,
+            results=True)
+        return [ratio, over_time, hosts, medians]
 
     # ------------------------------------------------------------------------- scaling
     def scaling(self) -> dict[str, Any]:

@@ -83,7 +83,8 @@ def test_render_is_deterministic_and_names_its_options():
     assert rules.render() == rules.render(rules.Options())
     header = [line for line in rules.render().splitlines() if line.startswith("# Options:")]
     assert header == ["# Options: --stale-after 2h --failures 3 --failure-window 6h --incorrect-window 1d "
-                      f"--peer-ratio 0.9 --min-peers 3 --job sixdim --cluster-label cluster "
+                      f"--peer-ratio 0.9 --min-peers 3 --rollout-threshold 0.02 --rollout-min-hosts 3 --job sixdim "
+                      "--cluster-label cluster "
                       f"--runbook-base {options.DEFAULT_RUNBOOK_BASE}"]
 
 
@@ -130,9 +131,17 @@ def test_every_alert_follows_the_mixin_layout_and_has_a_runbook_section():
         assert anchor in anchors, f"docs/ALERTS.md has no section '## {name}'"
 
 
+FLEET_WIDE = {"SixdimRolloutSlower": "a version of a GPU model and case across the fleet, named by its versions"}
+"""Alerts about no host: they name the GPU model and what they compare instead."""
+
+
 def test_descriptions_name_the_host_the_device_and_the_value():
     for alert in alerts():
         description = alert["annotations"]["description"]
+        if alert["alert"] in FLEET_WIDE:
+            assert f"$labels.{catalog.MODEL_NAME} " in description and "$labels.driver_version" in description
+            assert "$value" in description
+            continue
         assert "$labels.hostname" in description or "$labels.instance" in description, alert["alert"]
         if catalog.UUID in alert["expr"] and alert["alert"] != "SixdimAgentDown":
             for label in (catalog.GPU, catalog.UUID, catalog.MODEL_NAME):
@@ -173,7 +182,7 @@ def test_severities_and_immediacy():
     assert {"SixdimRegression", "SixdimIncorrectResult", "SixdimBenchmarkStale", "SixdimBenchmarkFailing",
             "SixdimThermalSlowdown", "SixdimHardwareSlowdown", "SixdimSlowerThanPeers",
             "SixdimVersionChangeRegression", "SixdimAgentDown", "SixdimAgentCannotRun", "SixdimHistoryDown",
-            "SixdimHistoryDataLoss", "SixdimConfigReloadFailed", "SixdimDrift"} == set(by_name)
+            "SixdimHistoryDataLoss", "SixdimConfigReloadFailed", "SixdimDrift", "SixdimRolloutSlower"} == set(by_name)
     assert by_name["SixdimDrift"]["labels"]["severity"] == "info" and by_name["SixdimDrift"]["for"] == "30m"
 
 
@@ -185,8 +194,8 @@ def test_every_metric_and_label_in_the_rules_is_in_the_catalog():
         assert selected <= known, (alert["alert"], selected - known)
         assert labels_in(alert["expr"]) <= LABEL_NAMES, (alert["alert"], labels_in(alert["expr"]) - LABEL_NAMES)
         for text in alert["annotations"].values():
-            queried = set(re.findall(r"\bsixdim_[a-z_]+", text.replace("sixdim_rules", "")))
-            assert queried <= METRIC_NAMES, (alert["alert"], queried - METRIC_NAMES)
+            queried = set(re.findall(r"\bsixdim_[a-z_:]+[a-z_]", text.replace("sixdim_rules", "")))
+            assert queried <= METRIC_NAMES | RECORDED_NAMES, (alert["alert"], queried - METRIC_NAMES - RECORDED_NAMES)
             assert set(re.findall(r"\$labels\.(\w+)", text)) <= LABEL_NAMES, alert["alert"]
     assert promql.REGRESSION_CODE == 3 and "sixdim_regression_state == 3" in rules.render()
 

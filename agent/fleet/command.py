@@ -27,6 +27,7 @@ from sixdim.core import catalog, exits, text
 from sixdim.core.durations import format_duration, whole_seconds
 from sixdim.fleet import queries
 from sixdim.fleet.errors import FleetError
+from sixdim.monitoring.options import Options
 
 if TYPE_CHECKING:
     from sixdim.fleet.prometheus import Prometheus
@@ -34,10 +35,11 @@ if TYPE_CHECKING:
 # The client (PyYAML), numpy and scipy are imported when the command runs: every `sixdim` command builds this
 # module's parser, and none but this one should pay for them.
 
-DEFAULT_THRESHOLD = 0.02
-"""``--threshold``: the slowdown ``--exit-code`` fails on (docs/FLEET.md says how it was chosen)."""
+DEFAULT_THRESHOLD = Options().rollout_threshold
+"""``--threshold``: the slowdown ``--exit-code`` fails on, the rollout alert's (docs/FLEET.md says how it was
+chosen)."""
 DEFAULT_ALPHA = 0.05
-DEFAULT_MIN_HOSTS = 3
+DEFAULT_MIN_HOSTS = Options().rollout_min_hosts
 DEFAULT_BEFORE = 86400
 PARALLEL_REQUESTS = 4
 SPLIT_NAMES = ("all", "driver", "cuda", "cudnn", "nccl", "torch")

@@ -66,6 +66,9 @@ DRIFT_WORSE = 1
 """``sixdim_drift_state`` of a figure drifting the worse way."""
 DRIFT_FOR = "30m"
 """SixdimDrift: the drift verdict exported this long (two runs of the quick suite) before it fires."""
+ROLLOUT_FOR = "30m"
+"""SixdimRolloutSlower: a version stays slower this long (two runs of the quick suite on each host, the medians
+recomputed at each) before it fires: a rollout is judged over hours, not minutes."""
 AGENT_DOWN_FOR = "5m"
 AGENT_MOSTLY_DOWN_WINDOW = 900
 """SixdimAgentDown also counts an agent down for most of this window (seconds) as down: one that is up for
@@ -413,6 +416,49 @@ class Alerts:
             for_=VERSION_CHANGE_FOR,
             keep_firing_for=VERSION_CHANGE_KEEP_FIRING_FOR)
 
+    def rollout(self) -> dict[str, Any]:
+        """A set of versions of a GPU model and case whose fleet median is slower than the fastest version's by
+        the threshold, each side run by enough hosts (the recorded ratios): a rollout's new driver, CUDA or
+        torch that costs speed, named with its hosts and the version it is compared with."""
+        o = self.o
+        arms = [f"{recording.rollout_ratio(metric).name} < {1 - o.rollout_threshold:g}"
+                for metric in recording.ROLLOUT_METRICS]
+        sides = recording.rollout_by(o)
+        expr = f"min by ({sides}) (\n" + indent("\nor\n".join(arms), 2) + "\n)"
+        cluster, arg = self.same_cluster()
+        group = recording.ROLLOUT_GROUP
+        matchers = "".join(f"{self.n(name)}=%q," for name in group)
+        values = " ".join(self.ref(name) for name in group)
+        version_matchers = ",".join(f"{name}=%q" for name in catalog.VERSION_LABELS)
+        version_values = " ".join(self.ref(name) for name in catalog.VERSION_LABELS)
+        metrics = recording.ROLLOUT_METRICS
+        hosts_query = " or ".join(f"{recording.rollout_hosts(m).name}{{{cluster}{matchers}{version_matchers}}}"
+                                  for m in metrics)
+        best_query = " or ".join(f"{recording.rollout_ratio(m).name}{{{cluster}{matchers.rstrip(',')}}} == 1"
+                                 for m in metrics)
+        hosts = (f"{{{{ with query (printf `{hosts_query}` {' '.join([arg + values + ' ' + version_values] * 3)}) }}}}"
+                 f" ({{{{ . | first | value }}}} hosts){{{{ end }}}}")
+        best_versions = ", ".join(f"{short} {{{{ . | first | label \"{name}\" }}}}" for name, short in (
+            (catalog.DRIVER_VERSION, "driver"), (catalog.CUDA_VERSION, "CUDA"), (catalog.CUDNN_VERSION, "cuDNN"),
+            (catalog.NCCL_VERSION, "NCCL"), (catalog.TORCH_VERSION, "torch")))
+        best_args = " ".join([arg + values] * 3)
+        best = f"{{{{ with query (printf `{best_query}` {best_args}) }}}} than under {best_versions}{{{{ end }}}}"
+        mine = ", ".join(f"{short} {self.lab(name)}" for name, short in (
+            (catalog.DRIVER_VERSION, "driver"), (catalog.CUDA_VERSION, "CUDA"), (catalog.CUDNN_VERSION, "cuDNN"),
+            (catalog.NCCL_VERSION, "NCCL"), (catalog.TORCH_VERSION, "torch")))
+        return self.alert(
+            "SixdimRolloutSlower", expr, "warning",
+            f"{self.workload_precision()} is slower on {self.lab(catalog.MODEL_NAME)} under "
+            f"driver {self.lab(catalog.DRIVER_VERSION)}{{{{ with $labels.{o.cluster_label} }}}} (cluster {{{{ . }}}})"
+            f"{{{{ end }}}}",
+            f"On {self.lab(catalog.MODEL_NAME)} GPUs{{{{ with $labels.{o.cluster_label} }}}} in cluster {{{{ . }}}}"
+            f"{{{{ end }}}}, {self.workload_precision()} ({self.lab(catalog.SUITE)} suite, {self.lab(catalog.MODE)}, "
+            f"{self.lab(catalog.PASS)}) runs at {{{{ $value | humanizePercentage }}}} of the fastest version's median "
+            f"under {mine}{hosts}, slower{best} (threshold: {o.rollout_threshold:.1%} slower; versions run by at "
+            f"least {o.rollout_min_hosts} hosts). A median over GPUs: `sixdim fleet` judges the same question with "
+            f"hosts as the unit, a confidence interval and the same hosts before and after they upgraded "
+            f"(docs/FLEET.md).", for_=ROLLOUT_FOR)
+
     def agent_down(self) -> dict[str, Any]:
         """A target down for ``AGENT_DOWN_FOR``, named by the host name recorded for it
         (:data:`sixdim.monitoring.recording.TARGET_HOSTNAME`, which keeps the name for as long as the agent
@@ -526,7 +572,7 @@ class Alerts:
                 self.slowdown("SixdimHardwareSlowdown", catalog.WORKLOAD_HARDWARE_SLOWDOWN,
                               catalog.SUMMARY_HARDWARE_SLOWDOWN, "hardware slowdown"),
             ]},
-            {"name": "sixdim-fleet", "rules": [self.peers()]},
+            {"name": "sixdim-fleet", "rules": [self.peers(), self.rollout()]},
             {"name": "sixdim-runs", "rules": [self.stale(), self.failing()]},
             {"name": "sixdim-agent", "rules": [
                 # recorded in the group of the alert that reads it: evaluated just before it, in the same round

@@ -40,6 +40,11 @@ class Options:
     """SixdimSlowerThanPeers and the peer panels: a GPU below this fraction of its peers' median."""
     min_peers: int = 3
     """GPUs (the one judged included) a peer group needs before it is compared."""
+    rollout_threshold: float = 0.02
+    """SixdimRolloutSlower, the Rollout view and ``sixdim fleet --exit-code``: a version slower than the fastest
+    version of the same GPU model and case by at least this fraction (docs/FLEET.md says how it was chosen)."""
+    rollout_min_hosts: int = 3
+    """Hosts a version needs before the rollout rules compare it (``sixdim fleet --min-hosts``'s default too)."""
     job: str = "sixdim"
     """The scrape job of the agents (SixdimAgentDown)."""
     cluster_label: str = "cluster"
@@ -64,6 +69,11 @@ class Options:
             raise ValueError(f"failures: expected a whole number of at least 1, got {self.failures!r}")
         if not 0 < self.peer_ratio < 1:
             raise ValueError(f"peer_ratio: expected a ratio between 0 and 1, got {self.peer_ratio!r}")
+        if not isinstance(self.rollout_threshold, float) or not 0 < self.rollout_threshold < 1:
+            raise ValueError(f"rollout_threshold: expected a fraction between 0 and 1, got {self.rollout_threshold!r}")
+        if not isinstance(self.rollout_min_hosts, int) or self.rollout_min_hosts < 2:
+            raise ValueError(f"rollout_min_hosts: expected a whole number of at least 2, got "
+                             f"{self.rollout_min_hosts!r}")
         if not isinstance(self.min_peers, int) or self.min_peers < 2:
             raise ValueError(f"min_peers: expected a whole number of at least 2, got {self.min_peers!r}")
         if not self.job or any(ch in self.job for ch in "\"\\\n"):
@@ -170,6 +180,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-peers", type=_arg(_whole(2), "count"), default=d.min_peers, metavar="N",
                        help="compare only where at least N GPUs (the one judged included) of the same model have "
                             f"the same summary series (default: {d.min_peers})")
+    group.add_argument("--rollout-threshold", type=_arg(_ratio, "ratio"), default=d.rollout_threshold,
+                       metavar="FRACTION",
+                       help="SixdimRolloutSlower and the Rollout view: a set of versions whose median is below the "
+                            "fastest version's of the same GPU model and case by at least this fraction (default: "
+                            f"{d.rollout_threshold})")
+    group.add_argument("--rollout-min-hosts", type=_arg(_whole(2), "count"), default=d.rollout_min_hosts,
+                       metavar="N", help="compare a version only where at least N hosts run it (default: "
+                                         f"{d.rollout_min_hosts})")
     group.add_argument("--job", type=_arg(_checked("job"), "job name"), default=d.job, metavar="NAME",
                        help=f"the Prometheus scrape job of the agents, for SixdimAgentDown (default: {d.job})")
     group.add_argument("--cluster-label", type=_arg(_checked("cluster_label"), "label name"),

@@ -63,8 +63,43 @@ TARGET_HOSTNAME = catalog.MetricDef(
 """Labels: the target's (job, instance, and the cluster label where the scrape adds one) and the host name (as the
 agents export it: ``Hostname`` with --dcgm-label-names)."""
 
+ROLLOUT_METRICS: tuple[catalog.MetricDef, ...] = (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES,
+                                                 catalog.SUMMARY_BANDWIDTH)
+"""The summary speeds whose versions are compared across the fleet during a rollout."""
+ROLLOUT_GROUP: tuple[str, ...] = tuple(label for label in PEER_LABELS if label not in catalog.VERSION_LABELS)
+"""A rollout group: the GPU model, device type and case (suite, workload, precision, mode, pass); its versions
+are its sides."""
+
+
+def rollout_median(metric: catalog.MetricDef) -> catalog.MetricDef:
+    """The median of a summary over the fleet's GPUs of one model and case, per set of versions."""
+    return catalog.MetricDef(
+        f"sixdim_rollout:{metric.name}:median", "gauge",
+        f"The median of {metric.name} over every GPU of the same model, case (suite, workload, precision, mode, "
+        "pass) and versions in the cluster, among the summaries covering the group's median shape count; a "
+        "recording rule.", tuple(label for label in metric.labels if label in PEER_LABELS))
+
+
+def rollout_hosts(metric: catalog.MetricDef) -> catalog.MetricDef:
+    """How many hosts a version of a rollout group has."""
+    return catalog.MetricDef(
+        f"sixdim_rollout:{metric.name}:hosts", "gauge",
+        f"Hosts with {metric.name} under each set of versions, per GPU model and case in the cluster; a recording "
+        "rule.", rollout_median(metric).labels)
+
+
+def rollout_ratio(metric: catalog.MetricDef) -> catalog.MetricDef:
+    """Each version's median over the fastest version's, among the versions with enough hosts."""
+    return catalog.MetricDef(
+        f"sixdim_rollout:{metric.name}:ratio_to_best", "gauge",
+        f"The median of {metric.name} under each set of versions over the highest such median of the same GPU "
+        "model and case in the cluster, among the versions run by at least --rollout-min-hosts hosts, ratio: 1 for "
+        "the fastest version, below 1 for a slower one; a recording rule.", rollout_median(metric).labels)
+
+
 RECORDED: tuple[catalog.MetricDef, ...] = tuple(
-    d for m in PEER_METRICS for d in (peer_ratio(m), peer_count(m))) + (TARGET_HOSTNAME,)
+    d for m in PEER_METRICS for d in (peer_ratio(m), peer_count(m))) + tuple(
+    d for m in ROLLOUT_METRICS for d in (rollout_median(m), rollout_hosts(m), rollout_ratio(m))) + (TARGET_HOSTNAME,)
 """Every recorded series, defined once: the rules write them, the alerts and dashboards read them."""
 
 
@@ -72,6 +107,32 @@ def peers_by(options: Options) -> str:
     """The peer-group labels as exported, the cluster label first, for ``by (...)`` and ``on (...)``."""
     return ", ".join((options.cluster_label,) + tuple(catalog.exported_label(label, options.dcgm_label_names)
                                                       for label in PEER_LABELS))
+
+
+def rollout_by(options: Options, *, versions: bool = True) -> str:
+    """A rollout group's labels as exported (with its versions, or without), the cluster label first."""
+    labels = ROLLOUT_GROUP + (catalog.VERSION_LABELS if versions else ())
+    return ", ".join((options.cluster_label,) + tuple(catalog.exported_label(label, options.dcgm_label_names)
+                                                      for label in labels))
+
+
+def rollout_rules(options: Options) -> list[dict[str, Any]]:
+    """Per rollout group and set of versions: the median over the GPUs, the hosts, and the ratio to the fastest
+    version with enough hosts (what SixdimRolloutSlower fires on and the Rollout view shows).  Medians over
+    GPUs, not hosts: a bad GPU moves a median over hundreds little, and PromQL has no rank test;
+    ``sixdim fleet`` judges with hosts as the unit and a confidence interval."""
+    sides, group = rollout_by(options), rollout_by(options, versions=False)
+    host = catalog.exported_label(catalog.HOSTNAME, options.dcgm_label_names)
+    out: list[dict[str, Any]] = []
+    for metric in ROLLOUT_METRICS:
+        covered = covering_shapes(metric.name, catalog.SUMMARY_SHAPES.name, group)
+        median, hosts = rollout_median(metric).name, rollout_hosts(metric).name
+        enough = f"(\n    {median}\n  and on ({sides})\n    {hosts} >= {options.rollout_min_hosts}\n  )"
+        out.append({"record": median, "expr": f"quantile by ({sides}) (0.5, {covered})"})
+        out.append({"record": hosts, "expr": f"count by ({sides}) (\n  count by ({sides}, {host}) ({covered})\n)"})
+        out.append({"record": rollout_ratio(metric).name,
+                    "expr": f"  {enough}\n/ on ({group}) group_left ()\n  max by ({group}) {enough}"})
+    return out
 
 
 def rules(options: Options | None = None) -> list[dict[str, Any]]:
@@ -84,7 +145,7 @@ def rules(options: Options | None = None) -> list[dict[str, Any]]:
         out.append({"record": peer_ratio(metric).name,
                     "expr": f"{full}\n/ on ({peers}) group_left ()\nquantile by ({peers}) (0.5, {full})"})
         out.append({"record": peer_count(metric).name, "expr": f"count by ({peers}) (\n  {full}\n)"})
-    return out
+    return out + rollout_rules(options)
 
 
 def target_hostname_rule(options: Options, fallback_seconds: int) -> dict[str, Any]:

@@ -6,6 +6,12 @@ same everywhere else; every GPU's value has 1% run noise, hosts spread by 0.5%, 
 slower on everything.  One HTTP server serves every host's ``/metrics``; Prometheus scrapes each host as its own
 target every 2 seconds, first before the rollout (phase 0), then half done (phase 1), so the upgraded hosts' old
 series end in Prometheus as they would in a real fleet, and the paired comparison finds them.
+
+Prometheus loads the generated rules (their ``for`` shortened 60-fold, tests/helpers.py) and sends its alerts
+to Alertmanager running deploy/alertmanager/alertmanager.yml (receivers pointed at a local webhook, timings
+divided as tests/test_alertmanager_e2e.py divides them): the rollout recording rules, the versions dashboard's
+Rollout panels (their queries read from the committed JSON) and SixdimRolloutSlower must say what
+``sixdim fleet`` says.
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ import yaml
 
 from sixdim.cli import main
 from sixdim.core import catalog
-from sixdim.monitoring import rules
+from sixdim.monitoring import recording, rules
 from sixdim.monitoring.options import Options
 from tests import certs
+from tests.alertmanager_tool import alertmanager_binary
 from tests.conftest import free_port, required_tool
-from tests.fleet_sim import NEW_DRIVER, OLD_DRIVER, SLOWED, Fleet
+from tests.dashboard_queries import all_queries, substitute
+from tests.fleet_sim import A100, H100, NEW_DRIVER, OLD_DRIVER, SLOWED, Fleet
 from tests.helpers import shortened_rules
+from tests.test_alertmanager_e2e import ALERTMANAGER_EXAMPLE, Webhook, alertmanager_test_config
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +104,7 @@ def wait(predicate, timeout: float, what: str, log: Path):
 @dataclass(frozen=True)
 class Rollout:
     port: int
+    webhook: Webhook
     moment: float
     """A time when every host's last scrape had worked (``sixdim fleet --time``)."""
     switched: float
@@ -114,23 +124,33 @@ def rollout(tmp_path_factory):
     """Prometheus (the generated rules loaded, their ``for`` shortened) scraping the fleet through phase 0 into
     phase 1; yields its port once every upgraded host's old series has ended and its new ones are in."""
     prometheus = required_tool("prometheus")
+    alertmanager = alertmanager_binary()
     folder = tmp_path_factory.mktemp("fleet")
-    server = FleetServer()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = free_port()
+    server, webhook = FleetServer(), Webhook()
+    for http in (server, webhook):
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+    port, alertmanager_port = free_port(), free_port()
+    (folder / "alertmanager.yml").write_text(alertmanager_test_config(ALERTMANAGER_EXAMPLE.read_text(),
+                                                                      f"http://127.0.0.1:{webhook.server_port}"))
     (folder / "rules.yml").write_text(shortened_rules(rules.render(Options())))
     (folder / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
         "rule_files": [str(folder / "rules.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]},
         "scrape_configs": [{"job_name": "sixdim", "static_configs": [
             {"targets": [f"127.0.0.1:{server.server_port}"],
              "labels": {"cluster": FLEET.cluster, "instance": f"{h.name}:9480",
                         "__metrics_path__": f"/metrics/{h.name}"}}
             for h in FLEET.hosts]}]}))
     log = folder / "prometheus.log"
-    process = subprocess.Popen([prometheus, f"--config.file={folder / 'prometheus.yml'}",
-                                f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                               stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    processes = [
+        subprocess.Popen([alertmanager, f"--config.file={folder / 'alertmanager.yml'}",
+                          f"--storage.path={folder / 'am'}", f"--web.listen-address=127.0.0.1:{alertmanager_port}",
+                          "--cluster.listen-address="], stdout=subprocess.DEVNULL,
+                         stderr=open(folder / "alertmanager.log", "wb")),
+        subprocess.Popen([prometheus, f"--config.file={folder / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                         stdout=subprocess.DEVNULL, stderr=open(log, "wb"))]
     try:
         everyone = len(FLEET.hosts)
         wait(lambda: (r := query(port, "count(up == 1)")) and int(float(r[0]["value"][1])) == everyone, 90,
@@ -151,11 +171,13 @@ def rollout(tmp_path_factory):
                       for r in query(port, f"count by ({catalog.DRIVER_VERSION}) ({speeds})", at)}
             return at if counts == expected else None
         moment = wait(complete, 90, "a moment after the rollout with every host scraped", log)
-        yield Rollout(port, moment, switched)
+        yield Rollout(port, webhook, moment, switched)
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
         server.shutdown()
+        webhook.shutdown()
 
 
 def fleet_json(capsys, rollout: Rollout, *args: str, port: int | None = None) -> dict:
@@ -218,6 +240,50 @@ def test_splits_selectors_and_named_sides(rollout, capsys):
                                 "--selector", 'workload="gemm",precision="bf16"')
     h100 = reversed_sides["groups"][0]
     assert h100["verdict"] == "faster" and h100["cross_section"]["ratio"] == pytest.approx(1 / 0.97, abs=0.012)
+
+
+# ----------------------------------------------------------------------------- the rules, the dashboard, the alert
+
+ROLLOUT_PANELS = ("Rollout: each version against the fastest, now", "Rollout: hosts on each version",
+                  "Rollout: each version's median, side by side")
+
+
+def by_group_and_driver(answer: list[dict]) -> dict[tuple[str, str, str, str], float]:
+    return {(r["metric"][catalog.MODEL_NAME], r["metric"][catalog.WORKLOAD], r["metric"][catalog.PRECISION],
+             r["metric"][catalog.DRIVER_VERSION]): float(r["value"][1]) for r in answer}
+
+
+def test_the_rollout_rules_and_the_dashboard_say_what_sixdim_fleet_says(rollout, capsys):
+    """The recorded ratio of each version to the fastest is the fleet's ratio within a point for the slowed
+    group, 1 for its old driver, and above the threshold everywhere else; 60 hosts on each side; the versions
+    dashboard's Rollout panels (their queries as the committed JSON holds them, every variable at All) show
+    those same series."""
+    answer = fleet_json(capsys, rollout)
+    fleet_ratio = {group_key(e): e["cross_section"]["ratio"] for e in answer["groups"]}
+    ratios: dict = {}
+    for metric in recording.ROLLOUT_METRICS:
+        ratios |= by_group_and_driver(query(rollout.port, recording.rollout_ratio(metric).name))
+    assert len(ratios) == 2 * 2 * len(FLEET.cases)  # every group, both drivers: each has 60 hosts
+    slowed_new = ratios.pop((*SLOWED, NEW_DRIVER))
+    assert slowed_new == pytest.approx(0.97, abs=0.01) and slowed_new == pytest.approx(fleet_ratio[SLOWED], abs=0.01)
+    assert ratios.pop((*SLOWED, OLD_DRIVER)) == 1.0
+    assert all(ratio > 0.98 for ratio in ratios.values()), ratios
+    for metric in recording.ROLLOUT_METRICS:
+        hosts = by_group_and_driver(query(rollout.port, recording.rollout_hosts(metric).name))
+        assert set(hosts.values()) <= {60.0}
+    board = json.loads((Path(__file__).resolve().parent.parent / "dashboards" / "json"
+                        / "sixdim-versions.json").read_text())
+    panels = {q.panel_title: q for q in all_queries(board) if q.panel_title in ROLLOUT_PANELS}
+    assert set(panels) == set(ROLLOUT_PANELS)
+    table = [q for q in all_queries(board) if q.panel_title == ROLLOUT_PANELS[0]]
+    shown = by_group_and_driver(query(rollout.port, substitute(table[0].expr)))
+    assert shown[(*SLOWED, NEW_DRIVER)] == slowed_new and min(shown.values()) == slowed_new
+    assert set(by_group_and_driver(query(rollout.port, substitute(table[1].expr))).values()) == {60.0}
+    medians = by_group_and_driver(query(rollout.port, substitute(panels[ROLLOUT_PANELS[2]].expr)))
+    assert medians[(*SLOWED, NEW_DRIVER)] / medians[(*SLOWED, OLD_DRIVER)] == pytest.approx(slowed_new, rel=1e-9)
+    a100 = (A100, "gemm", "bf16")
+    assert medians[(*a100, NEW_DRIVER)] / medians[(*a100, OLD_DRIVER)] == pytest.approx(1.0, abs=0.01)
+    assert H100 in {key[0] for key in medians}
 
 
 # ----------------------------------------------------------------------------- reaching a guarded Prometheus
@@ -321,3 +387,27 @@ def test_basic_auth_tls_and_bearer_tokens_as_promtool_takes_them(rollout, tmp_pa
         gate.shutdown()
 
 
+
+
+def test_the_rollout_alert_fires_for_the_slowed_group_only_and_reaches_alertmanager(rollout):
+    """SixdimRolloutSlower (its 30m ``for`` shortened to 30 s) fires for exactly the H100s' bf16 GEMM under the
+    new driver, naming its 60 hosts and the old driver as the fastest, and Alertmanager, with the example's
+    routes, delivers it once to the chat receiver."""
+    def firing() -> list[dict]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{rollout.port}/api/v1/alerts", timeout=30) as response:
+            alerts = json.load(response)["data"]["alerts"]
+        return [a for a in alerts if a["labels"]["alertname"] == "SixdimRolloutSlower" and a["state"] == "firing"]
+    log = Path("/nonexistent")
+    [alert] = wait(firing, 120, "SixdimRolloutSlower firing", log)
+    labels = alert["labels"]
+    assert (labels[catalog.MODEL_NAME], labels[catalog.WORKLOAD], labels[catalog.PRECISION],
+            labels[catalog.DRIVER_VERSION], labels["cluster"]) == (H100, "gemm", "bf16", NEW_DRIVER, FLEET.cluster)
+    description = alert["annotations"]["description"]
+    assert "(60 hosts)" in description and f"slower than under driver {OLD_DRIVER}" in description
+    assert float(alert["value"]) == pytest.approx(0.97, abs=0.01)
+
+    def delivered() -> list:
+        return [(receiver, a) for receiver, body in rollout.webhook.received() for a in body["alerts"]
+                if a["labels"]["alertname"] == "SixdimRolloutSlower"]
+    [(receiver, sent)] = wait(delivered, 60, "the notification", log)
+    assert receiver == "sixdim-chat" and sent["labels"] == {**labels} and sent["status"] == "firing"

@@ -109,11 +109,32 @@ def test_the_queries_keep_hosts_as_the_unit_and_the_names_the_agents_export():
     by = now.split("quantile by (", 1)[1].split(")", 1)[0].split(", ")
     assert by[:2] == ["site", "Hostname"] and "modelName" in by and catalog.GPU not in by
     assert catalog.UUID not in by and set(catalog.VERSION_LABELS) <= set(by)
-    assert 'sixdim_suite_flops{suite="quick"}' in now and catalog.SUMMARY_SHAPES.name in now
+    assert 'sixdim_suite_flops{suite="quick"}' in now and catalog.SUMMARY_SHAPES.name not in now
+    assert "count by" not in now  # a summary's GPU counts come with the shapes, once for every summary metric
+    shapes = queries.shapes_query(layout, ['suite="quick"'])
+    assert 'sixdim_suite_shapes{suite="quick"}' in shapes and "count by (site, Hostname" in shapes
     paired = queries.paired_query(catalog.WORKLOAD_FLOPS, layout, [], {catalog.DRIVER_VERSION: "550"},
                                   {catalog.DRIVER_VERSION: "560"}, ["h-1", "h.2"], "1d")
     assert 'Hostname=~"h\\\\-1|h\\\\.2"' in paired and "offset 1d" in paired and "last_over_time" not in paired
     assert "shape" in paired.split("quantile by (", 1)[1].split(")", 1)[0]
+
+
+def test_summaries_are_compared_where_they_cover_their_groups_usual_shapes():
+    """A host whose summaries cover another number of shapes than most of its group's is left out, whichever
+    side it is on; the GPU counts come from the shapes' rows; a tie keeps the larger count."""
+    group = ("eu-1", "H100", "cuda", "quick", "gemm", "bf16", "training", "forward")
+    old, new = ("550", "12.4", "", "", "2.5"), ("560", "12.4", "", "", "2.5")
+    rows = [queries.HostRow(group, ("eu-1", f"h{i}"), old if i < 4 else new, 1.0, 0) for i in range(8)]
+    shapes = [queries.HostRow(group, r.host, r.versions, 3.0 if r.host[1] in ("h1", "h5") else 4.0, 6)
+              for r in rows]
+    kept, left_out = queries.covering(rows, shapes)
+    assert left_out == 2 and {r.host[1] for r in kept} == {"h0", "h2", "h3", "h4", "h6", "h7"}
+    assert {r.gpus for r in kept} == {6}
+    tie = [queries.HostRow(group, r.host, r.versions, 3.0 if r.versions == new else 4.0, 8) for r in rows]
+    kept, left_out = queries.covering(rows, tie)
+    assert left_out == 4 and {r.versions for r in kept} == {old}  # the new side lost a shape everywhere
+    missing = queries.covering(rows, shapes[:4])
+    assert missing[1] == 5  # h1 (3 shapes), and h4-h7 with no shapes row: not compared
 
 
 def test_promtool_parses_every_query(tmp_path):
@@ -121,6 +142,7 @@ def test_promtool_parses_every_query(tmp_path):
     promtool = required_tool("promtool")
     layout = queries.Layout(cluster="cluster", host=catalog.HOSTNAME, model=catalog.MODEL_NAME)
     exprs = [queries.now_query(m, layout, ['cluster="eu-1"']) for m in queries.DEFAULT_METRICS]
+    exprs.append(queries.shapes_query(layout, []))
     exprs += [queries.paired_query(m, layout, [], {catalog.DRIVER_VERSION: "550.54.15", catalog.TORCH_VERSION: ""},
                                    {catalog.DRIVER_VERSION: "560.35.03"}, ["a", "b"], "2h")
               for m in queries.DEFAULT_METRICS]

@@ -246,13 +246,22 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     metrics = [registry[name] for name in args.metric] if args.metric else list(queries.DEFAULT_METRICS)
     at = args.time if args.time is not None else time.time()
 
-    def now(metric: catalog.MetricDef) -> list[queries.HostRow]:
-        return queries.rows(client.query(queries.now_query(metric, layout, args.selector), at), metric, layout)
+    def now(metric: catalog.MetricDef | None) -> list[queries.HostRow]:
+        if metric is None:  # every summary's GPU counts and shape counts, in one request
+            promql, metric = queries.shapes_query(layout, args.selector), catalog.SUMMARY_SHAPES
+        else:
+            promql = queries.now_query(metric, layout, args.selector)
+        return queries.rows(client.query(promql, at), metric, layout)
+    summaries = any(queries.is_summary(m) for m in metrics)
     with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
-        current = list(pool.map(now, metrics))
+        answers = list(pool.map(now, [*metrics, None] if summaries else metrics))
+        current, shapes = answers[:len(metrics)], (answers[-1] if summaries else [])
         groups: list[judge.Group] = []
-        single = 0
+        single = left_out = 0
         for metric, rows in zip(metrics, current):
+            if queries.is_summary(metric):
+                rows, dropped = queries.covering(rows, shapes)
+                left_out += dropped
             found, alone = judge.build_groups(metric, layout.group_labels(metric), rows, split, old, new)
             groups.extend(found)
             single += alone
@@ -268,6 +277,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "before_seconds": args.before, "selector": args.selector,
         "requests": client.requests, "seconds": round(time.perf_counter() - started, 3),
         "groups_compared": len(groups), "groups_with_one_version": single,
+        "host_rows_left_out": left_out,
         "slower_beyond_threshold": len(judge.exit_worthy(groups)),
         "groups": [_group_json(g, layout) for g in groups],
     }
@@ -298,8 +308,10 @@ def _paired(pool: ThreadPoolExecutor, client: Prometheus, groups: list, layout: 
         for index in asks[key]:
             group = groups[index]
             wanted = tuple(group.labels.values())
-            new_hosts = set(group.new_hosts)
-            out[index] = [r for r in by_group.get(wanted, []) if r.host in new_hosts]
+            # a paired host's GPUs: those it has on the new side now (counting the pairs would be a second
+            # aggregation over every upgraded GPU, doubling the paired queries' cost)
+            out[index] = [queries.HostRow(r.group, r.host, (), r.median, group.new_hosts[r.host])
+                          for r in by_group.get(wanted, []) if r.host in group.new_hosts]
     return out
 
 

@@ -85,7 +85,8 @@ class Group:
     other_hosts: int
     old_values: np.ndarray
     new_values: np.ndarray
-    new_hosts: list[tuple[str, str]]
+    new_hosts: dict[tuple[str, str], int]
+    """The new side's hosts and their GPUs (the paired comparison asks for these hosts only)."""
     cross: Comparison | None = None
     paired: Comparison | None = None
     verdict: str = TOO_FEW
@@ -165,7 +166,7 @@ def build_groups(metric: catalog.MetricDef, group_labels: tuple[str, ...], rows:
             new=Side(dict(zip(split, new_side)), len(usable_new), sum(r.gpus for r in usable_new)),
             other_hosts=len(other),
             old_values=np.log([r.median for r in usable_old]), new_values=np.log([r.median for r in usable_new]),
-            new_hosts=[r.host for r in usable_new]))
+            new_hosts={r.host: r.gpus for r in usable_new}))
     return groups, single
 
 

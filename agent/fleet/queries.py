@@ -2,27 +2,33 @@
 
 Hosts are the unit of comparison, so Prometheus aggregates each host's GPUs before anything is sent: one
 row per host, case and software versions, holding the median over the host's GPUs and how many GPUs it
-covers (a bad GPU of one host moves its host's median little and counts once).  Two kinds of query, each
-one request per metric:
+covers (a bad GPU of one host moves its host's median little and counts once).  Three kinds of query:
 
-* **now**: every host's median and GPU count per case and versions, at the time asked (each series' newest
-  sample within Prometheus's lookback);
+* **now**, one request per metric: every host's median per case and versions, at the time asked (each series'
+  newest sample within Prometheus's lookback), and for a per-shape metric its GPU count;
+* **shapes**, one request for every summary metric at once: each host's median ``sixdim_suite_shapes`` and its
+  GPU count per case and versions (every summary series has its shapes twin, so this is the GPU count of every
+  summary metric too);
 * **paired**: for the hosts on a new version now, each GPU's value now over its value ``before`` ago, when it
   was still on the old version, aggregated per host (median of the GPUs' ratios).  Both are instant selectors
   (the old one with ``offset``), so Prometheus reads one sample per series and time, however dense the
   history, and the query names only the hosts on the new version.
 
-Summaries are compared only where they cover as many shapes as their group's median (the same rule as the
-peer recording rules): a geometric mean over other shapes is another number.
+Summaries are compared only where they cover as many shapes as their group's median (the rule of the peer
+recording rules, applied per host: :func:`covering`): a geometric mean over other shapes is another number.
+The rule is applied here, not in PromQL: joining every shapes series with its group's median in each query
+read the 400,000 shapes series of a 1,000-host fleet twelve times per answer and took three quarters of its
+time (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from sixdim.core import catalog
-from sixdim.monitoring.promql import covering_shapes, quote
+from sixdim.monitoring.promql import quote
 
 STAT = "sixdim_fleet_stat"
 """The label that tells the median rows from the count rows of one answer."""
@@ -104,15 +110,26 @@ def _both(by: str, expr: str) -> str:
             f'or\nlabel_replace(count by ({by}) ({expr}), "{STAT}", "{GPUS}", "", "")')
 
 
+def is_summary(metric: catalog.MetricDef) -> bool:
+    return metric in catalog.SUMMARY_METRICS
+
+
+def _by_host(layout: Layout, metric: catalog.MetricDef) -> str:
+    return ", ".join(dict.fromkeys(layout.host_labels() + layout.group_labels(metric) + catalog.VERSION_LABELS))
+
+
 def now_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str]) -> str:
-    """Each host's median over its GPUs and their count, per case and versions, as they are now."""
-    group = layout.group_labels(metric)
-    expr = _selector(metric, matchers)
-    if metric in catalog.SUMMARY_METRICS:
-        shapes = _selector(catalog.SUMMARY_SHAPES, matchers)
-        expr = covering_shapes(expr, shapes, ", ".join(dict.fromkeys((layout.cluster,) + group)))
-    by = ", ".join(dict.fromkeys(layout.host_labels() + group + catalog.VERSION_LABELS))
+    """Each host's median over its GPUs per case and versions, as they are now; with the GPU count for a
+    per-shape metric (a summary's comes from :func:`shapes_query`)."""
+    by, expr = _by_host(layout, metric), _selector(metric, matchers)
+    if is_summary(metric):
+        return f'label_replace(quantile by ({by}) (0.5, {expr}), "{STAT}", "{MEDIAN}", "", "")'
     return _both(by, expr)
+
+
+def shapes_query(layout: Layout, matchers: list[str]) -> str:
+    """Each host's median shape count over its GPUs and their count, per summary case and versions."""
+    return _both(_by_host(layout, catalog.SUMMARY_SHAPES), _selector(catalog.SUMMARY_SHAPES, matchers))
 
 
 def version_matchers(versions: dict[str, str]) -> list[str]:
@@ -131,7 +148,28 @@ def paired_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str],
     ratio = (f"(\n  max without ({versions}) ({after})\n/\n"
              f"  max without ({versions}) ({earlier} offset {before})\n)")
     by = ", ".join(dict.fromkeys(layout.host_labels() + layout.group_labels(metric)))
-    return _both(by, ratio)
+    return f'label_replace(quantile by ({by}) (0.5, {ratio}), "{STAT}", "{MEDIAN}", "", "")'
+
+
+def covering(rows: list[HostRow], shapes: list[HostRow]) -> tuple[list[HostRow], int]:
+    """A summary metric's host rows with their GPU counts from ``shapes`` (the :func:`shapes_query` rows), and
+    only where the host's median shape count is its group's (the most common among its hosts, the larger on a
+    tie: a suite whose shape failed everywhere under the new version still compares the hosts that ran it
+    all); with how many host rows were left out.  Groups are compared across versions, so the count is the
+    group's over every version."""
+    counts = {(r.group, r.host, r.versions): r for r in shapes}
+    typical: dict[tuple, Counter] = {}
+    for r in shapes:
+        typical.setdefault(r.group, Counter())[r.median] += 1
+    wanted = {group: max(counter.items(), key=lambda item: (item[1], item[0]))[0] for group, counter in typical.items()}
+    out, left_out = [], 0
+    for r in rows:
+        twin = counts.get((r.group, r.host, r.versions))
+        if twin is None or twin.median != wanted.get(r.group):
+            left_out += 1
+            continue
+        out.append(HostRow(r.group, r.host, r.versions, r.median, twin.gpus))
+    return out, left_out
 
 
 @dataclass(frozen=True)

@@ -286,12 +286,16 @@ def breakdown(url: str, moment: float) -> Breakdown:
     timed: list[Timed] = []
     groups: list[judge.Group] = []
     build = 0.0
+    shapes = timed_query(url, "shapes", catalog.SUMMARY_SHAPES, queries.shapes_query(layout, []), moment, layout,
+                         with_versions=True)
+    timed.append(shapes)
     for metric in queries.DEFAULT_METRICS:
         now = timed_query(url, "now", metric, queries.now_query(metric, layout, []), moment, layout,
                           with_versions=True)
         timed.append(now)
         started = time.perf_counter()
-        found, _single = judge.build_groups(metric, layout.group_labels(metric), now.rows, split, {}, {})
+        rows = queries.covering(now.rows, shapes.rows)[0] if queries.is_summary(metric) else now.rows
+        found, _single = judge.build_groups(metric, layout.group_labels(metric), rows, split, {}, {})
         build += time.perf_counter() - started
         groups.extend(found)
     asks: dict[tuple, list[int]] = {}
@@ -308,8 +312,9 @@ def breakdown(url: str, moment: float) -> Breakdown:
         for row in answer.rows:
             by_group.setdefault(row.group, []).append(row)
         for i in indexes:
-            new_hosts = set(groups[i].new_hosts)
-            paired[i] = [r for r in by_group.get(tuple(groups[i].labels.values()), []) if r.host in new_hosts]
+            new_hosts = groups[i].new_hosts
+            paired[i] = [queries.HostRow(r.group, r.host, (), r.median, new_hosts[r.host])
+                         for r in by_group.get(tuple(groups[i].labels.values()), []) if r.host in new_hosts]
     started = time.perf_counter()
     judge.judge(groups, paired, alpha=command.DEFAULT_ALPHA, threshold=command.DEFAULT_THRESHOLD,
                 min_hosts=command.DEFAULT_MIN_HOSTS)
@@ -317,29 +322,7 @@ def breakdown(url: str, moment: float) -> Breakdown:
     verdicts: dict[str, int] = {}
     for group in groups:
         verdicts[group.verdict] = verdicts.get(group.verdict, 0) + 1
-    for kind, promql in alternatives(layout).items():
-        timed.append(timed_query(url, kind, catalog.SUMMARY_SHAPES, promql, moment, layout, with_versions=True,
-                                 as_rows=False))
     return Breakdown(timed, build, judged, len(groups), verdicts)
-
-
-def alternatives(layout: queries.Layout) -> dict[str, str]:
-    """The "now" query's two parts asked apart, to show what the summaries' coverage filter costs: every
-    summary metric's host medians and GPU counts in one request without the filter, and the filter's
-    exceptions (the GPUs whose shape count is not their group's median) asked once for all of them."""
-    summaries = (catalog.SUMMARY_FLOPS, catalog.SUMMARY_SAMPLES, catalog.SUMMARY_BANDWIDTH)
-    selector = f'{{__name__=~"{"|".join(m.name for m in summaries)}"}}'
-    group = layout.group_labels(catalog.SUMMARY_FLOPS)
-    by = ", ".join(dict.fromkeys(("__name__",) + layout.host_labels() + group + catalog.VERSION_LABELS))
-    peers = ", ".join(dict.fromkeys((layout.cluster,) + layout.group_labels(catalog.SUMMARY_SHAPES)))
-    shapes = catalog.SUMMARY_SHAPES.name
-    return {
-        "now, all summaries, no coverage filter":
-            f'label_replace(quantile by ({by}) (0.5, {selector}), "{queries.STAT}", "{queries.MEDIAN}", "", "")\n'
-            f'or\nlabel_replace(count by ({by}) ({selector}), "{queries.STAT}", "{queries.GPUS}", "", "")',
-        "coverage exceptions, once":
-            f"{shapes} != on ({peers}) group_left () quantile by ({peers}) (0.5, {shapes})",
-    }
 
 
 def mib(kib_or_bytes: float, unit: int = 1 << 20) -> str:
@@ -394,13 +377,13 @@ def report(args: argparse.Namespace, fleet: Fleet, facts: dict[str, Any], runs: 
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for q in parts.queries:
-        if q.kind not in ("now", "paired"):
+        if q.kind not in ("shapes", "now", "paired"):
             continue
         lines.append(f"| {q.kind} | `{q.metric}` | {q.eval_seconds:.2f} | {q.request_seconds:.2f} | "
                      f"{q.gzip_bytes / 1e6:.1f} / {q.json_bytes / 1e6:.1f} MB | {q.series:,} | {q.samples:,} "
                      f"({q.peak_samples:,}) | {q.gunzip_seconds:.2f} | {q.parse_seconds:.2f} | "
                      f"{q.rows_seconds:.2f} |")
-    sent = [q for q in parts.queries if q.kind in ("now", "paired")]
+    sent = [q for q in parts.queries if q.kind in ("shapes", "now", "paired")]
     total_request = sum(q.request_seconds for q in sent)
     client = [sum(getattr(q, f"{step}_seconds") for q in sent) for step in ("gunzip", "parse", "rows")]
     total_client = sum(client)
@@ -414,17 +397,7 @@ def report(args: argparse.Namespace, fleet: Fleet, facts: dict[str, Any], runs: 
         + "). In sequence, the steps add up to "
         f"{total_request + total_client + parts.build_seconds + parts.judge_seconds:.2f} s; the command sends "
         f"{command.PARALLEL_REQUESTS} at a time.",
-        "",
-        "The \"now\" query's parts asked apart (not what the command sends; what its summaries' coverage filter "
-        "costs):",
-        "",
-        "| query | eval s | request s | series | samples read (peak) |",
-        "|---|---|---|---|---|",
     ]
-    for q in parts.queries:
-        if q.kind not in ("now", "paired"):
-            lines.append(f"| {q.kind} | {q.eval_seconds:.2f} | {q.request_seconds:.2f} | {q.series:,} | "
-                         f"{q.samples:,} ({q.peak_samples:,}) |")
     return "\n".join(lines) + "\n"
 
 

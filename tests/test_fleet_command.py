@@ -112,11 +112,23 @@ def test_the_queries_keep_hosts_as_the_unit_and_the_names_the_agents_export():
     assert 'sixdim_suite_flops{suite="quick"}' in now and catalog.SUMMARY_SHAPES.name not in now
     assert "count by" not in now  # a summary's GPU counts come with the shapes, once for every summary metric
     shapes = queries.shapes_query(layout, ['suite="quick"'])
-    assert 'sixdim_suite_shapes{suite="quick"}' in shapes and "count by (site, Hostname" in shapes
+    assert 'sixdim_suite_shapes{suite="quick"}' in shapes and "count_values by (site, Hostname" in shapes
     paired = queries.paired_query(catalog.WORKLOAD_FLOPS, layout, [], {catalog.DRIVER_VERSION: "550"},
                                   {catalog.DRIVER_VERSION: "560"}, ["h-1", "h.2"], "1d")
     assert 'Hostname=~"h\\\\-1|h\\\\.2"' in paired and "offset 1d" in paired and "last_over_time" not in paired
     assert "shape" in paired.split("quantile by (", 1)[1].split(")", 1)[0]
+
+
+def test_the_shape_counts_give_each_hosts_median_gpu_and_its_gpus():
+    layout = queries.Layout(cluster="cluster", host=catalog.HOSTNAME, model=catalog.MODEL_NAME)
+    base = {"cluster": "eu-1", catalog.HOSTNAME: "h1", catalog.MODEL_NAME: "H100", catalog.WORKLOAD: "gemm",
+            catalog.DRIVER_VERSION: "550"}
+    answer = [{"metric": {**base, queries.SHAPES_VALUE: "4"}, "value": [0, "7"]},
+              {"metric": {**base, queries.SHAPES_VALUE: "3"}, "value": [0, "1"]},
+              {"metric": {**base, catalog.HOSTNAME: "h2", queries.SHAPES_VALUE: "3"}, "value": [0, "5"]},
+              {"metric": {**base, catalog.HOSTNAME: "h2", queries.SHAPES_VALUE: "4"}, "value": [0, "3"]}]
+    rows = {r.host[1]: (r.median, r.gpus) for r in queries.shape_rows(answer, layout)}
+    assert rows == {"h1": (4.0, 8), "h2": (3.0, 8)}
 
 
 def test_summaries_are_compared_where_they_cover_their_groups_usual_shapes():

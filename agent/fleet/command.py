@@ -248,10 +248,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
     def now(metric: catalog.MetricDef | None) -> list[queries.HostRow]:
         if metric is None:  # every summary's GPU counts and shape counts, in one request
-            promql, metric = queries.shapes_query(layout, args.selector), catalog.SUMMARY_SHAPES
-        else:
-            promql = queries.now_query(metric, layout, args.selector)
-        return queries.rows(client.query(promql, at), metric, layout)
+            return queries.shape_rows(client.query(queries.shapes_query(layout, args.selector), at), layout)
+        return queries.rows(client.query(queries.now_query(metric, layout, args.selector), at), metric, layout)
     summaries = any(queries.is_summary(m) for m in metrics)
     with ThreadPoolExecutor(PARALLEL_REQUESTS) as pool:
         answers = list(pool.map(now, [*metrics, None] if summaries else metrics))

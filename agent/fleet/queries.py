@@ -6,9 +6,9 @@ covers (a bad GPU of one host moves its host's median little and counts once).  
 
 * **now**, one request per metric: every host's median per case and versions, at the time asked (each series'
   newest sample within Prometheus's lookback), and for a per-shape metric its GPU count;
-* **shapes**, one request for every summary metric at once: each host's median ``sixdim_suite_shapes`` and its
-  GPU count per case and versions (every summary series has its shapes twin, so this is the GPU count of every
-  summary metric too);
+* **shapes**, one request for every summary metric at once: how many of each host's GPUs cover each number of
+  shapes (``count_values`` over ``sixdim_suite_shapes``, one pass), per case and versions; every summary series
+  has its shapes twin, so this gives the GPU count of every summary metric too;
 * **paired**: for the hosts on a new version now, each GPU's value now over its value ``before`` ago, when it
   was still on the old version, aggregated per host (median of the GPUs' ratios).  Both are instant selectors
   (the old one with ``offset``), so Prometheus reads one sample per series and time, however dense the
@@ -127,9 +127,39 @@ def now_query(metric: catalog.MetricDef, layout: Layout, matchers: list[str]) ->
     return _both(by, expr)
 
 
+SHAPES_VALUE = "sixdim_fleet_shapes"
+"""The label ``count_values`` puts each shape count in."""
+
+
 def shapes_query(layout: Layout, matchers: list[str]) -> str:
-    """Each host's median shape count over its GPUs and their count, per summary case and versions."""
-    return _both(_by_host(layout, catalog.SUMMARY_SHAPES), _selector(catalog.SUMMARY_SHAPES, matchers))
+    """How many GPUs of each host cover each number of shapes, per summary case and versions (read by
+    :func:`shape_rows`)."""
+    return (f'count_values by ({_by_host(layout, catalog.SUMMARY_SHAPES)}) ("{SHAPES_VALUE}", '
+            f"{_selector(catalog.SUMMARY_SHAPES, matchers)})")
+
+
+def shape_rows(answer: list[dict], layout: Layout) -> list[HostRow]:
+    """A :func:`shapes_query` answer as host rows: the median over the host's GPUs of their shape counts, and
+    how many GPUs."""
+    group_labels = layout.group_labels(catalog.SUMMARY_SHAPES)
+    tallies: dict[tuple, list[tuple[float, int]]] = {}
+    for series in answer:
+        labels = series["metric"]
+        key = (tuple(labels.get(label, "") for label in group_labels),
+               (labels.get(layout.cluster, ""), labels.get(layout.host, "")),
+               tuple(labels.get(label, "") for label in catalog.VERSION_LABELS))
+        tallies.setdefault(key, []).append((float(labels.get(SHAPES_VALUE, "nan")), int(float(series["value"][1]))))
+    out = []
+    for (group, host, versions), counts in tallies.items():
+        gpus = sum(n for _, n in counts)
+        seen, middle = 0, counts[0][0]
+        for value, n in sorted(counts):  # the median GPU's count (the lower middle for an even number)
+            seen += n
+            if 2 * seen >= gpus:
+                middle = value
+                break
+        out.append(HostRow(group, host, versions, middle, gpus))
+    return out
 
 
 def version_matchers(versions: dict[str, str]) -> list[str]:

@@ -260,7 +260,12 @@ def timed_query(url: str, kind: str, metric: catalog.MetricDef, promql: str, mom
         raise SystemExit(f"{kind} {metric.name}: {answer.get('errorType')}: {answer.get('error')}")
     data = answer["data"]
     started = time.perf_counter()
-    rows = queries.rows(data["result"], metric, layout, with_versions=with_versions) if as_rows else []
+    if not as_rows:
+        rows: list[queries.HostRow] = []
+    elif kind == "shapes":
+        rows = queries.shape_rows(data["result"], layout)
+    else:
+        rows = queries.rows(data["result"], metric, layout, with_versions=with_versions)
     rowed = time.perf_counter() - started
     stats = data.get("stats") or {}
     samples = stats.get("samples") or {}

@@ -277,7 +277,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "groups_compared": len(groups), "groups_with_one_version": single,
         "host_rows_left_out": left_out,
         "slower_beyond_threshold": len(judge.exit_worthy(groups)),
-        "groups": [_group_json(g, layout) for g in groups],
+        "groups": [_group_json(g) for g in groups],
     }
 
 
@@ -313,7 +313,7 @@ def _paired(pool: ThreadPoolExecutor, client: Prometheus, groups: list, layout: 
     return out
 
 
-def _group_json(group: Any, layout: queries.Layout) -> dict[str, Any]:
+def _group_json(group: Any) -> dict[str, Any]:
     from sixdim.fleet.judge import percent
 
     change = group.change()

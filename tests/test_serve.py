@@ -15,7 +15,8 @@ from tests.daemon import FAST_GEMM_SUITE, Daemon, crash, write_config
 pytestmark = pytest.mark.slow
 
 EXPECTED_LABELS = {"hostname", "gpu", "UUID", "model_name", "pci_bus_id", "device_type", "workload", "precision",
-                   "shape", "mode", "pass", "suite", "driver_version", "cuda_version", "torch_version"}
+                   "shape", "mode", "pass", "suite", "driver_version", "cuda_version", "cudnn_version", "nccl_version",
+                   "torch_version"}
 
 
 def test_serve_exports_gemm_stays_light_and_restores_from_history(tmp_path, cli_env, promtool):

@@ -71,7 +71,7 @@ def _count(value: str) -> int:
     return int(value)
 
 
-def _window(value: str) -> int:
+def _duration(value: str) -> int:
     try:
         return whole_seconds(value)
     except ValueError as exc:
@@ -152,7 +152,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                             f"(Bonferroni) (default: {DEFAULT_ALPHA})")
     fleet.add_argument("--min-hosts", type=_count, default=DEFAULT_MIN_HOSTS, metavar="N",
                        help=f"hosts each side needs for a verdict (default: {DEFAULT_MIN_HOSTS})")
-    fleet.add_argument("--before", type=_window, default=DEFAULT_BEFORE, metavar="DURATION",
+    fleet.add_argument("--before", type=_duration, default=DEFAULT_BEFORE, metavar="DURATION",
                        help="the paired comparison takes each upgraded GPU's value this long before --time, when "
                             "it still ran the old version: make it reach back to before the hosts you want paired "
                             f"upgraded (default: {format_duration(DEFAULT_BEFORE)})")

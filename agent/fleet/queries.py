@@ -145,9 +145,7 @@ def shape_rows(answer: list[dict], layout: Layout) -> list[HostRow]:
     tallies: dict[tuple, list[tuple[float, int]]] = {}
     for series in answer:
         labels = series["metric"]
-        key = (tuple(labels.get(label, "") for label in group_labels),
-               (labels.get(layout.cluster, ""), labels.get(layout.host, "")),
-               tuple(labels.get(label, "") for label in catalog.VERSION_LABELS))
+        key = _row_key(labels, group_labels, layout, with_versions=True)
         tallies.setdefault(key, []).append((float(labels.get(SHAPES_VALUE, "nan")), int(float(series["value"][1]))))
     out = []
     for (group, host, versions), counts in tallies.items():
@@ -213,6 +211,14 @@ class HostRow:
     gpus: int
 
 
+def _row_key(labels: dict[str, str], group_labels: tuple[str, ...], layout: Layout, *,
+             with_versions: bool) -> tuple[tuple[str, ...], tuple[str, str], tuple[str, ...]]:
+    """A series' group, host and versions, as a :class:`HostRow` holds them."""
+    return (tuple(labels.get(label, "") for label in group_labels),
+            (labels.get(layout.cluster, ""), labels.get(layout.host, "")),
+            tuple(labels.get(label, "") for label in catalog.VERSION_LABELS) if with_versions else ())
+
+
 def rows(answer: list[dict], metric: catalog.MetricDef, layout: Layout, *, with_versions: bool = True) -> list[HostRow]:
     """The rows of a :func:`now_query` or :func:`paired_query` answer: the median and count rows joined."""
     group_labels = layout.group_labels(metric)
@@ -220,9 +226,7 @@ def rows(answer: list[dict], metric: catalog.MetricDef, layout: Layout, *, with_
     counts: dict[tuple, int] = {}
     for series in answer:
         labels = series["metric"]
-        key = (tuple(labels.get(label, "") for label in group_labels),
-               (labels.get(layout.cluster, ""), labels.get(layout.host, "")),
-               tuple(labels.get(label, "") for label in catalog.VERSION_LABELS) if with_versions else ())
+        key = _row_key(labels, group_labels, layout, with_versions=with_versions)
         value = float(series["value"][1])
         if labels.get(STAT) == GPUS:
             counts[key] = int(value)

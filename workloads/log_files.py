@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +66,12 @@ CLOCK_SLACK = 2.0
 file system's time stamps may be coarse)."""
 MAX_DEPTH = 6
 MAX_BYTES = 256 * 2**20
-"""A trainer_state.json or metrics.csv larger than this is not read (a year of steps is far smaller)."""
+"""A trainer_state.json or metrics.csv larger than this is not read (a year of steps is far smaller).  At most
+this much is ever read from one, whatever ``st_size`` says (a device such as /dev/zero says 0)."""
+SNIFF_BYTES = 65536
+"""How much of a file named explicitly is read to recognise its format."""
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 TENSORBOARD_MISSING = ("reading TensorBoard event files needs the tensorboard package, which is not installed: "
                        "pip install tensorboard (or sixdim's extra: pip install 'sixdim[tensorboard]'); or leave "
                        "'tensorboard' out of formats and name the other files in log_files")
@@ -128,9 +135,8 @@ def detect(path: Path, sniff: bool = True) -> str | None:
     if not sniff:
         return None
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(65536).decode("utf-8", "replace")
-    except OSError:
+        head = read_limited(path, SNIFF_BYTES, whole=False).decode("utf-8", "replace")
+    except (OSError, ValueError):
         return None
     if name.endswith(".json") and '"log_history"' in head:
         return "hf_trainer"
@@ -139,6 +145,42 @@ def detect(path: Path, sniff: bool = True) -> str | None:
         if header & {"step", "epoch"}:
             return "lightning_csv"
     return None
+
+
+def not_regular(path: Path) -> str | None:
+    """What a path is when it is not a regular file once its links are followed (``a character device``: a
+    link to /dev/zero, ``a FIFO``), or None.  Such a file is never read: a device has no end and a FIFO no
+    writer, and ``st_size`` says nothing of either."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # gone, or unreadable: reading it says why
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "a special file")
+
+
+def read_limited(path: Path, limit: int = MAX_BYTES, *, whole: bool = True) -> bytes:
+    """At most ``limit`` bytes of a regular file, opened without blocking (a FIFO put there meanwhile does not
+    hang the worker) and checked as opened (a file swapped for a device after it was found is refused);
+    with ``whole``, a file with more than ``limit`` bytes is refused rather than cut."""
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(handle)
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError(f"not a regular file ({_KINDS.get(stat.S_IFMT(status.st_mode), 'a special file')})")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(handle, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            if whole:
+                raise ValueError(f"larger than {limit // 2**20} MiB")
+            return b"".join(chunks)[:limit]
+        return b"".join(chunks)
+    finally:
+        os.close(handle)
 
 
 def _walk(folder: Path) -> list[Path]:
@@ -176,11 +218,16 @@ def find(pattern: str, options: Options) -> Found:
         path = Path(match)
         if path.is_dir():
             candidates += [(p, False) for p in _walk(path)]
-        elif path.is_file():
+        else:
             candidates.append((path, True))
     skipped: list[Report] = []
     files: list[tuple[Path, str]] = []
     for path, explicit in candidates[:MAX_FILES]:
+        special = not_regular(path)
+        if special is not None:
+            skipped.append(Report(str(path), detect(path, sniff=False),
+                                  note=f"not a regular file ({special}): not read"))
+            continue
         kind = detect(path, sniff=explicit)
         if options.started is not None and _mtime(path) < options.started - CLOCK_SLACK:
             skipped.append(Report(str(path), kind, note="last written before the command started: an earlier run's"))
@@ -349,10 +396,7 @@ def _read_tensorboard(found: list[Found], options: Options, part: TrainingLog, r
 # --- Hugging Face trainer_state.json ------------------------------------------------------------
 
 def _load_json(path: Path) -> Any:
-    if path.stat().st_size > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES // 2**20} MiB")
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return json.loads(read_limited(path).decode("utf-8"))
 
 
 def _read_trainer_state(path: Path, options: Options, part: TrainingLog, report: Report) -> None:
@@ -383,10 +427,7 @@ def _read_trainer_state(path: Path, options: Options, part: TrainingLog, report:
 
 def _read_metrics_csv(path: Path, options: Options, part: TrainingLog, report: Report) -> None:
     """CSVLogger's rows (``epoch``, ``step`` and one column per logged name, empty where a row lacks it)."""
-    if path.stat().st_size > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES // 2**20} MiB")
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = list(csv.DictReader(io.StringIO(read_limited(path).decode("utf-8"), newline="")))
     names = [n for n in (rows[0].keys() if rows else []) if n and n not in ("epoch", "step")]
     quality, throughput, notes = _select(names, options, is_evaluation_metric)
     for row in rows:

@@ -185,9 +185,22 @@ class SuiteScheduler:
         for job in scheduled:
             self._scheduler.remove_job(job.id)
         self._plan, self._source = plan, source or self._source
+        retired, retired_pool = self._alias, self._pools[-1]
         self._add_jobs(plan, kept)
+        self._retire(retired, retired_pool)
         if self._scheduler.running:
             self._log_jobs()
+
+    def _retire(self, alias: str, pool: ThreadPoolExecutor) -> None:
+        """An earlier plan's pool after a reload: the runs started now or the confirmations still waiting on it
+        move to the new plan's pool, and it takes no more work; its running suites finish as configured and
+        its threads end with them, so a reload leaves no idle threads behind (each used to keep its pool's)."""
+        with self._extra_lock:
+            for job in self._scheduler.get_jobs():
+                if job.executor == alias:
+                    self._scheduler.modify_job(job.id, executor=self._alias)
+            self._scheduler.remove_executor(alias, shutdown=False)
+        pool.shutdown(wait=False)
 
     def start(self) -> None:
         self._scheduler.start()

@@ -55,6 +55,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from sixdim.config import EMBEDDED_SOURCE, Suite, case_timeout
+from sixdim.core.loglines import LogLimiter
 from sixdim.core.results import RunRecord, plural, status_counts_text
 from sixdim.run.confirm import CONFIRM_DELAY_SECONDS, ConfirmationBudget, wants_confirmation
 from sixdim.run.devices import Device
@@ -63,6 +64,10 @@ from sixdim.workloads import registry
 from sixdim.workloads.spec import Case, WorkloadSpec
 
 log = logging.getLogger(__name__)
+FAILURE_LOG_INTERVAL = 60.0
+"""A suite job that cannot run says so at most once a minute (with a count of the runs held back): a full state
+folder under a 1 s schedule logged an identical ERROR line every second."""
+_failures = LogLimiter(log, FAILURE_LOG_INTERVAL)
 
 
 class RunHealth:
@@ -315,9 +320,10 @@ class SuiteScheduler:
             return self._run_suite(suite, device, job, only, what)
         except Exception as exc:  # a bug or a full state folder in one run must not end the schedule
             reason = _failure(exc)
-            log.error("suite %s on %s could not run: %s; the agent cannot run its suites until this is fixed "
-                      "(it tries again at the next scheduled run)", suite.name, device.name, reason,
-                      exc_info=not isinstance(exc, OSError))
+            _failures.note(f"{job}: {reason}", logging.ERROR,
+                           "suite %s on %s could not run: %s; the agent cannot run its suites until this is fixed "
+                           "(it tries again at the next scheduled run)", suite.name, device.name, reason,
+                           exc_info=not isinstance(exc, OSError))
             self.health.failed(job, f"suite {suite.name} on {device.name} could not run: {reason}")
             return []
 

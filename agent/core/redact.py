@@ -26,6 +26,17 @@ by one: ``sh -c "HF_TOKEN=V python train.py --api-key=W"`` keeps its command rea
 and ``W`` to :func:`scrub`, not the whole line as one value.  A secret the command prints that is not
 in its parameters cannot be recognised.
 
+**Credentials of HTTP clients**, which carry no secret name: an argument that is a header (``Name:
+value``, as ``curl -H``, ``wget --header=`` and httpie's ``Name:value`` items give it) whose name is
+``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie`` or a secret name (``X-API-Key``,
+``X-Auth-Token``, ``Private-Token``) loses its value, an authorization's scheme kept (``Authorization:
+Bearer <redacted>``, also ``token`` and ``Basic``, whose decoded password is hunted too); ``curl -u``,
+``--user``, ``-U``, ``--proxy-user`` (also ``-sSu``, ``-uNAME:PW``, ``--user=``) and httpie's ``-a`` /
+``--auth`` lose the password of ``user:password``, the user kept, and only after the program's name
+(``sudo -u bob``, ``docker run -u 1000:1000``, ``python -u`` are not credentials); a name containing
+``BEARER`` is secret (``--oauth2-bearer TOKEN``); a URL's ``user:password@`` loses the password
+anywhere (``git clone https://bob:PW@...``, ``DATABASE_URL=postgres://u:PW@h/db``).
+
 Standard library only, and nothing else of sixdim: the daemon side (:mod:`sixdim.run.executor`) and the
 worker side (:mod:`sixdim.workloads.command`, the one workloads module that imports from ``agent``) both
 use it, so it must never import either.
@@ -33,6 +44,8 @@ use it, so it must never import either.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import shlex
 from collections.abc import Iterable, Sequence
@@ -47,7 +60,7 @@ every ``1`` or ``abc`` in a reason or a traceback would hide more than it protec
 
 _SECRET_NAMES = frozenset({"TOKEN", "KEY", "APIKEY"})
 _SECRET_SUFFIXES = ("_TOKEN", "_KEY", "_APIKEY")
-_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "BEARER")
 _LOCATION_SUFFIXES = ("_FILE", "_PATH", "_DIR")
 
 _ASSIGNMENT = re.compile(r"([-+]*[A-Za-z_][\w.-]*)=(.*)", re.S)
@@ -70,6 +83,46 @@ _SHELL_TOKEN = re.compile(r"""
 """, re.S | re.X)
 """A shell word (quotes kept, so its span in the line is exact) or a run of operator characters."""
 
+_HEADER = re.compile(r"([A-Za-z][\w-]*)(\s*:\s*)(\S.*)", re.S)
+"""An HTTP header as a client takes it: ``Name: value`` (curl, wget) or ``Name:value`` (httpie)."""
+_CREDENTIAL_HEADERS = frozenset({"AUTHORIZATION", "PROXY_AUTHORIZATION", "COOKIE", "SET_COOKIE"})
+"""Headers that carry credentials without a secret name; ``X-API-Key`` and the like are found by name."""
+_AUTH_SCHEME = re.compile(r"([A-Za-z][\w.+-]*)(\s+)(\S.*)", re.S)
+"""An authorization's ``scheme credentials`` (``Bearer T``, ``token T``, ``Basic B64``): the scheme stays."""
+_AUTH_SCHEMES = frozenset({"Bearer", "bearer", "Basic", "basic", "token", "Token", "Digest", "Negotiate", "NTLM"})
+"""A scheme alone (``Authorization: Bearer``, its token still to come) is redacted but not hunted in output."""
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:)([^/?#\s]+)(?=@)")
+"""The password of a URL's ``user:password@``; up to the authority's last ``@``, as clients read it."""
+
+
+class _Client:
+    """The options of an HTTP client that take ``user:password``; only read after the client's name."""
+
+    def __init__(self, short: str, long: frozenset[str], whole_without_colon: bool) -> None:
+        self.short, self.long = short, long
+        self.whole_without_colon = whole_without_colon  # httpie's --auth is a bare token with -A bearer
+
+    def takes_next(self, item: str) -> bool:
+        """``--user``, ``-u``, or a cluster of one-letter options that ends with one (``-sSfu``)."""
+        return item in self.long or bool(re.fullmatch(r"-[A-Za-z]+", item) and item[-1] in self.short)
+
+    def glued(self, item: str) -> tuple[str, str] | None:
+        """``--user=VALUE`` or ``-uVALUE``: the option as written and its value."""
+        name, sep, value = item.partition("=")
+        if sep and name in self.long:
+            return name + "=", value
+        if len(item) > 2 and item[0] == "-" and item[1] in self.short:
+            return item[:2], item[2:]
+        return None
+
+
+_CLIENTS = {
+    "curl": _Client("uU", frozenset({"--user", "--proxy-user"}), whole_without_colon=False),
+    "http": _Client("a", frozenset({"--auth"}), whole_without_colon=True),  # httpie
+    "https": _Client("a", frozenset({"--auth"}), whole_without_colon=True),
+}
+"""Programs whose ``-u``-like option is a credential (``-u`` is a user, a uid or a switch elsewhere)."""
+
 T = TypeVar("T")
 
 
@@ -80,6 +133,12 @@ def is_secret_name(name: str) -> bool:
         return False
     return (normal in _SECRET_NAMES or normal.endswith(_SECRET_SUFFIXES)
             or any(word in normal for word in _SECRET_WORDS))
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether an HTTP header called ``name`` carries a credential (see the module)."""
+    normal = name.replace("-", "_").upper()
+    return normal in _CREDENTIAL_HEADERS or normal.endswith("_AUTHORIZATION") or is_secret_name(name)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -171,9 +230,22 @@ def _argv(argv: Sequence[str]) -> tuple[list[str], set[str]]:
     starts with."""
     redacted: list[str] = []
     found: set[str] = set()
-    value_next = script_next = False
+    value_next = script_next = credential_next = False
     shell_options = option_argument = False  # among a shell's options; the next is the name of its -o
+    client: _Client | None = None  # an HTTP client's name was seen: its -u is a credential
     for item in argv:
+        if credential_next and not item.startswith("-") and client is not None:
+            shown, values = _credential(item, client)
+            redacted.append(shown)
+            found |= values
+            credential_next = False
+            continue
+        credential_next = False
+        if client is not None and (glued := client.glued(item)) is not None:
+            shown, values = _credential(glued[1], client)
+            redacted.append(glued[0] + shown)
+            found |= values
+            continue
         if script_next:
             shown, values = _shell(item)
             redacted.append(shown)
@@ -189,7 +261,11 @@ def _argv(argv: Sequence[str]) -> tuple[list[str], set[str]]:
         redacted.append(shown)
         found |= values
         value_next = bool(_FLAG.fullmatch(item)) and is_secret_name(item)
-        if item.rsplit("/", 1)[-1] in _SHELLS:
+        credential_next = client is not None and client.takes_next(item)
+        program = item.rsplit("/", 1)[-1]
+        if ":" not in item:  # a program's path, not a URL ending in /http
+            client = _CLIENTS.get(program, client)
+        if program in _SHELLS:
             shell_options, option_argument = True, False
         elif shell_options:
             script_next = bool(_COMMAND_OPTION.fullmatch(item))
@@ -199,16 +275,57 @@ def _argv(argv: Sequence[str]) -> tuple[list[str], set[str]]:
 
 
 def _item(item: str) -> tuple[str, set[str]]:
-    """One argument: a secret ``NAME=VALUE`` loses its whole value; else one with white space in it
-    is read as a command line of its own (``sh -c "python train.py --token V"``)."""
+    """One argument: a credential header loses its value (also as ``--header=...`` or ``-H...``); a
+    secret ``NAME=VALUE`` loses its whole value; else one with white space in it is read as a command
+    line of its own (``sh -c "python train.py --token V"``); a URL's password goes wherever it is."""
+    header = _header(item)
+    if header is not None:
+        return header
     assignment = _ASSIGNMENT.fullmatch(item)
     if assignment and is_secret_name(assignment[1]):
         name, value = assignment[1], assignment[2]
         return (f"{name}={REDACTED}", {value}) if value else (item, set())
+    prefix = f"{assignment[1]}=" if assignment else "-H" if item.startswith("-H") else ""
+    header = _header(item[len(prefix):]) if prefix else None
+    if header is not None:
+        return prefix + header[0], header[1]
     if any(character.isspace() for character in item):
         line, values = _shell(item)
         return line, values
-    return item, set()
+    found = {match[2] for match in _URL_PASSWORD.finditer(item)}
+    return _URL_PASSWORD.sub(lambda match: match[1] + REDACTED, item), found
+
+
+def _header(item: str) -> tuple[str, set[str]] | None:
+    """A credential header with its value redacted and the values taken out; ``None`` for anything else.
+    An authorization keeps its scheme; Basic's decoded password and a cookie's values are hunted too."""
+    header = _HEADER.fullmatch(item)
+    if header is None or not is_credential_header(header[1]):
+        return None
+    name, colon, value = header[1], header[2], header[3]
+    scheme = _AUTH_SCHEME.fullmatch(value) if name.upper().endswith("AUTHORIZATION") else None
+    if scheme is None:
+        found = {value} - _AUTH_SCHEMES if name.upper().endswith("AUTHORIZATION") else {value}
+        if name.upper() in ("COOKIE", "SET-COOKIE"):
+            found |= {part.partition("=")[2].strip() for part in value.split(";")} - {""}
+        return f"{name}{colon}{REDACTED}", found
+    credentials = scheme[3]
+    found = {credentials}
+    if scheme[1].lower() == "basic":
+        try:
+            found.add(base64.b64decode(credentials, validate=True).decode().partition(":")[2])
+        except (binascii.Error, UnicodeDecodeError):
+            pass  # not base64 after all: the credentials themselves are what is hunted
+    return f"{name}{colon}{scheme[1]}{scheme[2]}{REDACTED}", found - {""}
+
+
+def _credential(value: str, client: _Client) -> tuple[str, set[str]]:
+    """An HTTP client's ``user:password`` with the password redacted; without a colon, curl's value is
+    a user name (curl asks for the password), httpie's may be a bearer token (redacted whole)."""
+    user, colon, password = value.partition(":")
+    if colon:
+        return (f"{user}:{REDACTED}", {password}) if password else (value, set())
+    return (REDACTED, {value}) if client.whole_without_colon and value else (value, set())
 
 
 def _shell(line: str) -> tuple[str, set[str]]:

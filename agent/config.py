@@ -32,6 +32,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from sixdim.core.catalog import WATCHED
+from sixdim.core.files import READ_ONLY_REGULAR, NotARegularFile, open_regular
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError, brief
 
@@ -651,24 +652,33 @@ def _effects(table: Any, source: str) -> dict[str, float]:
     return effects
 
 
-MAX_FILE_BYTES = 16 * 2**20
-"""The largest configuration file read (16 MiB): a real one is a few kilobytes."""
-
-
+MAX_CONFIG_BYTES = 2**20
+"""The largest configuration file read (1 MiB): a real one is a few kilobytes.  Checked on the bytes,
+before the TOML is parsed."""
+MAX_WORKLOAD_ENTRIES = 1000
+"""The most workload entries a configuration's suites may hold in all (a preset counts as its
+workloads, a suite as one at least): a real configuration has tens.  Checked on the parsed document
+before any entry is validated, which costs about 0.15 ms each to load and 1 ms to ``serve --check-config``
+(10^4 entries took 9.6 s there, 10^6 ran for minutes: docs/ARCHITECTURE.md, Configuration)."""
 def _read_toml_file(path: Path, *, insecure_permissions: bool = False) -> dict[str, Any]:
-    """The file's TOML document.  Its permissions are checked on the open file (``fstat``), so the file
-    checked is the file read, whatever replaces the name meanwhile."""
+    """The file's TOML document.  Only a regular file is read (:func:`open_regular`: a FIFO at the path
+    would make the daemon wait for a writer, deaf to SIGTERM; a device would be read without end), and
+    at most :data:`MAX_CONFIG_BYTES` of it.  Its permissions are checked on the open file (``fstat``),
+    so the file checked is the file read, whatever replaces the name meanwhile."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             check_permissions(str(path), os.fstat(handle.fileno()), CONFIG_FILE_ROLE,
                               insecure=insecure_permissions)
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(str(path), "(file)", "an existing TOML file", detail="no such file") from None
+    except NotARegularFile as exc:
+        raise ConfigError(str(path), "(file)", "a regular TOML file", detail=f"it is {exc.kind}; {READ_ONLY_REGULAR}") \
+            from None
     except OSError as exc:
         raise ConfigError(str(path), "(file)", "a readable TOML file", detail=exc.strerror or str(exc)) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(str(path), "(file)", f"a TOML file of at most {MAX_FILE_BYTES // 2**20} MiB",
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(str(path), "(file)", f"a TOML file of at most {MAX_CONFIG_BYTES // 2**20} MiB",
                           detail="file too large")
     try:
         text = data.decode("utf-8")  # TOML is UTF-8, whatever the locale says
@@ -701,10 +711,30 @@ MAX_CONFIRM_PER_HOUR = 60
 EXPORTS = ("summary", "shapes")
 
 
+def _workload_entries(raw: list) -> int:
+    """The workload entries of ``[[suites]]`` as written, counted without validating any: a preset
+    counts as its workloads, and every suite as one at least (a suite with none is an error later)."""
+    count = 0
+    for table in raw:
+        if not isinstance(table, dict):
+            count += 1
+        elif isinstance(table.get("workloads"), list):
+            count += max(1, len(table["workloads"]))
+        else:
+            preset = table.get("preset")
+            count += len(registry.SUITES[preset]) if isinstance(preset, str) and preset in registry.SUITES else 1
+    return count
+
+
 def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
     if not isinstance(raw, list):
         raise ConfigError(source, "suites", "an array of tables ([[suites]])", raw)
+    entries = _workload_entries(raw)
+    if entries > MAX_WORKLOAD_ENTRIES:  # before any is validated: that is what costs (0.15 ms each)
+        raise ConfigError(source, "suites", f"at most {MAX_WORKLOAD_ENTRIES:,} workload entries in all suites",
+                          detail=f"it has {entries:,}; the limit is far above any real configuration")
     suites: list[Suite] = []
+    names: set[str] = set()
     for i, table in enumerate(raw):
         where = f"suites[{i}]"
         if not isinstance(table, dict):
@@ -716,8 +746,9 @@ def _parse_suites(raw: Any, source: str) -> tuple[Suite, ...]:
         name = table.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(source, f"{where}.name", "a non-empty string", name)
-        if name in {s.name for s in suites}:
+        if name in names:  # a set: a list of names compared with each suite's was quadratic
             raise ConfigError(source, f"{where}.name", "a name no other suite has", name)
+        names.add(name)
         if ("preset" in table) == ("workloads" in table):
             raise ConfigError(source, where, "exactly one of preset (" + ", ".join(registry.SUITES)
                               + ") or workloads")

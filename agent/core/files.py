@@ -1,4 +1,5 @@
-"""Writing a generated file whole or not at all, and making the folders files go in."""
+"""Writing a generated file whole or not at all, reading a file only when it is a regular one, and making
+the folders files go in."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 STANDARD_OUTPUT = "-"
 """The file name that means standard output, for the commands that write one file."""
@@ -20,8 +22,8 @@ class NotARegularFile(OSError):
     a socket, a folder or a symbolic link), which a rename would replace: the text names the path and
     what it is.  An ``OSError``, so every caller's ``except OSError`` says it as a refusal."""
 
-    def __init__(self, path: str | Path, kind: str):
-        super().__init__(errno.EEXIST, f"{path} is {kind}, not a regular file: sixdim replaces only regular files")
+    def __init__(self, path: str | Path, kind: str, why: str = "sixdim replaces only regular files"):
+        super().__init__(errno.EEXIST, f"{path} is {kind}, not a regular file: {why}")
         self.kind = kind
 
     def __str__(self) -> str:
@@ -45,6 +47,36 @@ def special_kind(path: str | Path) -> str | None:
         except OSError:
             pass
     return kind
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (``a FIFO``, ``a character device``, ...)."""
+    return "a regular file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "a special file")
+
+
+READ_ONLY_REGULAR = "sixdim reads only regular files, as a FIFO would make it wait and a device read without end"
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading in binary, or :class:`NotARegularFile` when it (what its links lead
+    to) is not a regular file.  A plain ``open`` of a FIFO waits for a writer, in the daemon's main
+    thread that handles signals (a SIGHUP onto a planted FIFO, then SIGTERM ignored), and a device
+    reads without end: the name is looked at first (a device node is not even opened), then opened
+    with ``O_NONBLOCK`` (a FIFO's open returns at once) and checked again on the open file
+    (``fstat``), so the file checked is the file read, whatever replaces the name meanwhile."""
+    status = os.stat(path)  # FileNotFoundError and the like: the caller says it as it does
+    if not stat.S_ISREG(status.st_mode):
+        raise NotARegularFile(path, kind_of(status.st_mode), READ_ONLY_REGULAR)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotARegularFile(path, kind_of(status.st_mode), READ_ONLY_REGULAR)
+        os.set_blocking(fd, True)  # no effect on a regular file's reads; plain again for the reader
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def refuse_special(path: str | Path) -> None:

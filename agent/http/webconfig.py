@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.config import ConfigError, check_permissions
+from sixdim.core.files import READ_ONLY_REGULAR, NotARegularFile, open_regular
 
 log = logging.getLogger("sixdim")
 
@@ -374,15 +375,19 @@ def load(path: str, *, where: str = "", key: str = "agent.web_config_file",
 
 
 def _read(path: str, where: str, key: str, insecure_permissions: bool) -> tuple[bytes, os.stat_result]:
-    """The file's bytes and its ``fstat``: permissions are checked on the open file, so the file
+    """The file's bytes and its ``fstat``: only a regular file is read (a FIFO would make a SIGHUP wait
+    for a writer, deaf to SIGTERM), and its permissions are checked on the open file, so the file
     checked is the file read, whatever replaces the name meanwhile."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             status = os.fstat(handle.fileno())
             check_permissions(path, status, WEB_CONFIG_ROLE, insecure=insecure_permissions)
             data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise _error(where, key, "an existing web configuration file", path, detail="no such file") from None
+    except NotARegularFile as exc:
+        raise _error(where, key, "a regular web configuration file", path,
+                     detail=f"it is {exc.kind}; {READ_ONLY_REGULAR}") from None
     except OSError as exc:
         raise _error(where, key, "a readable web configuration file", path,
                      detail=exc.strerror or str(exc)) from None
@@ -696,7 +701,7 @@ def _load_client_ca(context: ssl.SSLContext, tls: dict, path: str, base: Path,
     try:
         if key == "client_ca_file":
             cafile = _file(tls, key, path, base)
-            with open(cafile, "rb") as handle:  # checked on the open file: the file checked is the file loaded
+            with open_regular(cafile) as handle:  # checked on the open file: the file checked is the file loaded
                 check_permissions(cafile, os.fstat(handle.fileno()), CLIENT_CA_ROLE, insecure=insecure_permissions)
                 pem = handle.read(MAX_FILE_BYTES + 1)
             if len(pem) > MAX_FILE_BYTES:

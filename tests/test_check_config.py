@@ -51,8 +51,11 @@ def test_it_prints_what_serve_would_run_and_starts_nothing(tmp_path, cli_env):
     assert f"  history:       {cli_env['SIXDIM_HISTORY']}" in lines  # the variable outranks the file
     gemm_cases = len(registry.get("gemm").cases(GEMM, "cpu"))
     assert gemm_cases == 2
-    assert ("  suite fast: every 60 s, first run at start; 1 workload, 2 cases on cpu; timeout 600 s per case; "
-            "export summary") in lines
+    [fast] = [line for line in lines if line.startswith("  suite fast:")]
+    timeout = re.fullmatch(r"  suite fast: every 60 s, first run at start; 1 workload, 2 cases on cpu; timeout "
+                           r"([\d.]+) s per case(?: \(the default 600 s x [\d.]+ for the CPU's .+\))?; "
+                           r"export summary", fast)
+    assert timeout and 600 <= float(timeout.group(1)) <= 6000, fast  # the default, stretched by the load
     nightly_cases = len(registry.get("rnn").cases({}, "cpu")) + len(registry.get("conv").cases({}, "cpu"))
     [nightly] = [line for line in lines if line.startswith("  suite nightly:")]
     assert re.fullmatch(r"  suite nightly: cron '0 3 \* \* \*' \(UTC\), first run \d{4}-\d\d-\d\d 03:00:00 UTC; "
@@ -158,3 +161,19 @@ def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(
                          env=cli_env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "sixdim: error: --device: device 'cuda:3' asked for" in run.stderr, run.stderr
     assert not (tmp_path / "history.db").exists()
+
+
+def test_it_says_the_timeout_the_daemon_would_use_now(tmp_path, cli_env):
+    """On a CPU without a given timeout the daemon stretches the default by the host's load (up to 10 times);
+    the check said 600 s where the daemon, at the same load, used 6,000 s."""
+    from sixdim.config import case_timeout
+
+    config = write_config(tmp_path / "sixdim.toml", tmp_path / "history.db", TWO_SUITES)
+    done = check_config("--config", str(config), env=cli_env)
+    [fast] = [line for line in done.stdout.splitlines() if line.startswith("  suite fast:")]
+    said = float(re.search(r"timeout ([\d.]+) s per case", fast).group(1))
+    expected, why = case_timeout(600, "cpu", False)
+    assert said == pytest.approx(expected, rel=0.5)  # the load moves between the two readings
+    assert ("(the default 600 s x" in fast) == (said != 600)
+    [nightly] = [line for line in done.stdout.splitlines() if line.startswith("  suite nightly:")]
+    assert "timeout 1200 s per case; export" in nightly  # a given timeout is used as it is

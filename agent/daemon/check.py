@@ -22,12 +22,14 @@ same schedule's estimate on an H100-class GPU, said to be one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import DEFAULT_SOURCE, Config, ConfigError, Suite
+from sixdim.config import DEFAULT_SOURCE, Config, ConfigError, Suite, case_timeout
 from sixdim.daemon import cost
 from sixdim.daemon.series import SeriesCount, count_series
 from sixdim.daemon.serve import load_web_config
@@ -44,6 +46,7 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
     (or :class:`sixdim.run.devices.DeviceError`) naming what it would refuse.  ``nvml``: the host's GPUs
     (made here when None)."""
     web = load_web_config(config)
+    check_writable(config)
     nvml = nvml or NvmlCollector(config.hostname)
     host, port = config.listen_address
     lines = [f"configuration: {config.source}",
@@ -58,7 +61,7 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
         where.append(found)
         counts = {device.name: _count_cases(config, index, device.type) for device in found}
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
-                     f"{_where(counts)}; timeout {suite.timeout_seconds:g} s per case; export {suite.export}")
+                     f"{_where(counts)}; {_timeouts(suite, found)}; export {suite.export}")
     rapl = RaplReader()
     gpus = devices.host_gpus(nvml)
     series = count_series(config.suites, where, gpus, rapl_domains=len(rapl.read()) if rapl.available else 0)
@@ -245,6 +248,46 @@ def _count_cases(config: Config, index: int, device_type: str) -> int:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _timeouts(suite: Suite, found: list[devices.Device]) -> str:
+    """The per-case timeout the daemon would use now on each kind of device the suite runs on (the CPU's default
+    stretched by the host's load, as the scheduler stretches it: ``sixdim.config.case_timeout``)."""
+    told = []
+    for kind in dict.fromkeys(device.type for device in found):
+        seconds, why = case_timeout(suite.timeout_seconds, kind, suite.timeout_given)
+        told.append(f"timeout {seconds:g} s per case" + (f" ({why})" if seconds != suite.timeout_seconds else "")
+                    + (f" on {kind}" if len({d.type for d in found}) > 1 else ""))
+    return "; ".join(told) or f"timeout {suite.timeout_seconds:g} s per case"
+
+
+def _cannot_write(path: Path) -> str | None:
+    """Why the daemon's user could not write ``path`` (or make it, where it does not exist: in the nearest folder
+    that does), or None."""
+    for part in (path, *path.parents):
+        if not os.path.lexists(part):
+            continue
+        if not os.path.isdir(part) and part != path:
+            return f"{part} is not a folder"
+        if os.access(part, os.W_OK | (os.X_OK if os.path.isdir(part) else 0), effective_ids=True):
+            return None
+        verb = "write in" if os.path.isdir(part) else "write"
+        made = "" if part == path else f" to make {path}"
+        return f"this user ({os.geteuid()}) cannot {verb} {part}{made} (its mode or a read-only file system)"
+    return None
+
+
+def check_writable(config: Config) -> None:
+    """Refuse (:class:`ConfigError`) what ``serve`` would refuse at start: a state folder it cannot make or write
+    in, a history folder or history file it cannot write."""
+    for key, path in (("agent.state_dir", Path(config.state_dir)), ("agent.history", Path(config.history).parent),
+                      ("agent.history", Path(config.history))):
+        if key == "agent.history" and path == Path(config.history) and not path.exists():
+            continue
+        problem = _cannot_write(path)
+        if problem is not None:
+            raise ConfigError(config.sources.get(key, DEFAULT_SOURCE), key,
+                              "a folder (and history file) sixdim can write", detail=problem)
 
 
 def _where(counts: dict[str, int]) -> str:

@@ -68,7 +68,7 @@ class Source:
 
 path, read_timeout, log_interval = sys.argv[1:4]
 if log_interval:
-    http.CONNECTION_LOG_INTERVAL = float(log_interval)
+    http.CONNECTION_LOG_INTERVAL = http._events.interval = float(log_interval)
 web = webconfig.load(path) if path else None
 options = {"read_timeout": float(read_timeout)} if read_timeout else {}
 server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")), web=web, **options)

@@ -10,7 +10,12 @@ everything a client can make slow without a thread of its own: with TLS, it tell
 HTTP and does the handshake, non-blocking; then it reads the request head until its blank line.
 A connection has :data:`READ_TIMEOUT_SECONDS` **in all** for that (handshake and head together,
 however it spreads its bytes: a client that drips a header line a second is closed at the deadline
-all the same), and at most :data:`MAX_HEAD_BYTES` of head (beyond: ``431``).  When the room is
+all the same).  The head is checked **line by line as it arrives**, whether or not its blank line has
+come yet: a request line longer than :data:`MAX_LINE_BYTES` is answered ``414 URI Too Long`` (RFC 9110's
+status for a request target the server will not read, and what a client can act on: a shorter URL), a
+header line longer than that, or a head (request line, headers and blank line) past
+:data:`MAX_HEAD_BYTES`, ``431 Request Header Fields Too Large``; either way the connection is closed
+before any of it is parsed, at the first read that passes the limit.  When the room is
 full, a new connection makes room by closing the oldest waiting connection of the **client address
 that holds the most**: one host's flood displaces its own connections, not a scraper's.
 
@@ -54,6 +59,7 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer,
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from sixdim.core.loglines import LogLimiter
 from sixdim.http.webconfig import BUSY, OK, REALM
 
 if TYPE_CHECKING:
@@ -73,8 +79,15 @@ READ_TIMEOUT_SECONDS = 5.0
 """How long a connection has, in all, for its TLS handshake and request head; and, from the moment
 its answer starts, for taking the whole answer."""
 MAX_HEAD_BYTES = 32 * 1024
-"""The largest request head read (request line and headers); a bigger one is answered 431.  A
-Prometheus scrape's is about 300 bytes."""
+"""The largest request head read (request line, headers and the blank line); a bigger one is answered
+431, complete or not.  A Prometheus scrape's is about 300 bytes."""
+MAX_LINE_BYTES = 8 * 1024
+"""The longest line of a request head, its line ending included (Apache's and nginx's default is 8 KiB
+too): a longer request line is answered 414, a longer header line 431."""
+REFUSED_DRAIN_BYTES = 256 * 1024
+"""At most this much of what a refused client has already sent is read and dropped before its connection
+is closed, so that the close does not reset the connection under the answer (a close with unread bytes
+sends a TCP reset, and the client may lose the answer with it)."""
 BACKLOG = 1024
 """The listen backlog: connections the kernel completes before the accepting thread takes them.  Deep
 enough for a burst of reconnections (hundreds of slow clients closed at their deadline come back at
@@ -87,6 +100,8 @@ PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nC
                      b"Client sent an HTTP request to an HTTPS server.\n")
 HEAD_TOO_LARGE_ANSWER = (b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
                          b"Connection: close\r\n\r\nRequest head too large.\n")
+LINE_TOO_LONG_ANSWER = (b"HTTP/1.0 414 URI Too Long\r\nContent-Type: text/plain\r\n"
+                        b"Connection: close\r\n\r\nRequest line too long.\n")
 _TLS_HANDSHAKE = 0x16
 """The first byte of every TLS connection (a handshake record); anything else is not TLS."""
 
@@ -100,31 +115,8 @@ class MetricsSource(Protocol):
 
 # --------------------------------------------------------------------------- one line, now and then
 
-class _LogLimiter:
-    """Logs at most one line per kind every :data:`CONNECTION_LOG_INTERVAL` seconds; the next line of a
-    kind counts the events held back since the last one."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def note(self, kind: str, level: int, message: str, *args: object) -> None:
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.get(kind)
-            if last is not None and now - last < CONNECTION_LOG_INTERVAL:
-                self._held[kind] = self._held.get(kind, 0) + 1
-                return
-            self._last[kind] = now
-            held = self._held.pop(kind, 0)
-        if held:
-            message += " (and %d more such since the last such line; at most one every %g s)"
-            args = (*args, held, CONNECTION_LOG_INTERVAL)
-        log.log(level, message, *args)
-
-
-_events = _LogLimiter()
+_events = LogLimiter(log, CONNECTION_LOG_INTERVAL)
+"""One log line per kind of connection trouble every :data:`CONNECTION_LOG_INTERVAL` seconds."""
 
 
 def _why(exc: BaseException) -> str:
@@ -246,7 +238,8 @@ _SNIFF, _HANDSHAKE, _HEAD = range(3)
 class _Waiting:
     """A connection in the waiting room: where it is, what it has sent, its deadline."""
 
-    __slots__ = ("sock", "address", "peer", "deadline", "tls", "web", "head", "stage", "events", "scanned")
+    __slots__ = ("sock", "address", "peer", "deadline", "tls", "web", "head", "stage", "events", "scanned",
+                 "line_start")
 
     def __init__(self, sock: socket.socket, address: object, deadline: float, tls: ssl.SSLContext | None,
                  web: WebConfig | None):
@@ -259,18 +252,47 @@ class _Waiting:
         self.head = bytearray()
         self.stage = _SNIFF if tls is not None else _HEAD
         self.events = selectors.EVENT_READ
-        self.scanned = 0
+        self.scanned = 0  # how far the head has been looked through for line ends
+        self.line_start = 0  # where its current (last, maybe unfinished) line starts
+
+
+class _TooLarge(Exception):
+    """A request head past a limit: ``answer`` is the refusal to send, ``what`` says which limit for the log."""
+
+    def __init__(self, answer: bytes, what: str, limit: int):
+        super().__init__(what)
+        self.answer, self.what, self.limit = answer, what, limit
 
 
 def _head_end(waiting: _Waiting) -> int:
-    """Where the head ends (just past its blank line) in what ``waiting`` has sent; 0 while it goes on."""
-    start = max(0, waiting.scanned - 2)
-    waiting.scanned = len(waiting.head)
-    ends = [i for i in (waiting.head.find(b"\n\r\n", start), waiting.head.find(b"\n\n", start)) if i >= 0]
-    if not ends:
-        return 0
-    end = min(ends)
-    return end + (3 if waiting.head[end + 1:end + 2] == b"\r" else 2)
+    """Where the head ends (just past its blank line) in what ``waiting`` has sent; 0 while it goes on.
+
+    Looks only at the bytes new since the last call, line by line, and raises :class:`_TooLarge` as soon as
+    a line or the head is past its limit, whether or not the head is complete (a whole oversized head often
+    comes in one read)."""
+    head = waiting.head
+    while (newline := head.find(b"\n", waiting.scanned)) >= 0:
+        _check_line(newline + 1 - waiting.line_start, waiting.line_start)
+        if newline + 1 > MAX_HEAD_BYTES:
+            raise _TooLarge(HEAD_TOO_LARGE_ANSWER, "request head", MAX_HEAD_BYTES)
+        blank = head[waiting.line_start:newline] in (b"", b"\r") and waiting.line_start > 0
+        waiting.line_start = waiting.scanned = newline + 1
+        if blank:
+            return newline + 1
+    waiting.scanned = len(head)
+    _check_line(len(head) - waiting.line_start, waiting.line_start)  # an unfinished line is judged as it grows
+    if len(head) > MAX_HEAD_BYTES:
+        raise _TooLarge(HEAD_TOO_LARGE_ANSWER, "request head", MAX_HEAD_BYTES)
+    return 0
+
+
+def _check_line(length: int, start: int) -> None:
+    """Raise :class:`_TooLarge` for a line of ``length`` bytes past :data:`MAX_LINE_BYTES` (the first line,
+    at ``start`` 0, is the request line: 414; a header line: 431)."""
+    if length > MAX_LINE_BYTES:
+        if start == 0:
+            raise _TooLarge(LINE_TOO_LONG_ANSWER, "request line", MAX_LINE_BYTES)
+        raise _TooLarge(HEAD_TOO_LARGE_ANSWER, "header line", MAX_LINE_BYTES)
 
 
 class _WaitingRoom(threading.Thread):
@@ -483,7 +505,14 @@ class _WaitingRoom(threading.Thread):
                 self._drop(waiting)
                 return
             waiting.head += data
-            if _head_end(waiting):
+            try:
+                end = _head_end(waiting)
+            except _TooLarge as refusal:
+                _events.note("large", logging.INFO, "http: %s sent a %s over %d bytes: answered %s", waiting.peer,
+                             refusal.what, refusal.limit, refusal.answer.split(b" ", 2)[1].decode())
+                self._answer(waiting, refusal.answer, drain=True)
+                return
+            if end:
                 self._forget(waiting)
                 try:
                     sock.setblocking(True)
@@ -492,21 +521,24 @@ class _WaitingRoom(threading.Thread):
                     return
                 self._dispatch(sock, waiting.address, bytes(waiting.head), waiting.web)
                 return
-            if len(waiting.head) > MAX_HEAD_BYTES:
-                _events.note("large", logging.INFO, "http: %s sent a request head over %d bytes: answered 431",
-                             waiting.peer, MAX_HEAD_BYTES)
-                self._answer(waiting, HEAD_TOO_LARGE_ANSWER)
-                return
             if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 return  # the selector says when more comes (TLS: bytes it already decrypted would not wake it)
 
-    def _answer(self, waiting: _Waiting, answer: bytes) -> None:
-        """A short refusal, written if the socket takes it now, and the connection closed."""
+    def _answer(self, waiting: _Waiting, answer: bytes, *, drain: bool = False) -> None:
+        """A short refusal, written if the socket takes it now, and the connection closed; with ``drain``,
+        what the client has already sent (up to :data:`REFUSED_DRAIN_BYTES`, without waiting) is read first,
+        so that the close does not reset the connection under the answer."""
         self._forget(waiting)
         try:
             waiting.sock.send(answer)
             waiting.sock.shutdown(socket.SHUT_WR)
-        except (OSError, ValueError):
+            drained = 0
+            while drain and drained < REFUSED_DRAIN_BYTES:
+                data = waiting.sock.recv(65536)
+                if not data:
+                    break
+                drained += len(data)
+        except (OSError, ValueError):  # nothing more there now (BlockingIOError, SSLWantReadError), or gone
             pass
         _close(waiting.sock)
 

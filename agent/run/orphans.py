@@ -29,7 +29,10 @@ derives nothing from the worker's results, which the agent had already recorded.
 the records' folder must be safe from other users (:func:`sixdim.config.folder_problem`), and each
 record folder and file this process's user's own, not a link, and not writable by group or others;
 anything else is logged and left alone.  Even then the worker PID is signalled only when the
-process is provably the worker (:func:`is_the_worker`: start time, owner and the run's tag).
+process is provably the worker (:func:`is_the_worker`: start time, owner and the run's tag), and the
+scan for the run's tag takes only this user's processes (:func:`sixdim.run.proctree.tagged`): another
+user's process that carries the tag (anyone can copy it into their own environment) is logged and left
+alone.
 """
 
 from __future__ import annotations
@@ -332,19 +335,16 @@ def read_unsaved(folder: Path) -> list[RunRecord | Interruption] | None:
 def is_the_worker(record: WorkerRecord) -> bool:
     """Whether the record's worker PID is, now, the process the record describes, so that signalling it
     can hit nothing else: alive, started at the recorded start time (``/proc/PID/stat``; a reused PID has
-    another), owned by this process's user (as every worker this agent starts), and carrying the run's tag
-    in its environment (:data:`sixdim.run.proctree.TAG_VARIABLE`, given to every worker at its start).  A
-    record that gives no start time proves nothing."""
+    another), owned by this process's user, real and effective user ID (as every worker this agent starts),
+    and carrying the run's tag in its environment (:data:`sixdim.run.proctree.TAG_VARIABLE`, given to every
+    worker at its start).  A record that gives no start time proves nothing."""
     pid, started = record.worker_pid, record.worker_start_time
     if not pid or pid <= 0 or not started or not record.tag or pid == os.getpid():
         return False
     process = proctree.read_stat(pid)
     if process is None or process.start_time != started or process.state in ("Z", "X"):
         return False
-    try:
-        if os.stat(f"{proctree.PROC}/{pid}").st_uid != os.geteuid():
-            return False
-    except OSError:
+    if proctree.not_ours(pid):
         return False
     if f"{proctree.TAG_VARIABLE}={record.tag}".encode() not in _environment(pid).split(b"\0"):
         return False
@@ -369,7 +369,7 @@ def _environment(pid: int, wait: float = 0.5) -> bytes:
 
 def stop_left_behind(record: WorkerRecord) -> list[int]:
     """Kill every process of a dead agent's run: the worker's tree, if the worker is still the process
-    the record describes (:func:`is_the_worker`), and anything carrying the run's tag."""
+    the record describes (:func:`is_the_worker`), and this user's processes carrying the run's tag."""
     root = record.worker_pid if is_the_worker(record) else None
     if record.worker_pid and root is None:
         log.info("worker record %s: PID %d is not the worker it recorded (gone, or another process now); not "

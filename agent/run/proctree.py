@@ -10,7 +10,11 @@ run's processes are found every way there is, and stopped with all of them:
   cleared its environment, ``env -i``, is still its parent's child);
 - **by tag**: every worker is started with :data:`TAG_VARIABLE` in its environment, which its
   children inherit, so a process that outlived the worker (or the whole agent) is still found by
-  reading ``/proc/PID/environ``;
+  reading ``/proc/PID/environ``.  An environment is whatever its process's owner wrote, so the tag
+  is believed only on a process of this agent's own user (real and effective user ID, read from
+  ``/proc/PID/status`` through the same open ``/proc/PID`` as the environment): a root agent reads
+  every user's environment, and another user's process that copies a run's tag is logged once and
+  left alone (unless it is found another way: below the worker, say, after a workload changed user);
 - **by memory**: each process found is remembered for its run (PID and start time), so one whose
   parent dies later (re-parented to init, out of every tree and, with ``env -i``, untagged) is
   still the run's when it is stopped;
@@ -122,22 +126,83 @@ def descendants(root: int, table: Iterable[Process] | None = None) -> list[Proce
     return found
 
 
-def tagged(tag: str, table: Iterable[Process] | None = None) -> list[Process]:
-    """The processes whose environment has ``SIXDIM_WORKER_TAG=tag`` (other users' processes,
-    whose environment this one cannot read, are not ours anyway)."""
+def not_ours(pid: int, proc_fd: int | None = None) -> str:
+    """Why process ``pid`` is not this process's user's (empty when it is): its real or effective user
+    ID is another (a set-user-ID program started by another user has one of each), or its status cannot
+    be read.  ``proc_fd``: an open ``/proc/PID`` to read it through (so that the answer is about the very
+    process whose other files are read through it, even if the PID is reused meanwhile)."""
+    try:
+        if proc_fd is None:
+            with open(f"{PROC}/{pid}/status", "rb") as handle:
+                status = handle.read()
+        else:
+            status = _read_in(proc_fd, "status")
+        line = next(line for line in status.splitlines() if line.startswith(b"Uid:"))
+        real, effective = (int(field) for field in line.split()[1:3])
+    except (OSError, StopIteration, ValueError) as exc:
+        return f"its owner cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    mine = os.geteuid()
+    for uid in (real, effective):
+        if uid != mine:
+            return f"owned by uid {uid}, not {mine}"
+    return ""
+
+
+def _read_in(proc_fd: int, name: str) -> bytes:
+    """A file of the process whose ``/proc/PID`` is open as ``proc_fd`` (ESRCH once that process is gone)."""
+    with open(os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), "rb") as handle:
+        return handle.read()
+
+
+def _scan_tag(tag: str, table: Iterable[Process] | None) -> tuple[list[Process], list[tuple[Process, str]]]:
+    """The processes carrying ``SIXDIM_WORKER_TAG=tag``: this user's, and the others' with why not ours."""
     needle = f"{TAG_VARIABLE}={tag}".encode()
-    found = []
+    ours: list[Process] = []
+    others: list[tuple[Process, str]] = []
     for process in processes() if table is None else table:
         if process.pid == os.getpid():
             continue
         try:
-            with open(f"{PROC}/{process.pid}/environ", "rb") as handle:
-                environ = handle.read()
+            proc_fd = os.open(f"{PROC}/{process.pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
+            continue  # gone
+        try:
+            if needle not in _read_in(proc_fd, "environ").split(b"\0"):
+                continue
+            why = not_ours(process.pid, proc_fd)
+        except OSError:
+            continue  # gone, or an environment this user cannot read: not ours either way
+        finally:
+            os.close(proc_fd)
+        if why:
+            others.append((process, why))
+        else:
+            ours.append(process)
+    return ours, others
+
+
+def tagged(tag: str, table: Iterable[Process] | None = None) -> list[Process]:
+    """This user's processes whose environment has ``SIXDIM_WORKER_TAG=tag``.  Another user's process
+    carrying the tag is not the run's: anyone can put any tag in their own environment (see the module)."""
+    return _scan_tag(tag, table)[0]
+
+
+_refused: dict[str, set[tuple[int, int]]] = {}
+"""Per tag, the other users' processes already logged as carrying it (PID and start time): one line each."""
+
+
+def _log_refused(tag: str, others: list[tuple[Process, str]], found: dict[int, Process]) -> None:
+    """One line for each other user's process carrying ``tag`` that is not the run's any other way."""
+    for process, why in others:
+        if process.pid in found:
             continue
-        if needle in environ.split(b"\0"):
-            found.append(process)
-    return found
+        with _remembered_lock:
+            seen = _refused.setdefault(tag, set())
+            if (process.pid, process.start_time) in seen:
+                continue
+            seen.add((process.pid, process.start_time))
+        log.warning("PID %d carries run %s's tag (%s=%s) but is %s: not the run's, not signalled", process.pid,
+                    tag, TAG_VARIABLE, tag, why)
 
 
 def send(process: Process, sig: int) -> bool:
@@ -165,8 +230,10 @@ def run_processes(root: int | None, tag: str | None) -> list[Process]:
     found: dict[int, Process] = {}
     if root is not None and root in by_pid:
         found[root] = by_pid[root]
+    others: list[tuple[Process, str]] = []
     if tag:
-        for process in tagged(tag, table):
+        ours, others = _scan_tag(tag, table)
+        for process in ours:
             found[process.pid] = process
         with _remembered_lock:
             earlier = list(_remembered.get(tag, {}).values())
@@ -187,6 +254,8 @@ def run_processes(root: int | None, tag: str | None) -> list[Process]:
                 found[child.pid] = child
                 queue.append(child.pid)
     found.pop(os.getpid(), None)
+    if others:
+        _log_refused(tag or "", others, found)
     live = [p for p in found.values() if p.state not in ("Z", "X")]
     if tag:
         with _remembered_lock:
@@ -218,6 +287,7 @@ def stop_run(root: int | None, tag: str | None, *, keep_root: bool = False) -> l
         remove_cgroup(tag)
         with _remembered_lock:
             _remembered.pop(tag, None)  # every process of the run is killed: nothing left to remember
+            _refused.pop(tag, None)
     return sorted(frozen)
 
 

@@ -75,3 +75,12 @@ def small_tmpfs(folder):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_verified_credentials(monkeypatch) -> None:
+    """The credentials basic auth verified are remembered process-wide (across reloads); each test starts with
+    none, so one test's verified password does not spare another's bcrypt."""
+    from sixdim.http import webconfig
+
+    monkeypatch.setattr(webconfig, "_VERIFIED", webconfig._Verified(webconfig.VERIFIED_CACHE_SIZE))

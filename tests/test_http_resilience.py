@@ -469,8 +469,10 @@ def test_a_wrong_password_flood_does_not_slow_authorised_scrapes_or_healthz(tmp_
 
 
 def test_failed_checks_are_cached_and_bcrypt_checks_are_bounded(monkeypatch):
-    """A wrong password seen before costs a hash, not a bcrypt; past the concurrent-check limit a new
-    credential is answered "busy" at once instead of queueing for the CPU."""
+    """A wrong password seen before costs a hash, not a bcrypt; while the one check runs, one request per other
+    address waits its turn (at most FAIR_WAIT_SECONDS) and a second one of an address already waiting is
+    answered "busy" at once; a verified credential never waits."""
+    monkeypatch.setattr(webconfig, "FAIR_WAIT_SECONDS", 1.0)
     auth = webconfig.BasicAuth({"prometheus": CHEAP_HASH})
     calls = []
     real = bcrypt.checkpw
@@ -486,21 +488,59 @@ def test_failed_checks_are_cached_and_bcrypt_checks_are_bounded(monkeypatch):
     assert not auth.check("prometheus", "wrong") and not auth.check("prometheus", "wrong")
     assert len(calls) == 1  # the second wrong guess was answered from the cache
     assert auth.check("prometheus", PASSWORD) and auth.check("prometheus", PASSWORD) and len(calls) == 2
-    holders = [threading.Thread(target=auth.verify, args=(basic("prometheus", "slow")["Authorization"],
-                                                          f"10.0.0.{n}"))
-               for n in range(webconfig.BCRYPT_CONCURRENT)]
-    for holder in holders:
-        holder.start()
+    holder = threading.Thread(target=auth.verify, args=(basic("prometheus", "slow")["Authorization"], "10.0.0.1"))
+    holder.start()
     deadline = time.monotonic() + 5
-    while len(calls) < 2 + webconfig.BCRYPT_CONCURRENT and time.monotonic() < deadline:
+    while len(calls) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
+    verdicts: dict[str, str] = {}
+    waiter = threading.Thread(target=lambda: verdicts.update(first=auth.verify(
+        basic("prometheus", "another")["Authorization"], "10.0.0.99")))
+    waiter.start()
+    time.sleep(0.1)
     started = time.monotonic()
-    verdict = auth.verify(basic("prometheus", "another")["Authorization"], "10.0.0.99")
-    assert verdict == webconfig.BUSY and time.monotonic() - started < 0.1
-    assert auth.verify(AUTHORISED["Authorization"], "10.0.0.99") == webconfig.OK  # cached: never busy
+    assert auth.verify(basic("prometheus", "third")["Authorization"], "10.0.0.99") == webconfig.BUSY
+    assert time.monotonic() - started < 0.1  # its address already waits: at once
+    assert auth.verify(AUTHORISED["Authorization"], "10.0.0.99") == webconfig.OK  # verified: never waits
+    waiter.join(5)
+    assert verdicts["first"] == webconfig.BUSY  # no turn within the wait: the slow check held it
     release.set()
-    for holder in holders:
-        holder.join(10)
+    holder.join(10)
+    assert auth.verify(basic("prometheus", "another")["Authorization"], "10.0.0.99") == webconfig.DENIED
+
+
+def test_a_flood_from_one_address_leaves_the_check_to_another():
+    """Issue 44: distinct wrong passwords from one address, 32 at a time, kept the one bcrypt check busy, and a
+    scraper whose credentials were not yet verified (just started, or just reloaded) got 429 every time.  Now
+    the address served least recently takes the check next: the scraper waits behind one check at most; and a
+    reload keeps what was verified."""
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+    auth = webconfig.BasicAuth({"prometheus": hashed})
+    stop = threading.Event()
+
+    def flood(n: int) -> None:
+        for k in range(10**6):
+            if stop.is_set():
+                return
+            auth.verify(basic("prometheus", f"wrong-{n}-{k}")["Authorization"], "127.0.0.2")
+    threads = [threading.Thread(target=flood, args=(n,), daemon=True) for n in range(32)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert auth.verify(basic("prometheus", PASSWORD)["Authorization"], "127.0.0.1") == webconfig.OK
+        assert time.monotonic() - started < webconfig.FAIR_WAIT_SECONDS  # behind one check of the flood at most
+        reloaded = webconfig.BasicAuth({"prometheus": hashed})  # a SIGHUP's new configuration
+        started = time.monotonic()
+        assert reloaded.verify(basic("prometheus", PASSWORD)["Authorization"], "127.0.0.1") == webconfig.OK
+        assert time.monotonic() - started < 0.05  # no bcrypt: remembered across the reload
+        changed = webconfig.BasicAuth({"prometheus": bcrypt.hashpw(b"new", bcrypt.gensalt(4)).decode()})
+        assert changed.verify(basic("prometheus", PASSWORD)["Authorization"], "127.0.0.1") != webconfig.OK
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
 
 
 def test_a_bcrypt_cost_above_the_cap_is_refused(tmp_path):

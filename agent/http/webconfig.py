@@ -124,8 +124,17 @@ cores): cost 10 takes 66 ms, 11 117 ms, 12 254 ms (the highest accepted: ``bcryp
 13 533 ms, 14 966 ms, 17 7.8 s.  Above 12, a single wrong guess would hold a core for half a second
 or more; htpasswd accepts up to 17, exporter-toolkit any."""
 BCRYPT_CONCURRENT = 1
-"""bcrypt checks run at once (one core at most; exporter-toolkit serializes them too); a request that
-needs one more is answered 429 at once."""
+"""bcrypt checks run at once (one core at most; exporter-toolkit serializes them too)."""
+FAIR_WAIT_SECONDS = 5.0
+"""How long a request may wait for the bcrypt check's turn (one waiting request per client address; the
+address served least recently goes first): a scraper whose credentials are not cached yet (the agent just
+started or reloaded) waits behind at most one check of a flooding address, never behind the flood."""
+FAIR_WAITERS = 2
+"""Requests that may wait for the check at once (each holds a request thread of the server's 8 meanwhile): a
+newcomer from an address served less recently than a waiter takes that waiter's place (which gets ``429``),
+so a flood from many addresses neither holds the server's threads nor keeps a scraper's first check out."""
+VERIFIED_CACHE_SIZE = 256
+"""Verified credentials remembered across reloads (by SHA-256 of user, hash and password)."""
 FAILED_CHECKS_BURST, FAILED_CHECK_INTERVAL = 5, 1.0
 """Failed bcrypt checks a client address may cause: 5 at once, then one a second (429 meanwhile)."""
 FAILED_CACHE_SIZE = 4096
@@ -192,9 +201,13 @@ class BasicAuth:
     * every result is remembered by the SHA-256 of (user, hash, password): successes (the scraper's
       credentials: the next scrape costs a hash, not a bcrypt) and, apart, the last
       :data:`FAILED_CACHE_SIZE` failures (a wrong password tried again costs a hash too);
-    * at most :data:`BCRYPT_CONCURRENT` bcrypt checks run at once; :meth:`verify` answers
-      :data:`BUSY` at once (the server: ``429``) for a new credential beyond that, instead of queueing
-      a request thread behind the CPU;
+    * at most :data:`BCRYPT_CONCURRENT` bcrypt checks run at once, taken in turn by client address
+      (:class:`_FairTurn`): at most :data:`FAIR_WAITERS` requests wait, one per address, at most
+      :data:`FAIR_WAIT_SECONDS`, the address served least recently first (a newcomer served less recently takes
+      a waiter's place), so a flood cannot keep the check from a scraper nor hold the server's threads; a
+      request that cannot wait is answered :data:`BUSY` at once (the server: ``429``);
+    * verified credentials are remembered across reloads (:data:`_VERIFIED`: the key holds the hash, so a
+      changed password or a removed user matches nothing), so a SIGHUP does not put the scraper behind a flood;
     * a client address may cause :data:`FAILED_CHECKS_BURST` failed checks at once, then one every
       :data:`FAILED_CHECK_INTERVAL` (:data:`BUSY` meanwhile), so one host's guesses cannot keep bcrypt
       busy for everyone.
@@ -203,7 +216,6 @@ class BasicAuth:
     takes as long as a wrong password's and does not tell which user names exist.
     """
 
-    CACHE_SIZE = 256
 
     def __init__(self, users: dict[str, str]):
         import bcrypt  # deferred: only a configured endpoint needs it
@@ -212,12 +224,12 @@ class BasicAuth:
         self._users = {user: hashed.encode() for user, hashed in users.items()}
         costs = [int(m.group(1)) for m in map(BCRYPT_HASH.match, users.values()) if m]
         self._dummy = bcrypt.hashpw(b"sixdim-no-such-user", bcrypt.gensalt(max(costs, default=10)))
-        self._ok: set[bytes] = set()
+        self._ok = _VERIFIED
         self._failed: OrderedDict[bytes, None] = OrderedDict()
         # client address -> (failed checks it may still cause, when that was counted): a token bucket
         self._allowance: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
-        self._checks = threading.BoundedSemaphore(BCRYPT_CONCURRENT)
+        self._checks = _FairTurn(FAIR_WAIT_SECONDS)
 
     @property
     def users(self) -> tuple[str, ...]:
@@ -244,14 +256,14 @@ class BasicAuth:
         secret = password.encode("utf-8", "surrogateescape")
         key = hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed or b"", secret))).digest()
         with self._lock:
-            if key in self._ok:
+            if self._ok.seen(key):
                 return OK
             if key in self._failed:
                 self._failed.move_to_end(key)
                 return DENIED
             if not wait and client and self._allowed(client, time.monotonic()) < 1:
                 return BUSY
-        if not self._checks.acquire(blocking=wait):
+        if not self._checks.acquire(client, wait=wait):
             return BUSY
         try:
             ok = self._bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy)
@@ -262,8 +274,6 @@ class BasicAuth:
         ok = ok and hashed is not None
         with self._lock:
             if ok:
-                if len(self._ok) >= self.CACHE_SIZE:
-                    self._ok.clear()
                 self._ok.add(key)
                 return OK
             self._failed[key] = None
@@ -281,6 +291,98 @@ class BasicAuth:
         """The failed checks ``client`` may cause now (under the lock)."""
         tokens, since = self._allowance.get(client, (FAILED_CHECKS_BURST, now))
         return min(FAILED_CHECKS_BURST, tokens + (now - since) / FAILED_CHECK_INTERVAL)
+
+
+class _Verified:
+    """Keys of verified credentials, the oldest forgotten first, shared by every :class:`BasicAuth` of the
+    process (a reload makes a new one)."""
+
+    def __init__(self, size: int) -> None:
+        self._keys: OrderedDict[bytes, None] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def seen(self, key: bytes) -> bool:
+        with self._lock:
+            if key in self._keys:
+                self._keys.move_to_end(key)
+                return True
+            return False
+
+    def add(self, key: bytes) -> None:
+        with self._lock:
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            if len(self._keys) > self._size:
+                self._keys.popitem(last=False)
+
+
+_VERIFIED = _Verified(VERIFIED_CACHE_SIZE)
+
+
+class _FairTurn:
+    """The one bcrypt check, taken in turn by client address: at most :data:`FAIR_WAITERS` requests wait (up to
+    ``wait_seconds``), one per address, the address served least recently first; a newcomer served less
+    recently than a waiter takes its place."""
+
+    def __init__(self, wait_seconds: float) -> None:
+        self._wait = wait_seconds
+        self._turn = threading.Condition()
+        self._busy = False
+        self._waiting: dict[str, None] = {}
+        self._displaced: set[str] = set()
+        self._served: OrderedDict[str, float] = OrderedDict()
+
+    def acquire(self, client: str, *, wait: bool = False) -> bool:
+        """True once the check is this request's; False when its address already waits, when it cannot wait
+        (the waiters are all served less recently), when it is displaced, or when its turn does not come within
+        the wait (``wait``: the internal checks, which wait as long as it takes)."""
+        with self._turn:
+            if not self._busy and not self._waiting:
+                return self._take(client)
+            if client in self._waiting:
+                return False
+            if len(self._waiting) >= FAIR_WAITERS and not wait:
+                latest = max(self._waiting, key=self._last)
+                if self._last(client) >= self._last(latest):
+                    return False
+                del self._waiting[latest]
+                self._displaced.add(latest)
+            self._waiting[client] = None
+            deadline = None if wait else time.monotonic() + self._wait
+            try:
+                while True:
+                    if client in self._displaced:
+                        self._displaced.discard(client)
+                        return False
+                    if not self._busy and self._next() == client:
+                        return self._take(client)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._turn.wait(left)
+            finally:
+                self._waiting.pop(client, None)
+                self._turn.notify_all()
+
+    def release(self) -> None:
+        with self._turn:
+            self._busy = False
+            self._turn.notify_all()
+
+    def _last(self, client: str) -> float:
+        return self._served.get(client, float("-inf"))
+
+    def _next(self) -> str:
+        return min(self._waiting, key=self._last)
+
+    def _take(self, client: str) -> bool:
+        self._busy = True
+        self._served[client] = time.monotonic()
+        self._served.move_to_end(client)
+        if len(self._served) > FAILED_CACHE_SIZE:
+            self._served.popitem(last=False)
+        return True
 
 
 def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:

@@ -323,46 +323,55 @@ _VERIFIED = _Verified(VERIFIED_CACHE_SIZE)
 class _FairTurn:
     """The one bcrypt check, taken in turn by client address: at most :data:`FAIR_WAITERS` requests wait (up to
     ``wait_seconds``), one per address, the address served least recently first; a newcomer served less
-    recently than a waiter takes its place."""
+    recently than a waiter takes its place.
+
+    Each waiting request holds its own ticket: an address whose waiter was displaced may come back before that
+    waiter wakes, and the newcomer must neither take the displacement nor remove the old waiter's place."""
 
     def __init__(self, wait_seconds: float) -> None:
         self._wait = wait_seconds
         self._turn = threading.Condition()
         self._busy = False
-        self._waiting: dict[str, None] = {}
-        self._displaced: set[str] = set()
+        self._waiting: dict[object, str] = {}  # ticket -> client address, in arrival order
+        self._displaced: set[object] = set()
         self._served: OrderedDict[str, float] = OrderedDict()
 
     def acquire(self, client: str, *, wait: bool = False) -> bool:
         """True once the check is this request's; False when its address already waits, when it cannot wait
         (the waiters are all served less recently), when it is displaced, or when its turn does not come within
-        the wait (``wait``: the internal checks, which wait as long as it takes)."""
+        the wait (``wait``: the internal checks, which wait as long as it takes and are never displaced)."""
         with self._turn:
             if not self._busy and not self._waiting:
                 return self._take(client)
-            if client in self._waiting:
-                return False
-            if len(self._waiting) >= FAIR_WAITERS and not wait:
-                latest = max(self._waiting, key=self._last)
-                if self._last(client) >= self._last(latest):
+            if not wait:
+                if client in self._waiting.values():
                     return False
-                del self._waiting[latest]
-                self._displaced.add(latest)
-            self._waiting[client] = None
+                displaceable = [t for t in self._waiting if t not in self._displaced and not isinstance(t, _Patient)]
+                if len(self._waiting) >= FAIR_WAITERS:
+                    if not displaceable:
+                        return False
+                    latest = max(displaceable, key=lambda t: self._last(self._waiting[t]))
+                    if self._last(client) >= self._last(self._waiting[latest]):
+                        return False
+                    del self._waiting[latest]
+                    self._displaced.add(latest)
+                    self._turn.notify_all()  # the displaced waiter answers now, not at its deadline
+            ticket: object = _Patient() if wait else object()
+            self._waiting[ticket] = client
             deadline = None if wait else time.monotonic() + self._wait
             try:
                 while True:
-                    if client in self._displaced:
-                        self._displaced.discard(client)
+                    if ticket in self._displaced:
                         return False
-                    if not self._busy and self._next() == client:
+                    if not self._busy and self._next() is ticket:
                         return self._take(client)
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
                     self._turn.wait(left)
             finally:
-                self._waiting.pop(client, None)
+                self._displaced.discard(ticket)
+                self._waiting.pop(ticket, None)
                 self._turn.notify_all()
 
     def release(self) -> None:
@@ -373,8 +382,9 @@ class _FairTurn:
     def _last(self, client: str) -> float:
         return self._served.get(client, float("-inf"))
 
-    def _next(self) -> str:
-        return min(self._waiting, key=self._last)
+    def _next(self) -> object:
+        """The ticket whose address was served least recently (the earliest arrival among equals)."""
+        return min(self._waiting, key=lambda t: self._last(self._waiting[t]))
 
     def _take(self, client: str) -> bool:
         self._busy = True
@@ -383,6 +393,10 @@ class _FairTurn:
         if len(self._served) > FAILED_CACHE_SIZE:
             self._served.popitem(last=False)
         return True
+
+
+class _Patient:
+    """The ticket of an internal check (``wait``): it waits its turn however long, and no newcomer displaces it."""
 
 
 def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:

@@ -134,3 +134,51 @@ def test_the_run_cgroup_holds_what_is_started_after_it_was_found(tmp_path):
     finally:
         _kill(_sleeping(1004))
         proctree.remove_cgroup(tag)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def test_a_stopped_worker_dies_with_its_killed_agent(tmp_path, cli_env):
+    """Issue 44, item 7: a worker stopped with SIGSTOP cannot run the thread that watches its agent, so after a
+    SIGKILL of the agent the worker, its ``sh`` and its ``sleep`` stayed until the next sixdim started.  The
+    worker asks for SIGCONT at its parent's death: it wakes, sees its agent gone and stops what is below it."""
+    seconds = 1004
+    assert _sleeping(seconds) == []
+    config = write_config(tmp_path / "stopped.toml", tmp_path / "history.db", f"""
+[[suites]]
+name = "stopped"
+interval_seconds = 3600
+devices = ["cpu"]
+timeout_seconds = 600
+workloads = [{{name = "command", params = {{argv = ["sleep {seconds}; true"], shell = true, label = "stopped"}}}}]
+""")
+    run = subprocess.Popen([sys.executable, "-m", "sixdim", "run", "--config", str(config), "--suite", "stopped"],
+                           env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker, below = 0, []
+    try:
+        [sleeper] = _wait("the sleep started", lambda: _sleeping(seconds), 30)
+        [worker] = _children(run.pid)
+        below = [sleeper] + [pid for pid in _children(worker)]
+        os.kill(worker, signal.SIGSTOP)
+        _wait("the worker stopped", lambda: open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[0] == "T",
+              5)
+        run.kill()
+        run.wait(10)
+        left = proctree.wait_gone([worker, *below], 5.0)
+        assert left == [], f"left after the agent's SIGKILL: {left} (worker {worker}, below it {below})"
+    finally:
+        run.kill()
+        _kill([pid for pid in (worker, *below) if pid])
+        _kill(_sleeping(seconds))

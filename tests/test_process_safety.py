@@ -184,20 +184,21 @@ def test_sigkill_of_the_daemon_mid_run_leaves_no_process_and_the_next_start_reco
 
 
 @pytest.mark.slow
-def test_the_next_start_stops_what_a_frozen_worker_left_running(tmp_path, cli_env, state):
-    """The worker cannot clean up (it is stopped, as one stuck in the kernel would be): the next start
-    finds the run by its record and tag and kills all of it before anything runs."""
+def test_the_next_start_stops_what_a_killed_worker_left_running(tmp_path, cli_env, state):
+    """The worker cannot clean up (killed with its agent, as the OOM killer or a node's shutdown may do; a
+    worker only stopped wakes at its agent's death and cleans up itself, see test_contain_descendants): the
+    next start finds the run by its record and tag and kills all of it before anything runs."""
     script, pid_file, history, daemon = _escaping_daemon(tmp_path, cli_env)
     try:
         daemon.wait_ready()
         pids = _command_pids(pid_file, daemon)
         worker = _worker_record(state)["worker_pid"]
-        os.kill(worker, signal.SIGSTOP)
+        os.kill(worker, signal.SIGKILL)
     finally:
         daemon.process.kill()
         daemon.process.wait()
     time.sleep(1.0)
-    assert len(_alive(pids)) == 3, "the frozen worker should not have been able to stop its children"
+    assert len(_alive(pids)) == 3, "the killed worker should not have been able to stop its children"
     quiet = write_config(tmp_path / "quiet.toml", history, _escaping_suite(script, pid_file, run_at_start=False))
     daemon = Daemon(quiet, free_port(), cli_env, tmp_path / "serve2.log")
     try:

@@ -49,6 +49,7 @@ PROC = "/proc"
 TAG_VARIABLE = "SIXDIM_WORKER_TAG"
 """The environment variable that marks a run's processes (its value names the run)."""
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 CGROUP_PREFIX = "sixdim-run-"

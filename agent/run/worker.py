@@ -23,10 +23,12 @@ for the power phase is opened once per worker, on the GPUs the daemon names (``g
 A worker never outlives its agent (:func:`watch_parent`): it is a child subreaper, so whatever it
 starts stays below it even after a ``setsid``, and a thread notices within
 :data:`PARENT_POLL_SECONDS` when its parent (the agent, named in ``SIXDIM_AGENT_PID``) is gone,
-kills everything below the worker and exits.  A thread, not ``PR_SET_PDEATHSIG``: that signal
+kills everything below the worker and exits.  A thread, not a killing ``PR_SET_PDEATHSIG``: that signal
 would kill the worker before it could stop its children (or be ignored by a workload that ignores
-SIGTERM), and it fires when the *thread* that started the worker exits, not the agent.  When the
-worker ends normally it stops what its cases left running too.
+SIGTERM), and it fires when the *thread* that started the worker exits, not the agent.  The parent-death
+signal is SIGCONT instead: a worker stopped (SIGSTOP, a debugger let go) cannot run its watch thread, and
+the SIGCONT its agent's death sends wakes it to do so; a SIGCONT when only the starting thread ended does
+nothing to a running process.  When the worker ends normally it stops what its cases left running too.
 
 **The agent's death is not the case's failure.**  The worker's output is a pipe to its agent, so once
 the agent is dead the next line the worker or its case prints (progress, a command's output) raises
@@ -44,6 +46,7 @@ import importlib
 import json
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -85,6 +88,7 @@ def watch_parent() -> None:
 
     proctree.join(os.environ.get(proctree.TAG_VARIABLE, ""))  # into the run's cgroup, before starting anything
     proctree.prctl(proctree.PR_SET_CHILD_SUBREAPER, 1)
+    proctree.prctl(proctree.PR_SET_PDEATHSIG, signal.SIGCONT)  # before reading the parent: no death missed
     parent = _agent = int(os.environ.get(AGENT_PID_VARIABLE) or os.getppid())
 
     def watch() -> None:

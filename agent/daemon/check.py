@@ -32,7 +32,8 @@ from sixdim.collectors.nvml import NvmlCollector
 from sixdim.config import DEFAULT_SOURCE, Config, ConfigError, Suite, case_timeout
 from sixdim.daemon import cost
 from sixdim.daemon.series import SeriesCount, count_series
-from sixdim.daemon.serve import load_web_config
+from sixdim.daemon.serve import load_web_config, open_files_limits
+from sixdim.http.server import connection_cap, open_files, reserve_for
 from sixdim.run import devices
 from sixdim.run.scheduler import suite_trigger
 from sixdim.store import reader
@@ -53,7 +54,8 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
              f"listen:        {host or '0.0.0.0'}:{port}, {_web_summary(web)}",
              f"history:       {config.history}",
              f"state:         {config.state_dir}",
-             f"hostname:      {config.hostname}"]
+             f"hostname:      {config.hostname}",
+             ""]  # the connection cap, once the devices are known
     now = datetime.now(timezone.utc)
     where: list[list[devices.Device]] = []
     for index, suite in enumerate(config.suites):
@@ -62,13 +64,16 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
         counts = {device.name: _count_cases(config, index, device.type) for device in found}
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
                      f"{_where(counts)}; {_timeouts(suite, found)}; export {suite.export}")
+    reserve = reserve_for(len({device.name for found in where for device in found}))
+    lines[5] = (f"connections:   {connection_cap(open_files_limits()[1], open_files(), reserve).describe()} "
+                "(estimated here; serve logs its own)")
     rapl = RaplReader()
     gpus = devices.host_gpus(nvml)
     series = count_series(config.suites, where, gpus, rapl_domains=len(rapl.read()) if rapl.available else 0)
     check_budget(config, series)
     costs = cost_lines(config, where, first_gpu=min((gpu.index or 0 for gpu in gpus), default=0),
                        cpu_power=rapl.available, now=now)
-    return lines[:5] + series.lines(config.series_budget) + lines[5:] + costs  # the count, each suite, the cost
+    return lines[:6] + series.lines(config.series_budget) + lines[6:] + costs  # the count, each suite, the cost
 
 
 def cost_lines(config: Config, where: list[list[devices.Device]], *, first_gpu: int = 0, cpu_power: bool = False,

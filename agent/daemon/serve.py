@@ -27,6 +27,7 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 import select
 import signal
 import threading
@@ -41,12 +42,13 @@ from sixdim.daemon import app
 from sixdim.http import webconfig
 from sixdim.http.exporter import ReloadStatus, SixdimCollector
 from sixdim.http.exposition import Exposition
-from sixdim.http.server import HttpServer, make_app
+from sixdim.http.server import HttpServer, make_app, reserve_for
 from sixdim.run import devices
 from sixdim.run.changes import ChangeWatch
 from sixdim.run.devices import DeviceError
 from sixdim.run.executor import GuardSettings
 from sixdim.run.instance import AgentLock
+from sixdim.run.protocol import OPEN_FILES_VARIABLE
 from sixdim.run.scheduler import SuiteScheduler
 from sixdim.store.history import History
 
@@ -56,6 +58,7 @@ log = logging.getLogger("sixdim")
 def serve(config: Config, reload_config: Callable[[], Config] | None = None) -> int:
     """Run the daemon until SIGTERM or SIGINT.  ``reload_config`` loads the configuration again, as
     it was first loaded (same file, variables and flags), for SIGHUP; None: SIGHUP only logs."""
+    raise_open_files_limit()
     web = load_web_config(config)
     # the lock first: a second agent is refused in one line, before NVML is even asked
     lock = AgentLock(config.state_dir, config.history, listen=config.listen).acquire()
@@ -123,7 +126,9 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
 
     host, port = config.listen_address
     try:
-        server = HttpServer(host, port, make_app(exposition, healthy, alive), web=web)
+        server = HttpServer(host, port, make_app(exposition, healthy, alive), web=web,
+                            open_files_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                            reserve=reserve_for(planned_devices(plan)))
     except OSError as exc:
         exposition.stop()
         parts.history.close()
@@ -146,6 +151,7 @@ def _serve(config: Config, web: webconfig.WebConfig | None, reload_config: Calla
              "in the background, integrity check %.2f s%s)", server.scheme, host, server.port, os.getpid(),
              config.source, config.history, config.state_dir, parts.history.check_seconds,
              f", {len(recovered)} case(s) of a dead predecessor's run recorded now" if recovered else "")
+    _log_cap(server)
     _log_web(web)
     running = _Running(config, scheduler, server, results_collector, parts, reloads, exposition, watch)
     with _SignalWakeup() as wakeup:
@@ -219,6 +225,56 @@ class _SignalWakeup:
         signal.set_wakeup_fd(self._previous)
         os.close(self._reader)
         os.close(self._writer)
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft open-file limit to the hard one (as Prometheus and systemd services do): connections,
+    runs and the history all take descriptors, and the hard limit is what the administrator granted.  Said
+    once in the log; returns the soft limit now in force.  A hard limit of "unlimited" is taken as the
+    kernel's ceiling (``fs.nr_open``), which is the most a process can have."""
+    soft, target = open_files_limits()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    os.environ.setdefault(OPEN_FILES_VARIABLE, str(soft))  # the workers' own (a reload keeps the first)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("open files: soft limit %d could not be raised to %d: %s", soft, target, exc)
+            return soft
+        log.info("open files: soft limit raised from %d to %d (the hard limit)", soft, target)
+        return target
+    log.info("open files: limit %d (already the hard limit)", soft)
+    return soft
+
+
+def planned_devices(plan: list) -> int:
+    """The devices the plan's suites run on: as many runs can be under way at once (each device's take turns).
+    A reload that adds devices does not change the connection cap computed at start."""
+    return len({device.name for _, found in plan for device in found})
+
+
+def open_files_limits() -> tuple[int, int]:
+    """(the soft open-file limit now, the one :func:`raise_open_files_limit` raises it to)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as ceiling:
+                hard = int(ceiling.read())
+        except (OSError, ValueError):
+            hard = soft
+    return soft, max(soft, hard) if soft != resource.RLIM_INFINITY else soft
+
+
+def _log_cap(server: HttpServer) -> None:
+    """The connection cap, once: how many clients the endpoint holds before it closes newcomers."""
+    cap = server.cap
+    if cap is None:
+        return
+    if cap.short:
+        log.warning("http: %s; the open-file limit is too low to keep that reserve: raise it (ulimit -n, "
+                    "LimitNOFILE=) or runs may fail with 'Too many open files'", cap.describe())
+    else:
+        log.info("http: %s", cap.describe())
 
 
 def _log_web(web: webconfig.WebConfig | None) -> None:

@@ -5,7 +5,8 @@ background, gzip-compressed when the scraper asks for it (Prometheus always does
 costs a memory copy, whatever the history holds.
 
 **Reading a request holds no thread.**  An accepted connection goes to the **waiting room**
-(:class:`_WaitingRoom`: one thread and a selector, at most :data:`WAITING` connections), which does
+(:class:`_WaitingRoom`: one thread and a selector, at most :data:`WAITING` connections, fewer under a low
+open-file limit), which does
 everything a client can make slow without a thread of its own: with TLS, it tells TLS from plain
 HTTP and does the handshake, non-blocking; then it reads the request head until its blank line.
 A connection has :data:`READ_TIMEOUT_SECONDS` **in all** for that (handshake and head together,
@@ -19,11 +20,20 @@ before any of it is parsed, at the first read that passes the limit.  When the r
 full, a new connection makes room by closing the oldest waiting connection of the **client address
 that holds the most**: one host's flood displaces its own connections, not a scraper's.
 
+**The connections held are capped from the open-file limit** (:class:`ConnectionCap`): every one takes a
+file descriptor, and a server that took them all would leave none for the suites it runs (their pipes and
+files fail with EMFILE) or for the next ``/healthz``.  The daemon passes its soft RLIMIT_NOFILE (raised to
+the hard limit at start); the room, the connections accepted but not yet in it and the pool together hold
+at most the limit less the descriptors open at start and :data:`RESERVED_FILES`, and never more than the
+defaults.  When the connections waiting to be taken in are at their cap, the accepting thread waits for
+the room (the next ones stay in the kernel's backlog, holding nothing) rather than refusing them, so a
+probe from another address still gets in, displacing a flood's connection.
+
 Only a complete request head reaches the **bounded pool** (:data:`WORKERS` threads, :data:`QUEUED`
-more waiting; beyond that a connection is closed at once and counted in the log), so a pool thread
-parses a head it already has, runs the app and writes the answer, and the whole answer must be
-written within the read timeout too.  So slow, silent, half-open or dripping connections, in the
-clear or mid-handshake, hold no pool thread at all, and ``/healthz`` and scrapes go on answering
+more waiting, fewer in all under a low open-file limit; beyond that a connection is closed at once and
+counted in the log), so a pool thread parses a head it already has, runs the app and writes the answer,
+and the whole answer must be written within the read timeout too.  So slow, silent, half-open or dripping
+connections, in the clear or mid-handshake, hold no pool thread at all, and ``/healthz`` and scrapes go on answering
 through hundreds of them (``tests/test_http_resilience.py``).
 
 With a web configuration file (:mod:`sixdim.http.webconfig`), the endpoint serves **TLS** and/or asks
@@ -43,8 +53,10 @@ stands for: never a traceback, whatever a client does.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
+import os
 import selectors
 import socket
 import ssl
@@ -54,6 +66,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
@@ -102,6 +115,23 @@ HEAD_TOO_LARGE_ANSWER = (b"HTTP/1.0 431 Request Header Fields Too Large\r\nConte
                          b"Connection: close\r\n\r\nRequest head too large.\n")
 LINE_TOO_LONG_ANSWER = (b"HTTP/1.0 414 URI Too Long\r\nContent-Type: text/plain\r\n"
                         b"Connection: close\r\n\r\nRequest line too long.\n")
+RESERVED_FILES = 16
+"""File descriptors kept out of the HTTP server's reach, beyond those open when it starts, for what the rest
+of the agent opens later whatever it runs: the history's SQLite files (database, WAL and shared memory, for
+each connection: the restore's, the pruner's, the change watch's), ``/proc`` and ``/sys`` reads for
+telemetry, a log file reopened, and one ``/healthz`` accepted while the room is full, before it displaces a
+connection."""
+RUN_FILES = 16
+"""And this many more for each device a suite can run on at once (runs on one device take turns): a run
+took 9 at its peak in the daemon (its worker's pipes and the fork's, the worker record and results files, a
+device lock, the run's cgroup), measured with ``tests/test_fd_limits.py``'s schedule (dev-cpu, 2 vCPU Xeon,
+shared, 2026-11-29); the rest is margin."""
+ARRIVAL_WAIT_SECONDS = 1.0
+"""How long the accepting thread waits for the waiting room to take in an accepted connection when
+:attr:`ConnectionCap.arriving` are already waiting for it, before refusing it."""
+MIN_CONNECTIONS = 3
+"""The fewest connections the server holds whatever the limit (one waiting, one arriving, one in the pool):
+below that it could not serve at all."""
 _TLS_HANDSHAKE = 0x16
 """The first byte of every TLS connection (a handshake record); anything else is not TLS."""
 
@@ -127,6 +157,65 @@ def _why(exc: BaseException) -> str:
 
 def _peer(address: object) -> str:
     return str(address[0]) if isinstance(address, tuple) and address else str(address)
+
+
+# --------------------------------------------------------------------------- the connection cap
+
+@dataclass(frozen=True)
+class ConnectionCap:
+    """How many client connections the server holds at most, from the process's open-file limit: each takes a
+    descriptor, and a server that takes them all leaves none for the runs it reports on (EMFILE) or for the
+    next ``/healthz``.  ``waiting`` (the waiting room), ``arriving`` (accepted, not yet in the room) and
+    ``pool`` (requests in progress or queued) together are :attr:`total`, which is at most the limit less the
+    descriptors open at start (``in_use``) and those kept in ``reserve`` (:func:`reserve_for`); where the
+    limit is high enough, the defaults (:data:`WAITING` each for the first two, :data:`WORKERS` +
+    :data:`QUEUED`)."""
+
+    limit: int
+    in_use: int
+    reserve: int
+    waiting: int
+    arriving: int
+    pool: int
+
+    @property
+    def total(self) -> int:
+        return self.waiting + self.arriving + self.pool
+
+    @property
+    def short(self) -> bool:
+        """True when the limit cannot keep the reserve even at :data:`MIN_CONNECTIONS`."""
+        return self.limit - self.in_use - self.reserve < MIN_CONNECTIONS
+
+    def describe(self) -> str:
+        return (f"at most {self.total} client connections ({self.waiting} sending their request, {self.arriving} "
+                f"being taken in, {self.pool} in progress or queued) from the open-file limit {self.limit}, "
+                f"{self.in_use} open at start and {self.reserve} kept for runs, the history and /healthz")
+
+
+def reserve_for(devices: int) -> int:
+    """The descriptors kept from the HTTP server for an agent whose suites run on ``devices`` devices."""
+    return RESERVED_FILES + RUN_FILES * max(1, devices)
+
+
+def connection_cap(limit: int, in_use: int, reserve: int) -> ConnectionCap:
+    """The cap for an open-file ``limit`` (the soft RLIMIT_NOFILE) with ``in_use`` descriptors open now and
+    ``reserve`` to keep for the rest of the agent."""
+    free = limit - in_use - reserve
+    if free >= 2 * WAITING + WORKERS + QUEUED:
+        return ConnectionCap(limit, in_use, reserve, WAITING, WAITING, WORKERS + QUEUED)
+    free = max(free, MIN_CONNECTIONS)
+    pool = min(max(free // 4, 1), WORKERS + QUEUED)
+    arriving = min(max(free // 8, 1), WAITING)
+    return ConnectionCap(limit, in_use, reserve, min(free - pool - arriving, WAITING), arriving, pool)
+
+
+def open_files() -> int:
+    """Descriptors this process has open now (0 where ``/proc`` is not mounted: the cap is then the limit's)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listing it
+    except OSError:
+        return 0
 
 
 # --------------------------------------------------------------------------- the request handler
@@ -305,10 +394,16 @@ class _WaitingRoom(threading.Thread):
         super().__init__(daemon=True, name="http-waiting")
         self._dispatch = dispatch
         self._refused = refused
+        self.capacity = WAITING
+        """Connections held at most (see :class:`ConnectionCap`)."""
+        self.arriving = WAITING
+        """Accepted connections not yet taken in at most (the accepting thread's side)."""
         self._timeout = timeout
         self._selector = selectors.DefaultSelector()
         self._arrivals: deque[tuple[socket.socket, object, ssl.SSLContext | None, WebConfig | None, float]] = deque()
         self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)
+        """Notified when the room takes a connection in (room in the arrivals for the accepting thread)."""
         self._stopped = threading.Event()
         # In arrival order, so in deadline order (every connection gets the same time): the first is
         # the next to expire and the oldest to displace.
@@ -326,9 +421,18 @@ class _WaitingRoom(threading.Thread):
     def add(self, request: socket.socket, client_address: object, tls: ssl.SSLContext | None,
             web: WebConfig | None) -> bool:
         """Take ``request`` in (its TLS and web configuration as they are now); False when the
-        room is stopped or the connections arriving faster than the room takes them are too many."""
-        with self._lock:
-            if self._stopped.is_set() or len(self._arrivals) >= WAITING:
+        room is stopped or the connections arriving faster than the room takes them are too many.
+
+        While :attr:`arriving` connections wait to be taken in, the accepting thread waits (up to
+        :data:`ARRIVAL_WAIT_SECONDS`) for the room to take one: the connections behind it stay in the
+        kernel's backlog, holding no descriptor, and a probe among them is then taken in (displacing a
+        flood's connection) rather than refused."""
+        with self._taken:
+            if len(self._arrivals) >= self.arriving:
+                self._poke()
+                self._taken.wait_for(lambda: self._stopped.is_set() or len(self._arrivals) < self.arriving,
+                                     ARRIVAL_WAIT_SECONDS)
+            if self._stopped.is_set() or len(self._arrivals) >= self.arriving:
                 return False
             self._arrivals.append((request, client_address, tls, web, time.monotonic() + self._timeout))
         self._poke()
@@ -370,12 +474,13 @@ class _WaitingRoom(threading.Thread):
 
     def _admit(self) -> None:
         while True:
-            with self._lock:
+            with self._taken:
                 if not self._arrivals:
                     return
                 request, address, tls, web, deadline = self._arrivals.popleft()
+                self._taken.notify()
             waiting = _Waiting(request, address, deadline, tls, web)
-            if len(self._waiting) >= WAITING:
+            if len(self._waiting) >= self.capacity:
                 self._displace()
             try:
                 request.setblocking(False)
@@ -391,7 +496,7 @@ class _WaitingRoom(threading.Thread):
         peer, held = max(self._by_peer.items(), key=lambda item: len(item[1]))
         victim = next(iter(held))
         self._drop(victim)
-        self._refused(f"connections still sending their request ({WAITING}); the oldest of the address "
+        self._refused(f"connections still sending their request ({self.capacity}); the oldest of the address "
                       f"holding the most ({peer}, {len(held) + 1}) is closed for each new one")
 
     def _expire(self) -> None:
@@ -555,6 +660,8 @@ class _WaitingRoom(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
+        with self._taken:
+            self._taken.notify_all()  # an accepting thread waiting for room gives up
         if self.ident is None:  # never started (the bind failed): nothing else will close these
             self._close_all()
             return
@@ -582,16 +689,33 @@ class _PooledServer(WSGIServer):
     def __init__(self, *args: object, **kwargs: object):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
+        self._pooled = WORKERS + QUEUED
         self.rejected = 0
         # before binding: a failed bind closes it
         self._room = _WaitingRoom(self._to_pool, self.read_timeout, self._count_refusal)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
         self._room.start()
 
+    def apply(self, cap: ConnectionCap) -> None:
+        """Hold at most ``cap``'s connections (before the first is accepted)."""
+        self._room.capacity, self._room.arriving = cap.waiting, cap.arriving
+        self._slots = threading.BoundedSemaphore(cap.pool)
+        self._pooled = cap.pool
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        try:
+            return super().get_request()  # type: ignore[return-value]
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # the listening socket stays readable: do not spin
+                _events.note("files", logging.WARNING, "http: cannot accept a connection: %s (something else "
+                             "holds the descriptors the connection cap leaves)", _why(exc))
+                time.sleep(0.05)
+            raise
+
     def process_request(self, request: socket.socket, client_address: object) -> None:
         # one configuration per connection, whatever a reload does meanwhile
         if not self._room.add(request, client_address, self.tls, self.web):
-            self._count_refusal(f"connections arriving faster than they are taken in ({WAITING})")
+            self._count_refusal(f"connections arriving faster than they are taken in ({self._room.arriving})")
             self.shutdown_request(request)
 
     def _count_refusal(self, why: str) -> None:
@@ -602,7 +726,7 @@ class _PooledServer(WSGIServer):
     def _to_pool(self, request: socket.socket, client_address: object, head: bytes, web: WebConfig | None) -> None:
         """A connection whose request head is in: to a pool thread, or closed if the pool is full."""
         if not self._slots.acquire(blocking=False):
-            self._count_refusal(f"requests in progress or queued ({WORKERS + QUEUED})")
+            self._count_refusal(f"requests in progress or queued ({self._pooled})")
             self.shutdown_request(request)
             return
         self._pool.submit(self._handle, request, client_address, head)
@@ -705,13 +829,20 @@ class HttpServer:
     the web configuration (SIGHUP): connections accepted after it use the new one."""
 
     def __init__(self, host: str, port: int, app: Callable, *, read_timeout: float = READ_TIMEOUT_SECONDS,
-                 web: WebConfig | None = None):
+                 web: WebConfig | None = None, open_files_limit: int | None = None, reserve: int = RESERVED_FILES):
+        """``open_files_limit``: the process's soft RLIMIT_NOFILE, from which :attr:`cap` is computed with
+        the descriptors open once the server has its own and ``reserve`` (None: the defaults, whatever the
+        limit)."""
         server_class = _PooledServer6 if ":" in host else _PooledServer
         server_class = type(server_class.__name__, (server_class,), {"read_timeout": read_timeout})
         handler = type("_Handler", (_QuietHandler,), {"timeout": read_timeout})
         self._server = make_server(host, port, protect(app, lambda: self._server.web), server_class=server_class,
                                    handler_class=handler)
         self.port = self._server.server_port
+        self.cap: ConnectionCap | None = None
+        if open_files_limit is not None:  # before anything is accepted: the accepting thread starts below
+            self.cap = connection_cap(open_files_limit, open_files(), reserve)
+            self._server.apply(self.cap)  # type: ignore[attr-defined]
         self.set_web(web)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="http")
         self._thread.start()

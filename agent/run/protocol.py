@@ -23,5 +23,10 @@ MAX_BUILD_SECONDS = 3600.0
 AGENT_PID_VARIABLE = "SIXDIM_AGENT_PID"
 """The agent's PID, given to the worker so that it knows whose child it must stay."""
 
+OPEN_FILES_VARIABLE = "SIXDIM_OPEN_FILES_SOFT_LIMIT"
+"""The soft open-file limit the daemon started with, before it raised its own to the hard limit: a worker
+sets it back, so that the programs a case runs get the limit the host gives them (a program using ``select()``
+fails above 1,024 descriptors, and systemd's soft limit is 1,024 for that reason)."""
+
 WORKER_MODULE = "sixdim.run.worker"
 """What the runner starts: ``python -m WORKER_MODULE REQUEST.json RESULTS.jsonl``."""

@@ -53,7 +53,7 @@ import time
 import traceback
 from typing import IO, Any, NoReturn
 
-from sixdim.run.protocol import AGENT_PID_VARIABLE, BUILD_PREFIX, CASE_DONE_PREFIX, PROGRESS_PREFIX
+from sixdim.run.protocol import AGENT_PID_VARIABLE, BUILD_PREFIX, CASE_DONE_PREFIX, OPEN_FILES_VARIABLE, PROGRESS_PREFIX
 
 PARENT_POLL_SECONDS = 0.1
 """How often the worker checks that its agent is still alive."""
@@ -269,10 +269,25 @@ def _end_torch_case(ctx: Any, result: dict[str, Any], worker_memory: bool = True
 
 def main(argv: list[str]) -> int:
     watch_parent()
+    _restore_open_files_limit()
     try:
         return _run_request(argv[1], argv[2])
     finally:
         _stop_below_me()  # what a case left running in the background does not outlive the worker
+
+
+def _restore_open_files_limit() -> None:
+    """The soft open-file limit the daemon started with (it raised its own for its connections), so that what
+    a case runs sees the host's usual limit (:data:`~sixdim.run.protocol.OPEN_FILES_VARIABLE`)."""
+    import resource
+
+    try:
+        wanted = int(os.environ.get(OPEN_FILES_VARIABLE, ""))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if 0 < wanted < soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        pass  # not given, or refused: the inherited limit stands
 
 
 def _run_request(request_path: str, results_path: str) -> int:

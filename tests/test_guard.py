@@ -232,10 +232,15 @@ def test_a_job_starting_mid_suite_stops_the_run_within_seconds(tmp_path, foreign
     executor = make_executor(tmp_path, fake)
     appeared: list[float] = []
 
+    def appear() -> None:
+        fake.gpus[0].compute_pids = [foreign_process.pid]
+        appeared.append(time.time())
+
     def progress(message: str) -> None:
-        if message == "case 2/4: started":  # a production job starts during the second (long) case
-            fake.gpus[0].compute_pids = [foreign_process.pid]
-            appeared.append(time.time())
+        # a production job starts during the second (long) case, not as the first ends: the check at the first's
+        # end would have to withhold it (it cannot tell when in the first case the job started)
+        if message == "case 2/4: started":
+            threading.Timer(0.5, appear).start()
 
     cases = [{"seconds": 0.3}, {"seconds": 30.0}, {"seconds": 0.3}, {"seconds": 0.3}]
     records = executor.execute(spec("suite", cases), {}, resolve(["cuda:0"], executor.nvml)[0], on_progress=progress)
@@ -252,11 +257,10 @@ def test_a_foreign_job_between_cases_skips_the_rest_and_the_next_worker(tmp_path
     executor = make_executor(tmp_path, fake)
 
     def progress(message: str) -> None:
-        if message == "case 2/2: started":
-            fake.gpus[0].compute_pids = [foreign_process.pid]
+        if message == "case 2/2: started":  # half a second in: the check at case 1's end finds the GPU clear
+            threading.Timer(0.5, lambda: setattr(fake.gpus[0], "compute_pids", [foreign_process.pid])).start()
 
-    # Case 2 is long: whether the check at case 1's end or the next periodic one (2 s) sees the job
-    # depends on how the worker's lines are read on a busy machine; either way case 2 is stopped.
+    # Case 2 is long: the next periodic check (2 s) sees the job; case 2 is stopped.
     items = [(spec("one", [{"seconds": 0.3}, {"seconds": 30.0}]), {}),
              (spec("two", [{}], scope="host"), {})]  # a second worker: refused before it starts
     records = executor.execute_many(items, resolve(["cuda:0"], executor.nvml)[0], on_progress=progress)

@@ -25,14 +25,15 @@ the middle of a suite share the GPU with it for long.  So it answers three quest
    its own, rather than trusting the process list alone after our own load, because a process in
    another container (another PID namespace, a VM) may not be listed at all.
 
-**While a worker runs** (:class:`RunWatch`, called by the runner each time a case finishes and
-every couple of seconds during a long case): the process list only, because utilization is then
-our own worker's.  Our own processes are the daemon, the worker, its descendants and anything in
-its process group (the worker leads its own group), so the worker's CUDA context, its all-reduce
-ranks and a user command it started are not "other processes".  A listed PID with no live process
-behind it is taken for one of ours being torn down until it has been listed for
-:data:`SETTLE_SECONDS`.  A foreign process makes the runner stop the worker: the running case and
-the rest are recorded as ``skipped`` with the PIDs.
+**While a worker runs** (:class:`RunWatch`, called by the runner each time a case finishes, before that case
+is recorded, every couple of seconds during a long case, and once more when the worker exits): the process
+list only, because utilization is then our own worker's. Our own processes are the daemon, the worker, its
+descendants and anything in its process group (the worker leads its own group), so the worker's CUDA context,
+its all-reduce ranks and a user command it started are not "other processes". A listed PID with no live
+process behind it is taken for one of ours being torn down until it has been listed for
+:data:`SETTLE_SECONDS`. A foreign process makes the runner stop the worker: the running case and the rest are
+recorded as ``skipped`` with the PIDs, and so are the cases that ended since the last check that found the GPU
+clear (when in them the process started cannot be told).
 
 PIDs are compared in the daemon's PID namespace; a listed PID that does not exist there (another
 container's) is foreign, which errs towards leaving the GPU alone.

@@ -195,6 +195,7 @@ class _CaseFeed:
         self._environment: dict[str, Any] = {}
 
     def poll(self, cases_done: int) -> None:
+        """Hand on the cases before index ``cases_done`` (those a check after them found the GPU clear for)."""
         if cases_done == self._seen:
             return
         self._seen = cases_done
@@ -204,9 +205,13 @@ class _CaseFeed:
                 data = handle.read()
         except OSError:
             return
-        whole = data.rfind(b"\n") + 1
-        self._offset += whole
-        for record in _records(data[:whole].splitlines()):
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break
+            [record] = _records([line]) or [{}]
+            if record.get("kind") == "case" and record["index"] >= cases_done:
+                break  # not checked yet: read again at the next poll
+            self._offset += len(line)
             if record.get("kind") == "environment":
                 self._environment = record["environment"]
             elif record.get("kind") == "case":
@@ -237,8 +242,10 @@ def run_worker(entry: str | list[str], cases: list[dict[str, Any]], device: str,
     cases run their work in rank processes of their own, so the worker measures no memory of its
     own for them (:attr:`sixdim.workloads.spec.WorkloadSpec.runs_in_ranks`).
 
-    ``between_cases`` is asked each time a case finishes, and every ``between_cases_interval``
-    seconds while one runs; a non-None answer is a reason to stop (the idle guard: someone
+    ``between_cases`` is asked each time a case finishes (before the case is handed to ``on_case``), every
+    ``between_cases_interval`` seconds while one runs, and once more when the worker has exited; a case is
+    recorded only once a check after its end found the GPU clear, and a busy answer makes the cases since the
+    last clear check ``skipped`` with it; a non-None answer is a reason to stop (the idle guard: someone
     else's job has started on the GPU).  The worker is then stopped as at a timeout, and the
     running case and those after it are ``skipped`` with that reason.  If the hook itself raises,
     that is taken as the reason (the guard fails closed).
@@ -297,7 +304,8 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
         if on_start is not None:
             on_start(process.pid)
         feed = _CaseFeed(results_path, on_case) if on_case is not None else None
-        ended_by, busy = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag, feed)
+        ended_by, busy, clear = _wait(process, timeout, stop, reader, between_cases, between_cases_interval, tag,
+                                      feed)
     finally:  # also when waiting was cut short (KeyboardInterrupt): no worker outlives its run
         if process.poll() is None:  # not reaped, so its PID is still its own: stop its whole tree
             _kill_run(process.pid, tag)
@@ -310,6 +318,8 @@ def _run_in(workdir: str, tag: str, entry: str | list[str], cases: list[dict[str
     outcome.returncode = process.returncode
     outcome.started_at = worker_started
     outcome.output_tail = list(reader.tail)
+    if busy:
+        _withhold_unchecked(outcome, clear, busy)
     if len(outcome.cases) < len(cases):
         outcome.status, outcome.reason = _why_incomplete(process.returncode, ended_by, timeout,
                                                         outcome.output_tail, busy)
@@ -342,19 +352,27 @@ def _ask(between_cases: Callable[[], str | None]) -> str | None:
 def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | None, reader: _OutputReader,
           between_cases: Callable[[], str | None] | None = None,
           interval: float = BETWEEN_CASES_INTERVAL_SECONDS, tag: str = "", feed: _CaseFeed | None = None
-          ) -> tuple[str, str]:
-    """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy') and the busy
-    reason (else ""), having stopped it if needed.  ``feed`` hands on each case the worker reports."""
+          ) -> tuple[str, str, int]:
+    """Wait for the child; returns how it ended ('exit', 'timeout', 'stop' or 'busy'), the busy reason (else
+    "") and how many cases the last clear check came after, having stopped the child if needed.
+
+    With ``between_cases``, a case is handed on (``feed``) only once a check after its end found the GPU clear,
+    and one more check follows the worker's exit, so that no case, the last included, is recorded unchecked."""
     checked_at, checked_cases = time.monotonic(), 0
+    clear = 0 if between_cases is not None else sys.maxsize
     busy = ""
     while True:
         try:
             process.wait(timeout=0.1)
-            return "exit", ""
         except subprocess.TimeoutExpired:
-            pass
-        if feed is not None:
-            feed.poll(reader.cases_done)
+            if feed is not None and between_cases is None:
+                feed.poll(reader.cases_done)
+        else:
+            if between_cases is not None:
+                answer = _ask(between_cases)
+                if answer is not None:
+                    return "exit", answer, clear
+            return "exit", "", sys.maxsize
         now = time.monotonic()
         building = reader.build_until
         if (now >= building) if building is not None else (now - reader.last_case_done >= timeout):
@@ -362,13 +380,20 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
         elif stop is not None and stop.is_set():
             reason = "stop"
         elif between_cases is not None and (reader.cases_done != checked_cases or now - checked_at >= interval):
-            checked_at, checked_cases = now, reader.cases_done
+            done = reader.cases_done  # read before asking: a case ending during the check waits for the next
+            checked_at, checked_cases = now, done
             answer = _ask(between_cases)
             if answer is None:
+                clear = done
+                if feed is not None:
+                    feed.poll(clear)
                 continue
             reason, busy = "busy", answer
         else:
             continue
+        if between_cases is not None and not busy and reader.cases_done > clear:
+            busy = _ask(between_cases) or ""  # the cases that ended since the last check, before a stop
+            clear = clear if busy else sys.maxsize
         _terminate(process.pid, tag)
         deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
         try:
@@ -378,7 +403,16 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
             process.wait()
         else:
             _grace_for_the_rest(tag, deadline)
-        return reason, busy
+        return reason, busy, clear
+
+
+def _withhold_unchecked(outcome: WorkerOutcome, clear: int, busy: str) -> None:
+    """The cases reported after the last clear check, when the next check found the GPU busy: when in them the
+    other process started cannot be told, so their figures are not kept; each is ``skipped`` with the reason."""
+    for index, case in list(outcome.cases.items()):
+        if index >= clear:
+            outcome.cases[index] = CaseResult("skipped", f"{busy} (found as this case ended, so its figures may "
+                                                        f"include that process's work)", wall=case.wall)
 
 
 def _grace_for_the_rest(tag: str, deadline: float) -> None:

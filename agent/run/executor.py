@@ -629,7 +629,10 @@ class Executor:
     def recover_left_behind(self) -> list[RunRecord]:
         """Stop and record the runs a dead sixdim left in the state directory (:mod:`sixdim.run.orphans`):
         the cases its worker finished with their results (those it had not recorded yet: returned), and
-        its suite run's interruption.  Call it at start, before anything runs."""
+        its suite run's interruption.  Call it at start, before anything runs.  A record folder goes once
+        the history has every result of its run, whoever wrote it (matched by ``uid``,
+        :meth:`sixdim.store.history.History.unsaved`): after a ``kill -9`` mid-suite the cases the dead
+        agent recorded as they ended are there, and the folder goes without a warning."""
         if self.records is None:
             return []
         recovered: list[RunRecord] = []

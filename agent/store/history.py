@@ -24,6 +24,19 @@ results the history holds in memory only, so that it keeps them elsewhere until 
 :meth:`History.waiting` what waits, and why, when the agent stops.  What happened is counted
 (:meth:`History.health`): write errors by reason, results pending, whether the last write worked.
 
+**A damaged write-ahead log.**  A commit lives only in the database's ``-wal`` file until a checkpoint
+copies it into the database file; a -wal file damaged after a crash (bytes overwritten, a torn write)
+makes SQLite drop its frames from the first bad checksum on, and ``quick_check`` still passes.  So the
+results written since the last complete checkpoint (every frame copied) are kept in a ledger beside the
+database (``history.db.accepted``, JSON lines as the spool, appended and fsynced right after the commit),
+and a write asks for a ``PASSIVE`` checkpoint (it never waits) at most every :data:`CHECKPOINT_SECONDS`,
+the close too; one that copies every frame removes the ledger (a reader's older snapshot, the daemon
+reading while ``sixdim run`` writes, can hold a checkpoint back: the ledger waits for a later one).
+A ``History`` opened on the file writes the ledger's results again, each once by its ``uid``: those the
+database lacks are restored, with a warning that says how many and from where.  Writers of the same file
+in several processes hold the ledger (``flock``) from their commit to their checkpoint, so one's
+checkpoint cannot remove another's results from it.
+
 **A broken file at start** (not a database, or failing ``PRAGMA quick_check``) is renamed aside
 with a timestamp and a new history started, so the agent keeps serving and benchmarking.  A file
 that is there and readable in a folder that cannot be written (a read-only mount) does not stop the
@@ -40,15 +53,16 @@ counters never go down.
 **Private files.**  The history holds every result with its host's details (driver, devices, the
 commands of ``command`` workloads and their output), so it is its owner's alone: the database is
 created mode 0600 (created empty before SQLite opens it, as SQLite would make it 0644 under the
-usual umask; SQLite then gives its -wal and -shm files the database's mode), the spool file too, and
-a folder the agent creates for it 0700.  A database, -wal, -shm or spool file found with group or
-other permission bits loses them (0644 becomes 0600) when the agent's user owns it, with a warning,
-through a descriptor opened without following a link: a symbolic link where one of these files
-should be (which neither sixdim nor SQLite makes) is refused with a :class:`HistoryError`.
+usual umask; SQLite then gives its -wal and -shm files the database's mode), the spool file and the
+ledger too, and a folder the agent creates for it 0700.  A database, -wal, -shm, spool or ledger file
+found with group or other permission bits loses them (0644 becomes 0600) when the agent's user owns it,
+with a warning, through a descriptor opened without following a link: a symbolic link where one of
+these files should be (which neither sixdim nor SQLite makes) is refused with a :class:`HistoryError`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -99,6 +113,15 @@ FILE_MODE = 0o600
 """The history's files: its owner's alone."""
 FOLDER_MODE = 0o700
 """A folder the agent creates for the history."""
+LEDGER_SUFFIX = ".accepted"
+"""The ledger beside the database (``history.db.accepted``): the results written since its last complete
+checkpoint (:meth:`History._settle_locked`)."""
+CHECKPOINT_SECONDS = 1.0
+"""The least time between two checkpoints a process's writes ask for (each costs the database file an
+fsync or two); results written meanwhile wait in the ledger, fsynced."""
+LEDGER_LOCK_SECONDS = 1.0
+"""How long a write waits for another sixdim's hold on the ledger (a write and its checkpoint) before
+writing without it."""
 
 _SERIES_COLUMNS = SERIES_FIELDS
 _SERIES = ", ".join(_SERIES_COLUMNS)
@@ -322,6 +345,8 @@ class History:
                  max_pending: int = MAX_PENDING):
         self.path = Path(path)
         self.spool_path = self.path.with_name(self.path.name + ".spool")
+        self.ledger_path = self.path.with_name(self.path.name + LEDGER_SUFFIX)
+        """Results written to the database since its last complete checkpoint (:meth:`_settle_locked`)."""
         self.busy_timeout = busy_timeout
         self.moved_aside: Path | None = None
         """Where a broken database found at start was moved, if one was."""
@@ -335,6 +360,15 @@ class History:
         self._spool_warned = False
         self._spooled: set[str] = set()
         """The uids of the results in the spool file now (a full disk refuses some)."""
+        self._ledgered: set[str] = set()
+        """The uids this process put in the ledger since it was last emptied (each goes in once)."""
+        self._restoring: set[str] = set()
+        """The uids of the queued results read back from the ledger: already written once, perhaps lost since."""
+        self._ledger_warned = False
+        self._ledger_named: tuple[int, int] | None = None
+        """The device and inode of the ledger whose name this process fsynced into its folder."""
+        self._next_checkpoint = 0.0
+        """When (``time.monotonic``) a write may ask for a checkpoint again (:data:`CHECKPOINT_SECONDS`)."""
         self._last_error = ""
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
@@ -349,6 +383,7 @@ class History:
             log.error("history: %s; the file is there but cannot be written (a read-only file system?): results "
                       "are kept in memory and written once it can be", _one_line(exc))
         self._load_spool()
+        self._load_ledger()
         self.retry_pending()
 
     # ------------------------------------------------------------------ opening
@@ -366,7 +401,8 @@ class History:
         link: neither sixdim nor SQLite makes one, and one planted in a folder others can write would
         make this process (root, for a daemon) write, or change the mode of, the file it points at.
         A link to the history's folder, or above it, is fine: only the files themselves are looked at."""
-        for path in (self.path, Path(str(self.path) + "-wal"), Path(str(self.path) + "-shm"), self.spool_path):
+        for path in (self.path, Path(str(self.path) + "-wal"), Path(str(self.path) + "-shm"), self.spool_path,
+                     self.ledger_path):
             if not path.is_symlink():
                 continue
             try:
@@ -510,8 +546,16 @@ class History:
         return self._conn
 
     def close(self) -> None:
+        """Close the database; its last connection's close checkpoints it, so the ledger goes too."""
         with self._lock:
             if self._conn is not None:
+                if not self._pending and self.ledger_path.exists():
+                    ledger = self._hold_ledger(create=False)
+                    try:
+                        self._settle_locked(ledger)
+                    finally:
+                        if ledger is not None:
+                            os.close(ledger)
                 self._conn.close()
 
     # ------------------------------------------------------------------ writing
@@ -550,12 +594,14 @@ class History:
     def pending(self) -> list[RunRecord]:
         """The results recorded but not yet written (the board shows them meanwhile)."""
         with self._lock:
-            return [record for record in self._pending if isinstance(record, RunRecord)]
+            return [record for record in self._pending
+                    if isinstance(record, RunRecord) and record.uid not in self._restoring]
 
     def pending_interruptions(self) -> list[Interruption]:
         """The interruptions recorded but not yet written."""
         with self._lock:
-            return [record for record in self._pending if isinstance(record, Interruption)]
+            return [record for record in self._pending
+                    if isinstance(record, Interruption) and record.uid not in self._restoring]
 
     def health(self) -> HistoryHealth:
         with self._lock:
@@ -565,15 +611,26 @@ class History:
         """Of these results (given to :meth:`add` or :meth:`add_interruption`), those the history holds in
         memory only: not written to the database, nor in the spool file (a full disk refuses both), nor
         anywhere at all any more (dropped from a full queue).  Whoever has them elsewhere keeps them there
-        until this is empty: a process that ends loses its memory."""
+        until this is empty: a process that ends loses its memory.  A result with no row id whose ``uid``
+        the database holds is not among them: another ``History`` wrote it (a case the agent recorded as
+        it ended, which a successor recovering the dead agent's worker record finds there and does not
+        write again), and a leftover kept for it would be kept, and warned about, at every start."""
         with self._lock:
-            return [record for record in records if record.id is None and record.uid not in self._spooled]
+            maybe = [record for record in records if record.id is None and record.uid not in self._spooled]
+            if not maybe:
+                return []
+            try:  # written by another History, or by an earlier one (a case recorded before its agent died)
+                written = self._written_locked([record.uid for record in maybe])
+            except sqlite3.Error:
+                written = set()
+            return [record for record in maybe if record.uid not in written]
 
     def waiting(self) -> Waiting:
         """What waits to be written: how many results, how many of them in the spool file, and why."""
         with self._lock:
-            return Waiting(len(self._pending), sum(1 for r in self._pending if r.uid in self._spooled),
-                           self._last_error if self._pending else "")
+            waiting = [r for r in self._pending if r.uid not in self._restoring]
+            return Waiting(len(waiting), sum(1 for r in waiting if r.uid in self._spooled),
+                           self._last_error if waiting else "")
 
     def _count(self, reason: str) -> None:
         self._errors[reason] = self._errors.get(reason, 0) + 1
@@ -581,28 +638,14 @@ class History:
     def _flush_locked(self) -> bool:
         """Write every queued result in one transaction; True if the queue is now empty."""
         batch = list(self._pending)
+        ledger = self._hold_ledger()
         try:
-            self._follow_path_locked()
-            if self._conn is None:  # not opened at start (read-only): try again now
-                try:
-                    self._conn = self._open()
-                except HistoryError as exc:
-                    raise sqlite3.OperationalError(f"attempt to write a readonly database ({exc})") from None
-            ids: dict[str, int] = {}
-            with self._db:  # one transaction: all or nothing
-                for table, records in (("runs", [r for r in batch if isinstance(r, RunRecord)]),
-                                       ("interruptions", [r for r in batch if isinstance(r, Interruption)])):
-                    if not records:
-                        continue
-                    rows = [_row(record) for record in records]
-                    columns = list(rows[0])
-                    self._db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) "
-                                         f"VALUES ({', '.join(':' + c for c in columns)})", rows)
-                    for start in range(0, len(records), 900):  # SQLite's bound-parameter limit
-                        chunk = [r.uid for r in records[start:start + 900]]
-                        ids.update(self._db.execute(
-                            f"SELECT uid, id FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})",
-                            chunk).fetchall())
+            restored = self._write_locked(batch)
+            due = time.monotonic() >= self._next_checkpoint
+            self._note_in_ledger(ledger, batch, sync=due)
+            if due:
+                self._settle_locked(ledger)
+                self._next_checkpoint = time.monotonic() + CHECKPOINT_SECONDS
         except (sqlite3.Error, OSError) as exc:
             reason = error_reason(exc)
             self._count(reason)
@@ -613,8 +656,14 @@ class History:
                             f" and in {_one_line(self.spool_path)}" if not self._spool_warned else "")
             self._up = False
             return False
-        for record in batch:
-            record.id = ids.get(record.uid)
+        finally:
+            if ledger is not None:
+                os.close(ledger)  # drops the hold
+        if restored:
+            log.warning("history: %d accepted result(s) were missing from %s although they had been written to it "
+                        "(its write-ahead log lost or damaged before a checkpoint: a crash, a damaged -wal file); "
+                        "restored them from %s", restored, _one_line(self.path), _one_line(self.ledger_path))
+        self._restoring.clear()
         self._pending.clear()
         if not self._up:
             log.info("history: writable again; %d waiting result(s) written", len(batch))
@@ -622,11 +671,43 @@ class History:
         self._clear_spool()
         return True
 
+    def _write_locked(self, batch: list[Recorded]) -> int:
+        """Write ``batch`` in one transaction, giving each its row id; returns how many of those read back
+        from the ledger were not in the database (restored now)."""
+        restored = 0
+        self._follow_path_locked()
+        if self._conn is None:  # not opened at start (read-only): try again now
+            try:
+                self._conn = self._open()
+            except HistoryError as exc:
+                raise sqlite3.OperationalError(f"attempt to write a readonly database ({exc})") from None
+        ids: dict[str, int] = {}
+        with self._db:  # one transaction: all or nothing
+            for table, records in (("runs", [r for r in batch if isinstance(r, RunRecord)]),
+                                   ("interruptions", [r for r in batch if isinstance(r, Interruption)])):
+                # the ledger's first (older, and counted apart: a row it adds was missing), then the new ones
+                for group in ([r for r in records if r.uid in self._restoring],
+                              [r for r in records if r.uid not in self._restoring]):
+                    if not group:
+                        continue
+                    rows = [_row(record) for record in group]
+                    columns = list(rows[0])
+                    cursor = self._db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) "
+                                                  f"VALUES ({', '.join(':' + c for c in columns)})", rows)
+                    if group[0].uid in self._restoring:
+                        restored += max(cursor.rowcount, 0)
+                for start in range(0, len(records), 900):  # SQLite's bound-parameter limit
+                    chunk = [r.uid for r in records[start:start + 900]]
+                    ids.update(self._db.execute(
+                        f"SELECT uid, id FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})",
+                        chunk).fetchall())
+        for record in batch:
+            record.id = ids.get(record.uid)
+        return restored
+
     # ------------------------------------------------------------------ the spool file
     def _spool(self, record: Recorded) -> None:
-        data = record.to_dict()
-        if isinstance(record, Interruption):
-            data["kind"] = INTERRUPTION_KIND
+        data = _spooled(record)
         try:
             fd = os.open(self.spool_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                          FILE_MODE)  # never through a link planted as the spool
@@ -653,31 +734,156 @@ class History:
 
     def _load_spool(self) -> None:
         """Queue the results an earlier process spooled and never wrote (a locked or full database)."""
-        tighten(self.spool_path)
-        try:
-            fd = os.open(self.spool_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with open(fd, encoding="utf-8") as spool:
-                if not stat.S_ISREG(os.fstat(spool.fileno()).st_mode):
-                    raise OSError(f"{self.spool_path} is not a regular file")
-                lines = spool.read().splitlines()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.warning("history: cannot read the spool %s: %s", _one_line(self.spool_path), _one_line(exc))
-            return
-        for number, line in enumerate(lines, 1):
-            try:
-                data = json.loads(line)
-                data["id"] = None
-                kind = data.pop("kind", "run")
-                record: Recorded = Interruption(**data) if kind == INTERRUPTION_KIND else RunRecord(**data)
-                self._pending.append(record)
-                self._spooled.add(record.uid)
-            except (ValueError, TypeError) as exc:  # a line cut by a crash: the rest still count
-                log.warning("history: %s line %d is unreadable (%s); skipped", _one_line(self.spool_path), number,
-                            _one_line(exc))
+        for record in _read_results(self.spool_path, "spool"):
+            self._pending.append(record)
+            self._spooled.add(record.uid)
         if self._pending:
             log.info("history: %d result(s) from %s to write", len(self._pending), _one_line(self.spool_path))
+
+    # ------------------------------------------------------------------ the ledger
+    def _hold_ledger(self, create: bool = True) -> int | None:
+        """The ledger, opened (made 0600 where missing, never through a link) and held (``flock``) for one
+        write, its note in the ledger and its checkpoint, so that another sixdim's checkpoint cannot remove
+        the ledger between this process's commit and its note; None (warned about once) where it cannot be:
+        the write goes on without it.
+        Waits at most :data:`LEDGER_LOCK_SECONDS` for another process's hold.  ``create`` False: None where
+        there is no ledger."""
+        deadline = time.monotonic() + LEDGER_LOCK_SECONDS
+        try:
+            while True:
+                try:
+                    fd = os.open(self.ledger_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+                                 | os.O_NONBLOCK | (os.O_CREAT if create else 0), FILE_MODE)
+                except FileNotFoundError:
+                    if create:
+                        raise
+                    return None
+                try:
+                    status = os.fstat(fd)
+                    if not stat.S_ISREG(status.st_mode):
+                        raise OSError(f"{self.ledger_path} is not a regular file")
+                    if not status.st_size and stat.S_IMODE(status.st_mode) != FILE_MODE \
+                            and status.st_uid == os.geteuid():
+                        os.fchmod(fd, FILE_MODE)  # just made: open's mode less the umask; exactly it instead
+                    while True:
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                            break
+                        except BlockingIOError:
+                            if time.monotonic() >= deadline:
+                                raise OSError(f"{self.ledger_path} is held by another process") from None
+                            time.sleep(0.005)
+                    try:  # emptied and removed by another process's checkpoint meanwhile: the file there now
+                        now = os.stat(self.ledger_path, follow_symlinks=False)
+                    except FileNotFoundError:
+                        now = None
+                    if now is not None and (now.st_dev, now.st_ino) == (status.st_dev, status.st_ino):
+                        return fd
+                except BaseException:
+                    os.close(fd)
+                    raise
+                os.close(fd)
+        except OSError as exc:
+            if not self._ledger_warned:
+                log.warning("history: cannot keep the ledger %s (%s); results written are recoverable only from "
+                            "the database's write-ahead log until it is checkpointed", _one_line(self.ledger_path),
+                            _one_line(exc))
+                self._ledger_warned = True
+            return None
+
+    def _note_in_ledger(self, ledger: int | None, batch: list[Recorded], sync: bool) -> None:
+        """Just written (the hold on the ledger taken before the write): the results of ``batch`` not in the
+        ledger yet, appended, and with ``sync`` (a checkpoint is due) fsynced with whatever went before.
+        So the ledger is as durable as the commit itself (``synchronous=NORMAL``): the writes of a burst
+        wait at most :data:`CHECKPOINT_SECONDS` for an fsync, which costs more than the write (several
+        milliseconds on a busy disk), and a SIGKILL loses none of them (they are in the kernel).  After the
+        write, not before, so that the ledger holds only results the database had and never stands in a
+        write's way: on a disk with room for the write but not for both, what this appended is cut off again
+        and the write stands, the ledger without them (warned about once)."""
+        if ledger is None:
+            return
+        size = -1
+        new: list[Recorded] = []
+        try:
+            status = os.fstat(ledger)
+            size = status.st_size
+            if not size:  # a new ledger: what this process noted was in one a checkpoint removed
+                self._ledgered.clear()
+            new = [record for record in batch if record.uid not in self._ledgered]
+            if not new:
+                return
+            data = "".join(json.dumps(_spooled(record), sort_keys=True) + "\n" for record in new).encode()
+            written = 0
+            while written < len(data):  # a nearly full disk takes part of it, then refuses the rest
+                written += os.write(ledger, data[written:])
+            if sync:
+                os.fsync(ledger)
+            if sync and self._ledger_named != (status.st_dev, status.st_ino):  # its name too, for a power cut
+                folder = os.open(self.ledger_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(folder)
+                finally:
+                    os.close(folder)
+                self._ledger_named = (status.st_dev, status.st_ino)
+        except OSError as exc:  # a full disk: the results are in the database all the same
+            if size >= 0:
+                try:
+                    os.ftruncate(ledger, size)  # no half line, and the space back
+                except OSError:
+                    pass
+            if not self._ledger_warned:
+                log.warning("history: cannot write the ledger %s (%s); results written are recoverable only from "
+                            "the database's write-ahead log until it is checkpointed", _one_line(self.ledger_path),
+                            _one_line(exc))
+                self._ledger_warned = True
+            return
+        self._ledgered.update(record.uid for record in new)
+
+    def _settle_locked(self, ledger: int | None) -> None:
+        """Checkpoint the database (``PASSIVE``: it never waits, nor holds anyone up) and, where that copied
+        every frame of the write-ahead log into the database file, remove the ledger: its results are now
+        where a lost or damaged -wal file cannot take them.  A checkpoint a reader's older snapshot holds
+        back (the daemon reading while ``sixdim run`` writes) leaves the ledger for a later one."""
+        if ledger is None or self._conn is None:
+            return
+        try:
+            busy, frames, copied = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as exc:
+            log.debug("history: checkpoint of %s not done now: %s", _one_line(self.path), _one_line(exc))
+            return
+        if busy or frames != copied:
+            return
+        try:  # held: no other sixdim is between its commit and its note (and one waiting opens it again)
+            os.unlink(self.ledger_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.debug("history: cannot remove %s: %s", _one_line(self.ledger_path), _one_line(exc))
+            return
+        self._ledgered.clear()
+
+    def _load_ledger(self) -> None:
+        """Queue the ledger's results that are not queued yet (the spool's are), to be written again: those
+        the database has are ignored by their uid, and those it lacks (its write-ahead log lost or damaged
+        before a checkpoint) are restored, with a warning (:meth:`_flush_locked`)."""
+        known = {record.uid for record in self._pending}
+        for record in _read_results(self.ledger_path, "ledger"):
+            self._ledgered.add(record.uid)
+            if record.uid not in known:
+                known.add(record.uid)
+                self._pending.append(record)
+                self._restoring.add(record.uid)
+
+    def _written_locked(self, uids: list[str]) -> set[str]:
+        """Which of these uids the database holds, runs or interruptions (``sqlite3.Error`` where it cannot
+        be read)."""
+        found: set[str] = set()
+        for start in range(0, len(uids), 900):  # SQLite's bound-parameter limit
+            chunk = uids[start:start + 900]
+            for table in ("runs", "interruptions"):  # an interruption's uid is as unique as a run's
+                found.update(row[0] for row in self._db.execute(
+                    f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
+        return found
 
     # ------------------------------------------------------------------ reading
     def _records(self, sql: str, args: Iterable[Any] = (),
@@ -757,11 +963,7 @@ class History:
         with self._lock:
             found = {record.uid for record in self._pending if record.uid in wanted}
             try:
-                for start in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
-                    chunk = wanted[start:start + 900]
-                    for table in ("runs", "interruptions"):  # an interruption's uid is as unique as a run's
-                        found.update(row[0] for row in self._db.execute(
-                            f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(chunk))})", chunk))
+                found |= self._written_locked(wanted)
             except sqlite3.Error as exc:
                 log.debug("history: cannot read which runs are there now: %s", _one_line(exc))
         return found
@@ -853,6 +1055,13 @@ class History:
         started = time.perf_counter()
         cutoff = (time.time() if now is None else now) - keep_seconds
         with self._lock:
+            if not self._pending and self.ledger_path.exists():  # a pruned run must not come back from it
+                ledger = self._hold_ledger(create=False)
+                try:
+                    self._settle_locked(ledger)
+                finally:
+                    if ledger is not None:
+                        os.close(ledger)
             if max_runs is not None:
                 total = self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
                 if total > max_runs:
@@ -1020,6 +1229,42 @@ def _medians(figures: list[dict[str, float]]) -> dict[str, float]:
     names = sorted({name for f in figures for name in f})
     return {name: statistics.median([f[name] for f in figures if isinstance(f.get(name), (int, float))])
             for name in names if any(isinstance(f.get(name), (int, float)) for f in figures)}
+
+
+def _spooled(record: Recorded) -> dict[str, Any]:
+    """A result as a line of the spool or the ledger has it (an interruption says so)."""
+    data = record.to_dict()
+    if isinstance(record, Interruption):
+        data["kind"] = INTERRUPTION_KIND
+    return data
+
+
+def _read_results(path: Path, what: str) -> list[Recorded]:
+    """The results in a spool or ledger file (JSON lines, :func:`_spooled`), each without its row id; none
+    where there is no file.  Never through a link, nor from anything but a regular file; a line that cannot
+    be read (cut by a crash) is skipped with a warning, the rest still count."""
+    tighten(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise OSError(f"{path} is not a regular file")
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("history: cannot read the %s %s: %s", what, _one_line(path), _one_line(exc))
+        return []
+    records: list[Recorded] = []
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+            data["id"] = None
+            kind = data.pop("kind", "run")
+            records.append(Interruption(**data) if kind == INTERRUPTION_KIND else RunRecord(**data))
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("history: %s line %d is unreadable (%s); skipped", _one_line(path), number, _one_line(exc))
+    return records
 
 
 def _row(record: Recorded) -> dict[str, Any]:

@@ -311,7 +311,8 @@ def test_a_cold_microsecond_kernel_gets_its_power_from_a_graph_that_kept_the_gpu
     phase = r.details.get("power")
     assert phase, f"no power phase: {r.details.get('power_note')!r}"
     assert phase["unit"] == "cuda_graph" and phase["calls_per_unit"] >= 100, phase
-    assert "gpu_busy_share" in phase, phase.get("gpu_busy_note")
+    assert "gpu_busy_share" in phase, r.details.get("power_note")
+    assert phase["cache_regime"] == "warm" and phase.get("efficiency_note"), phase  # never mixed with cold
     assert phase["gpu_busy_share"] >= 0.9, phase  # NVML's utilization over the phase
     assert r.figures.get("power_watts", 0) > 0, (r.figures, r.details.get("power_note"))
     assert r.figures["flop_per_joule"] == pytest.approx(2 * COLD[0] * COLD[1] * COLD[2] * phase["calls"]

@@ -98,18 +98,31 @@ class NvmlEnergy:
         """The newest utilization sample's timestamp of each GPU (0 where there is none yet)."""
         return [max((t for t, _ in self._utilization(h, 0)), default=0) for h in self._handles]
 
-    def busy_share(self, marker: list[int], seconds: float) -> tuple[float, int] | str:
-        """Mean utilization of the samples taken since ``marker`` and within the last ``seconds``, and how
-        many there were; or why there is no share (fewer than :data:`MIN_BUSY_SAMPLES`)."""
+    def busy(self, marker: list[int], seconds: float) -> tuple[float | None, int]:
+        """Mean utilization of the samples taken since ``marker`` and within the last ``seconds`` (None where
+        there are fewer than :data:`MIN_BUSY_SAMPLES`), and how many samples there were: the count goes into
+        the record either way, so a share (or its absence) can be judged by what it stands on."""
         values: list[float] = []
         for handle, after in zip(self._handles, marker):
             samples = self._utilization(handle, after)
             newest = max((t for t, _ in samples), default=0)
             values += [v for t, v in samples if t >= newest - seconds * 1e6]
         if len(values) < MIN_BUSY_SAMPLES:
-            return (f"NVML kept {len(values)} utilization sample(s) over the {seconds:.2f} s phase (at least "
-                    f"{MIN_BUSY_SAMPLES} needed)")
+            return None, len(values)
         return sum(values) / len(values), len(values)
+
+    def busy_share(self, marker: list[int], seconds: float) -> tuple[float, int] | str:
+        """:meth:`busy`'s share and count; or why there is no share (fewer than :data:`MIN_BUSY_SAMPLES`)."""
+        share, count = self.busy(marker, seconds)
+        if share is None:
+            return too_few_samples(count, seconds)
+        return share, count
+
+
+def too_few_samples(count: int, seconds: float) -> str:
+    """Why a phase with only ``count`` utilization samples has no busy share."""
+    return (f"NVML kept {count} utilization sample(s) over the {seconds:.2f} s phase (at least "
+            f"{MIN_BUSY_SAMPLES} needed)")
 
 
 class RaplEnergy:

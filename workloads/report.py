@@ -50,7 +50,7 @@ def measure_kernel(kernel: Callable[[], object], device: torch.device, ctx: RunC
     power, details = power_phase(timing.call or kernel, device, ctx, seconds=params.get("power_seconds", 0.0),
                                  calls_per_unit=timing.calls_per_unit,
                                  seconds_per_unit=timing.seconds_per_call * timing.calls_per_unit,
-                                 work_per_call=flop_count, work_unit="flop")
+                                 work_per_call=flop_count, work_unit="flop", timed_regime=timing.regime)
     return Measurement(timing, latencies, power, details)
 
 

@@ -13,9 +13,12 @@
     fit in L2 is timed as it runs inside a real model (chosen automatically when the
     working set is under twice the L2 size);
   * ``warm``: calls back to back, no flush.
-  A warm kernel shorter than :data:`GRAPH_BELOW_SECONDS`, or one that asks for it
-  (``graph=True``: a whole RNN recurrence of small kernels), is captured in a CUDA graph
-  and replayed, so CPU launch overhead does not pollute its time.
+  A warm kernel shorter than :data:`GRAPH_BELOW_SECONDS`, one whose host dispatch is not far
+  shorter than its device time (:func:`host_bound`: a sparse GEMM, a convolution's backward), or
+  one that asks for it (``graph=True``: a whole RNN recurrence of small kernels), is captured in
+  a CUDA graph and replayed, so CPU launch overhead does not pollute its time.  Every event-timed
+  span starts behind a short spin on the stream (:func:`_spin`), so its start event is taken on a
+  busy stream and the host's launch is not counted.
 - On the CPU, ``time.perf_counter`` around the block (caches are not flushed: ``warm``).
 - The rounds are kept (the distribution); the speed figure is their DeepSpark mean.
 - Power has its own phase (:func:`power_phase`): seconds of back-to-back calls after the
@@ -42,6 +45,14 @@ from sixdim.workloads.context import RunContext
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 GRAPH_BELOW_SECONDS = 50e-6
+HOST_BOUND_SHARE = 0.5
+"""A warm kernel whose host dispatch takes at least this share of its device time is captured in a graph:
+a Python loop of it keeps the device waiting on the host (at 1.0) or runs its queue dry at any hiccup."""
+PROBE_CALLS = 20
+"""Calls over which host dispatch and device time are compared (few: the launch queue never fills)."""
+SPIN_CYCLES = 100_000
+"""GPU clock cycles of the spin queued before a start event (50-100 µs at 1-2 GHz): longer than the host
+takes to record the event and launch what follows (10-20 µs), so the start event is taken on a busy stream."""
 FLUSHED_CALLS_PER_ROUND = 50
 """Cold (L2-flushed) calls timed per round: each costs a 256 MB flush, so a round stays short."""
 GRAPH_CALLS = 1000
@@ -51,6 +62,12 @@ POWER_READING_SECONDS = 0.05
 ALIGN_READING_SECONDS = 0.005
 """While it waits for the counter to change (at the phase's two ends), it reads after blocks this short:
 an update is seen at most this late, so each end is placed on an update within this much."""
+ALIGN_READ_MARGIN = 1.5
+"""The alignment blocks last at least this many times the slowest energy read measured in the phase: while
+the host reads, the block queued before it keeps the GPU busy (an H200's NVML read costs 5.8-6.8 ms, longer
+than the 5 ms blocks, so calls of 0.1-5 ms idled at the phase's end)."""
+READ_PROBES = 2
+"""Energy reads timed before the phase, to size its first alignment blocks."""
 ALIGN_LIMIT_SECONDS = 1.0
 """A counter that has not changed after this long at an end is read as it is (a continuous counter
 such as RAPL changes at once; NVML's total energy about every 100 ms)."""
@@ -287,7 +304,7 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
         timing = _rounds(lambda: _flushed(fn, device, cold), ctx, rounds, cold, "cuda_events_per_call_l2_flushed")
         timing.regime, timing.call = "cold", fn
         return _noted(timing, ctx)
-    if graph or per_call < GRAPH_BELOW_SECONDS:  # per_call: calibration's measure, not timed again
+    if wants_graph(graph, per_call, lambda: launch_profile(fn, min(calls, PROBE_CALLS))):
         captured = max(1, min(calls, GRAPH_CALLS, math.ceil(0.01 / per_call) if graph else GRAPH_CALLS))
         replays = math.ceil(calls / captured)
         replay = _graph_of(fn, captured)
@@ -299,6 +316,45 @@ def time_rounds(fn: Callable[[], object], device: torch.device, ctx: RunContext,
     timing = _rounds(lambda: _events(fn, calls) / calls, ctx, rounds, calls, "cuda_events")
     timing.call = fn
     return _noted(timing, ctx)
+
+
+def host_bound(host_per_call: float, device_per_call: float) -> bool:
+    """Whether a Python loop of a kernel would keep its device waiting: its host dispatch takes at least
+    :data:`HOST_BOUND_SHARE` of its device time.  (Events around a starved loop measure the host's pace, so
+    a host-bound kernel reads as about 1.0 here, whatever its real GPU time.)"""
+    return device_per_call <= 0 or host_per_call >= HOST_BOUND_SHARE * device_per_call
+
+
+def wants_graph(asked: bool, per_call: float, profile: Callable[[], tuple[float, float]]) -> bool:
+    """Whether a warm CUDA kernel is timed from a CUDA graph: asked for, shorter than
+    :data:`GRAPH_BELOW_SECONDS` by calibration's ``per_call``, or :func:`host_bound` by ``profile()``'s
+    (host, device) seconds per call.  Deciding on host time alone timed a kernel whose 60 µs dispatch
+    exceeded its GPU time over a Python loop (sparse GEMM, convolution backward: issue 45, item 6)."""
+    if asked or per_call < GRAPH_BELOW_SECONDS:
+        return True
+    return host_bound(*profile())
+
+
+def launch_profile(fn: Callable[[], object], calls: int, *, event: Callable[[], Any] | None = None,
+                   spin: Callable[[], None] | None = None) -> tuple[float, float]:
+    """(host seconds per call to launch ``fn``, device seconds per call between events) over ``calls`` calls,
+    the host's taken without waiting for the device.  ``event`` and ``spin`` stand in for CUDA's in tests."""
+    event = event or (lambda: torch.cuda.Event(enable_timing=True))
+    begin, end = event(), event()
+    (spin or _spin)()
+    begin.record()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - start
+    end.record()
+    end.synchronize()
+    return host / calls, begin.elapsed_time(end) / 1e3 / calls
+
+
+def _spin() -> None:
+    """Keep the current stream busy for :data:`SPIN_CYCLES` cycles, so the next event is recorded behind work."""
+    torch.cuda._sleep(SPIN_CYCLES)
 
 
 def _rounds(one_round: Callable[[], float], ctx: RunContext, rounds: int, calls: int, method: str) -> Timing:
@@ -323,9 +379,17 @@ def _host_timed(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def _events(fn: Callable[[], object], calls: int) -> float:
-    """Seconds for ``calls`` calls between two CUDA events."""
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def _events(fn: Callable[[], object], calls: int, *, event: Callable[[], Any] | None = None,
+            spin: Callable[[], None] | None = None) -> float:
+    """Seconds for ``calls`` calls between two CUDA events.
+
+    A spin is queued first: recorded on an idle stream, the start event would be stamped before the host
+    had launched the first call, and the launch (a few µs) would count as the calls' time; behind the spin
+    it is stamped when the stream reaches it, with the first call already queued.  ``event`` and ``spin``
+    stand in for CUDA's in tests."""
+    event = event or (lambda: torch.cuda.Event(enable_timing=True))
+    begin, end = event(), event()
+    (spin or _spin)()
     begin.record()
     for _ in range(calls):
         fn()
@@ -351,9 +415,10 @@ def latency_percentiles(fn: Callable[[], object], device: torch.device, ctx: Run
     """Seconds of each of ``samples`` single calls (for p50/p99 latency), each synchronized, in
     the same cache regime as the case's timed rounds.
 
-    A warm call on CUDA is replayed from a graph of one call: timed directly, its start event would
-    be recorded on an idle stream before Python launches the kernel, and the launch would be counted
-    as the kernel's latency.  (A cold call follows its flush, which keeps the stream busy meanwhile.)"""
+    A warm call on CUDA is replayed from a graph of one call, behind a short spin (:func:`_events`):
+    timed directly, its start event would be recorded on an idle stream before the launch, and the launch
+    would be counted as the kernel's latency.  (A cold call follows its flush, which keeps the stream busy
+    meanwhile.)"""
     calibrate(fn, device, warmup_seconds, 0.0)
     single = fn
     if device.type == "cuda" and regime != "cold":
@@ -497,6 +562,15 @@ class _Blocks:
         self.cuda = self.event is not None
         self.units = 0
         self.pending: list[tuple[Any, int]] = []
+        self.read_seconds = 0.0
+        """The slowest energy read so far (the alignment blocks are sized to outlast it)."""
+
+    def read(self) -> energy.Reading:
+        """Read the counter, timing the read."""
+        start = time.perf_counter()
+        reading = _counter(self.meter)
+        self.read_seconds = max(self.read_seconds, time.perf_counter() - start)
+        return reading
 
     def _launch(self, calls: int) -> None:
         for _ in range(calls):
@@ -510,12 +584,12 @@ class _Blocks:
     def read_after(self, calls: int) -> tuple[energy.Reading, int]:
         self._launch(calls)
         if not self.cuda:
-            return _counter(self.meter), self.units
+            return self.read(), self.units
         if len(self.pending) < 2:  # the first block: queue a second before waiting for it
             self._launch(calls)
         event, done = self.pending.pop(0)
         event.synchronize()
-        return _counter(self.meter), done
+        return self.read(), done
 
     def drain(self) -> None:
         _synchronize(self.device)
@@ -531,20 +605,32 @@ def _busy_marker(meter: Any) -> Any:
         return None
 
 
-def _busy_share(meter: Any, marker: Any, seconds: float) -> tuple[float, int] | str:
-    """The GPU's mean utilization over the phase from the meter's samples, and how many; or why not."""
-    share = getattr(meter, "busy_share", None)
-    if share is None or marker is None:
-        return "the energy meter keeps no utilization samples (only NVML does)"
+def _busy_share(meter: Any, marker: Any, seconds: float) -> tuple[float | None, int | None, str | None]:
+    """The GPU's mean utilization over the phase from the meter's samples and how many there were, or
+    (None, count or None, why not)."""
+    busy = getattr(meter, "busy", None)
+    if busy is None or marker is None:
+        return None, None, "the energy meter keeps no utilization samples (only NVML does)"
     try:
-        return share(marker, seconds)
+        share, count = busy(marker, seconds)
     except Exception as exc:
-        return f"NVML's utilization samples could not be read: {type(exc).__name__}: {exc}"
+        return None, None, f"NVML's utilization samples could not be read: {type(exc).__name__}: {exc}"
+    if share is None:
+        return None, count, energy.too_few_samples(count, seconds)
+    return share, count, None
+
+
+def _alignment_calls(read_seconds: float, seconds_per_unit: float) -> int:
+    """Units per alignment block: :data:`ALIGN_READING_SECONDS`, or :data:`ALIGN_READ_MARGIN` times the
+    slowest read where that is longer (a block shorter than a read lets the GPU idle while the host reads)."""
+    seconds = max(ALIGN_READING_SECONDS, ALIGN_READ_MARGIN * read_seconds)
+    return max(1, math.ceil(seconds / max(seconds_per_unit, 1e-9) - 1e-9))
 
 
 def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContext, *, seconds: float,
                 calls_per_unit: int = 1, seconds_per_unit: float | None = None,
-                work_per_call: float | None = None, work_unit: str = "flop") -> tuple[dict[str, float], dict[str, Any]]:
+                work_per_call: float | None = None, work_unit: str = "flop",
+                timed_regime: str | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Power and energy over ``seconds`` of back-to-back calls, from the energy counter.
 
     Runs after the timed rounds, so the clocks are warm.  What it repeats is chosen by
@@ -552,14 +638,24 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     about :data:`POWER_READING_SECONDS`, and the counter is read between blocks (:class:`_Blocks`: on
     CUDA with the next block already queued, so the GPU never waits for a read), each reading with
     the units completed when it was taken.  Both ends are placed on a counter update (work goes on in
-    blocks of :data:`ALIGN_READING_SECONDS` until the counter changes): NVML's total energy moves about
+    blocks of :data:`ALIGN_READING_SECONDS`, or :data:`ALIGN_READ_MARGIN` times the slowest energy read
+    timed in the phase where that is longer, until the counter changes): NVML's total energy moves about
     every 100 ms, and a phase cut between its steps would be up to a step off at each end (±20% of a
     1 s phase); aligned, each end is off by at most one short block.  ``details["power"]`` records how
     many updates the phase spanned (at least :data:`MIN_COUNTER_UPDATES`, or no power) and whether both
-    ends found one.  Where the meter keeps utilization samples (NVML), the GPU's mean utilization over
-    the phase is ``gpu_busy_share``: below :data:`MIN_BUSY_SHARE`, no power (the phase would measure
-    idle gaps, e.g. a launch-bound loop).  Figures: ``power_watts``, ``energy_joules`` and, with
-    ``work_per_call``, work per joule (``flop_per_joule`` or ``samples_per_joule``).  Returns
+    ends found one.  On a GPU (and wherever the meter keeps utilization samples: NVML), the GPU's mean
+    utilization over the phase is ``gpu_busy_share``, beside its sample count ``gpu_busy_samples``: below
+    :data:`MIN_BUSY_SHARE`, or unknown (fewer than 3 samples, or none kept), no power (the phase would
+    measure idle gaps, e.g. a launch-bound loop, and unchecked it could).  Figures: ``power_watts``,
+    ``energy_joules`` and, with ``work_per_call``, work per joule (``flop_per_joule`` or
+    ``samples_per_joule``).
+
+    The phase runs back to back without flushing the L2 (``details["power"]["cache_regime"]`` is
+    ``warm``), and its work per joule is its own rate (``details["power"]["flop_per_second"]``) over its
+    own power, never the timed rounds' rate: for a case timed cold (``timed_regime``) that rate is the
+    warm one (6.7 µs a call against 10.2 µs flushed for a small fp16 GEMM on an H200), which an
+    ``efficiency_note`` says.  (Flushing between calls instead would add the 256 MB flush's energy to
+    the kernel's.)  Returns
     ``({}, {"power_note": why})`` where there is no counter or the phase would be too short to mean
     anything.
     """
@@ -573,15 +669,17 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
         seconds_per_unit = _timed_block(call, device, 3) / 3
     call, calls_per_unit, seconds_per_unit, unit_kind = power_unit(call, device, calls_per_unit, seconds_per_unit)
     block = max(1, round(POWER_READING_SECONDS / max(seconds_per_unit, 1e-9)))
-    small = max(1, round(ALIGN_READING_SECONDS / max(seconds_per_unit, 1e-9)))
     ctx.progress(f"power phase: {seconds:g} s")
     _synchronize(device)
     blocks = _Blocks(call, device, meter)
+    small = 1
 
     def next_update(after: energy.Reading) -> tuple[tuple[energy.Reading, int], bool]:
         """Work in short blocks until the counter changes: (the reading just after the update and the units
         done by then, whether one came within ALIGN_LIMIT_SECONDS)."""
+        nonlocal small
         while True:
+            small = _alignment_calls(blocks.read_seconds, seconds_per_unit)
             reading, done = blocks.read_after(small)
             if reading.joules != after.joules:
                 return (reading, done), True
@@ -591,7 +689,9 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     try:  # a counter that stops answering mid-phase (an NVML error, a RAPL package gone) costs the
         # power figure, with the reason, never the case's result.  Both ends sit on a counter update:
         # the counter's steps (NVML's total energy moves about every 100 ms) then add no error
-        (first, units_first), aligned_start = next_update(_counter(meter))
+        for _ in range(READ_PROBES):  # what a read costs, before the first alignment block is sized
+            before = blocks.read()
+        (first, units_first), aligned_start = next_update(before)
         marker = _busy_marker(meter)
         readings = [first]
         while readings[-1].monotonic - first.monotonic < seconds:
@@ -614,19 +714,34 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
                                "start_unix": first.unix, "end_unix": last.unix,
                                "start_monotonic": first.monotonic, "end_monotonic": last.monotonic,
                                "source": meter.source, "calls_per_reading": block * calls_per_unit,
-                               "unit": unit_kind, "calls_per_unit": calls_per_unit}
-    busy = _busy_share(meter, marker, elapsed) if device.type == "cuda" else None
-    if isinstance(busy, tuple):
-        details["gpu_busy_share"], details["gpu_busy_samples"] = busy
-    elif isinstance(busy, str):
-        details["gpu_busy_note"] = busy
+                               "unit": unit_kind, "calls_per_unit": calls_per_unit,
+                               "read_seconds": blocks.read_seconds,
+                               "calls_per_alignment_read": small * calls_per_unit,
+                               "align_block_seconds": small * seconds_per_unit,
+                               "cache_regime": "warm"}
+    if work_per_call and elapsed > 0:
+        details[f"{work_unit}_per_second"] = work_per_call * calls / elapsed
+        if timed_regime == "cold":
+            details["efficiency_note"] = (
+                f"{work_unit}_per_joule is the power phase's own rate over its power: its calls ran warm, back "
+                f"to back with their data in cache, while the timed rounds (the case's speed) ran cold, L2 "
+                f"flushed before each call")
+    share, count, unknown = (_busy_share(meter, marker, elapsed) if device.type == "cuda" or hasattr(meter, "busy")
+                             else (None, None, None))
+    if count is not None:
+        details["gpu_busy_samples"] = count
+    if share is not None:
+        details["gpu_busy_share"] = share
     if joules <= 0:
         return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
     if updates < MIN_COUNTER_UPDATES:
         return {}, {"power_note": f"the energy counter moved only {updates} time(s) over {elapsed:.2f} s (at least "
                                   f"{MIN_COUNTER_UPDATES} needed): its steps would dominate the figure",
                     "power": details}
-    idle = busy_note(busy[0]) if isinstance(busy, tuple) else None
+    if unknown is not None:
+        return {}, {"power_note": f"the GPU's busy share over the power phase is unknown: {unknown}; unchecked "
+                                  f"for idle gaps, the power is not reported", "power": details}
+    idle = busy_note(share) if share is not None else None
     if idle is not None:
         return {}, {"power_note": idle, "power": details}
     figures = {"power_watts": joules / elapsed, "energy_joules": joules}

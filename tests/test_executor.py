@@ -1,6 +1,7 @@
 """One worker, many cases: each case is its own record, whatever happens to the others; and a
 figure nobody measured is absent from it, with the reason in its details, never 0."""
 
+import threading
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
+from sixdim.core.results import POWER_REFUSED
 from sixdim.http.board import Board
 from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device, resolve
@@ -104,6 +106,15 @@ def gives_up_with_figures(params: dict, ctx: RunContext) -> WorkloadOutput:
 
 def marks_no_window(params: dict, ctx: RunContext) -> WorkloadOutput:
     return WorkloadOutput({"seconds": 0.01})
+
+
+def refuses_its_power(params: dict, ctx: RunContext) -> WorkloadOutput:
+    """A case whose power phase ran and withheld its figure (as workloads/timing.py's power_phase does when the
+    GPU was busy for only 88% of it), over a measured window of 1.3 s."""
+    ctx.mark_window_start()
+    time.sleep(1.3)
+    ctx.mark_window_end()
+    return WorkloadOutput({"seconds": 1.3}, {POWER_REFUSED: True, "power_note": "the GPU was busy for only 88%"})
 
 
 def one_case_spec(name: str, entry: str) -> WorkloadSpec:
@@ -238,3 +249,36 @@ def test_the_fraction_of_peak_is_the_gpus_published_bandwidth_for_device_copies_
     executor.nvml = NvmlCollector("h", module=fake)
     [unknown, _] = executor.execute(spec, {}, resolve_devices(["cuda:0"], executor.nvml)[0])
     assert unknown.status == "ok" and "peak_ratio" not in unknown.figures
+
+
+@pytest.mark.slow
+def test_power_the_worker_refused_is_not_filled_in_from_the_daemons_window(tmp_path):
+    """Issue 45, item 1: where the worker's power phase withheld its figure (a GPU busy under 90%, too few counter
+    updates), the daemon filled power and energy from its own 10 Hz window telemetry: a stepped counter read
+    unaligned over about a second, ±6.5% at the 5th/95th percentile.  A figure the method refused stays absent,
+    with the worker's reason.  Here RAPL's counter moves steadily (60 W) through a 1.3 s window."""
+    zone = tmp_path / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    counter = zone / "energy_uj"
+    counter.write_text("1000000\n")
+    stop = threading.Event()
+
+    def tick() -> None:
+        started = time.monotonic()
+        while not stop.wait(0.01):
+            counter.write_text(f"{1000000 + int((time.monotonic() - started) * 60e6)}\n")
+
+    ticking = threading.Thread(target=tick, daemon=True)
+    ticking.start()
+    try:
+        executor = cpu_executor(tmp_path, rapl=RaplReader(tmp_path / "powercap"))
+        [record] = executor.execute(one_case_spec("refusing", "refuses_its_power"), {}, cpu_device())
+    finally:
+        stop.set()
+        ticking.join()
+    assert record.status == "ok", record.reason
+    assert record.details["telemetry"].get("power_source") == "energy_counter"  # the window could have given one
+    assert "power_watts" not in record.figures and "energy_joules" not in record.figures
+    assert record.details["power_note"] == "the GPU was busy for only 88%"

@@ -121,6 +121,7 @@ def test_too_few_utilization_samples_refuse_the_power_and_say_why(monkeypatch):
     assert "utilization sample(s)" in details["power_note"] and "at least 3" in details["power_note"]
     assert details["power"]["gpu_busy_samples"] < energy.MIN_BUSY_SAMPLES
     assert "gpu_busy_share" not in details["power"]
+    assert details["power_refused"] is True  # the daemon's window must not fill it in (issue 45, item 1)
 
 
 def test_a_busy_share_is_recorded_with_its_sample_count(monkeypatch):

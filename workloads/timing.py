@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from sixdim.core.results import POWER_REFUSED
 from sixdim.workloads import energy
 from sixdim.workloads.context import RunContext
 
@@ -657,7 +658,8 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     ``efficiency_note`` says.  (Flushing between calls instead would add the 256 MB flush's energy to
     the kernel's.)  Returns
     ``({}, {"power_note": why})`` where there is no counter or the phase would be too short to mean
-    anything.
+    anything; where the phase ran and its figure is withheld, the details also hold ``power_refused``
+    (:data:`~sixdim.core.results.POWER_REFUSED`), so that the daemon does not fill one in from its window.
     """
     meter = ctx.energy
     if meter is None or not meter.available:
@@ -701,7 +703,8 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     except _CounterLost as lost:
         blocks.drain()
         note_memory(ctx)
-        return {}, {"power_note": f"the energy counter could not be read during the power phase: {lost}"}
+        return {}, {"power_note": f"the energy counter could not be read during the power phase: {lost}",
+                    POWER_REFUSED: True}
     blocks.drain()
     note_memory(ctx)
     updates = len({r.joules for r in readings}) - 1
@@ -733,17 +736,18 @@ def power_phase(call: Callable[[], object], device: torch.device, ctx: RunContex
     if share is not None:
         details["gpu_busy_share"] = share
     if joules <= 0:
-        return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details}
+        return {}, {"power_note": f"the energy counter did not advance over {elapsed:.2f} s", "power": details,
+                    POWER_REFUSED: True}
     if updates < MIN_COUNTER_UPDATES:
         return {}, {"power_note": f"the energy counter moved only {updates} time(s) over {elapsed:.2f} s (at least "
                                   f"{MIN_COUNTER_UPDATES} needed): its steps would dominate the figure",
-                    "power": details}
+                    "power": details, POWER_REFUSED: True}
     if unknown is not None:
         return {}, {"power_note": f"the GPU's busy share over the power phase is unknown: {unknown}; unchecked "
-                                  f"for idle gaps, the power is not reported", "power": details}
+                                  f"for idle gaps, the power is not reported", "power": details, POWER_REFUSED: True}
     idle = busy_note(share) if share is not None else None
     if idle is not None:
-        return {}, {"power_note": idle, "power": details}
+        return {}, {"power_note": idle, "power": details, POWER_REFUSED: True}
     figures = {"power_watts": joules / elapsed, "energy_joules": joules}
     if work_per_call:
         figures[f"{work_unit}_per_joule"] = work_per_call * calls / joules

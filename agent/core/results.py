@@ -21,6 +21,12 @@ of the same precision, mode and pass (sixdim.workloads.spec.shape_set_id).  A su
 geometric mean over one shape set, never over the last results of shapes a changed configuration dropped."""
 
 
+POWER_REFUSED = "power_refused"
+"""The key of a case's details, True where its power phase ran and withheld its figure (the GPU busy for too
+little of it, too few counter updates, the counter lost or its busy share unknown; workloads/timing.py): the
+daemon's own window telemetry, a stepped counter read unaligned, must not stand in for a figure the method
+refused (agent/run/executor.py)."""
+
 class SeriesKey(NamedTuple):
     """What one series stands for: a device and one measurement on it.  Versions are labels, not part
     of the key, so a driver upgrade continues a series (with a break point) rather than starting one.

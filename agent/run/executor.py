@@ -53,7 +53,7 @@ from sixdim.collectors.nvml import NvmlCollector
 from sixdim.core.conditions import CONDITIONS, UNAVAILABLE, setting_versions
 from sixdim.core.peaks import peak_ratio
 from sixdim.core.redact import redact_params, scrub, secret_values
-from sixdim.core.results import Interruption, RunRecord, is_interruption
+from sixdim.core.results import POWER_REFUSED, Interruption, RunRecord, is_interruption
 from sixdim.run import orphans
 from sixdim.run.devices import Device, DeviceLocks, host_gpus
 from sixdim.run.guard import Guard, RunWatch
@@ -121,13 +121,15 @@ class Sampled:
 NOT_SAMPLED = Sampled([])
 
 
-def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], device_type: str) -> dict[str, str]:
+def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], device_type: str,
+                      power_refused: bool = False) -> dict[str, str]:
     """Add the daemon-side window figures to a worker's ``figures``; returns notes for the details.
 
     The worker's own figures win: its power phase (>= 1 s of back-to-back work read from the
     energy counter inside the worker) and its allocator memory.  The daemon's sampled window adds:
 
-    - power and energy, only where the worker had none, the window lasted at least
+    - power and energy, only where the worker had none and did not refuse one (``power_refused``: its power
+      phase ran and withheld the figure, whose reason stays the ``power_note``), the window lasted at least
       :data:`MIN_TELEMETRY_POWER_SECONDS` and an energy counter (not interpolated power
       samples) bracketed it; otherwise a ``power_note`` says why there is none;
     - memory: on a GPU NVML's device-wide peak as ``device_memory_bytes`` (it includes the CUDA
@@ -141,7 +143,7 @@ def telemetry_figures(figures: dict[str, float], telemetry: dict[str, Any], devi
     stays in the window summary's own notes (``memory_note``, ``clock_event_note``, ...).
     """
     notes: dict[str, str] = {}
-    if "power_watts" not in figures:
+    if "power_watts" not in figures and not power_refused:
         note = _power_note(telemetry)
         if note is None:
             figures["power_watts"] = telemetry["power_watts"]
@@ -740,7 +742,8 @@ class Executor:
         if ratio is not None and result.status == "ok":
             figures["peak_ratio"] = ratio
         if result.status in REPORTED_STATUSES:
-            notes.update(telemetry_figures(figures, telemetry, device.type))
+            notes.update(telemetry_figures(figures, telemetry, device.type,
+                                           power_refused=bool(result.details.get(POWER_REFUSED))))
         # The one place every record is made: the history, the board, /metrics and the log lines
         # see the parameters redacted, and no secret value of them in any other text (agent/core/redact.py).
         secrets = secret_values(case.params)

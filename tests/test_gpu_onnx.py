@@ -116,3 +116,40 @@ def test_tensorrt_builds_its_engine_in_the_session_once_then_loads_it_from_the_c
     assert first.details["tensorrt_engine"] == "built"
     assert second.details["tensorrt_engine"] == "cached"
     assert second.details["tensorrt_engine_cache"] == first.details["tensorrt_engine_cache"]
+
+
+def _power_checked(record) -> dict:
+    """The CUDA provider's power phase: queued runs on the GPU, the busy share checked, and power only with it."""
+    from sixdim.workloads.onnx_power import UNIT_KIND
+
+    assert record.status == "ok", (record.status, record.reason)
+    phase = record.details.get("power")
+    assert phase, record.details.get("power_note")
+    assert phase["unit"] == UNIT_KIND and phase["queued_runs"] >= 2, phase
+    assert phase.get("gpu_busy_samples", 0) >= 3, phase  # the check ran: the phase was given the GPU
+    if "power_note" in record.details:
+        assert "power_watts" not in record.figures, (record.figures, record.details["power_note"])
+    else:
+        assert phase["gpu_busy_share"] >= 0.9 and record.figures["power_watts"] > 0, (phase, record.figures)
+    return phase
+
+
+def test_the_cuda_providers_power_phase_runs_on_the_gpu_and_is_checked(nvml, ort, tmp_path):
+    """Issue 45, item 2: the phase ran with device=cpu, so its blocks were synchronous (the GPU idle during each
+    NVML read) and its busy share was never checked.  Small GPT: whatever its share, power only with >= 90%."""
+    [record] = execute(nvml, tmp_path, {"model": "gpt", "size": "small", "providers": [CUDA],
+                                        "cache_dir": str(tmp_path / "onnx"), "latency_batches": [],
+                                        "throughput_batches": [8], **{**FAST, "power_seconds": 2.0}})
+    _power_checked(record)
+
+
+@pytest.mark.slow
+def test_a_gpu_bound_model_keeps_the_gpu_busy_through_its_power_phase(nvml, ort, tmp_path):
+    """ResNet-50 at batch 32 with IO binding keeps the GPU busy for milliseconds a run: with the runs queued on a
+    thread, the NVML reads no longer idle it, and its power is reported (busy >= 90%)."""
+    [record] = execute(nvml, tmp_path, {"model": "resnet50", "size": "full", "providers": [CUDA],
+                                        "io_binding": True, "cache_dir": str(tmp_path / "onnx"),
+                                        "latency_batches": [], "throughput_batches": [32],
+                                        **{**FAST, "power_seconds": 2.0}})
+    phase = _power_checked(record)
+    assert "power_note" not in record.details, (record.details["power_note"], phase)

@@ -213,9 +213,10 @@ def test_allreduce_bandwidths_follow_nccl_tests(ranks):
     assert output.status == "ok", output.reason
     rounds = output.details["round_seconds"]
     assert output.figures["seconds"] == pytest.approx(deepspark_mean(rounds))  # one all-reduce, from the rounds
-    # rank 0's window holds every round's 10 all-reduces (each round the slowest rank's) and, between
-    # rounds, one small all-reduce of the round's time: the rounds fill most of it
-    assert timed_share(rounds, 10, ctx) > 0.25
+    # rank 0's window holds every round's all-reduces (at least 10, each round the slowest rank's) and,
+    # between rounds, one small all-reduce of the round's time: the rounds fill most of it
+    iterations = output.details["iterations_per_round"]
+    assert iterations >= 10 and timed_share(rounds, iterations, ctx) > 0.25
     algbw = output.figures["bytes_per_second"]
     assert algbw == pytest.approx(size / output.figures["seconds"])
     assert output.figures["bus_bytes_per_second"] == pytest.approx(algbw * 2 * (ranks - 1) / ranks)

@@ -80,3 +80,45 @@ def test_training_steps_learn():
         loss.backward()
         optimizer.step()
     assert loss.item() < first / 2  # the synthetic batch is memorised: the step really trains
+
+
+def test_memory_is_settled_after_a_warm_up_step_and_before_the_measured_steps(monkeypatch):
+    """The memory baseline of the measured steps comes after a settle step (issue 45, item 8): on a GPU the
+    cuDNN autotuner's trial workspaces of the first steps would otherwise count in the case's peak.  On the
+    CPU the order is what can be seen: at least one step, then the settle, then the measured window."""
+    from sixdim.workloads import models
+
+    events: list[str] = []
+    build = models.training_step
+
+    def counting_step(*args, **kwargs):  # the real step, each call noted
+        step, batch, model = build(*args, **kwargs)
+
+        def noted() -> None:
+            events.append("step")
+            step()
+
+        noted.amp_dtype = step.amp_dtype  # type: ignore[attr-defined]
+        return noted, batch, model
+
+    settle = models.settle_memory
+
+    def noted_settle(device: torch.device) -> None:
+        events.append("settle")
+        settle(device)
+
+    class NotedContext(RunContext):
+        def mark_window_start(self) -> None:
+            events.append("window")
+            super().mark_window_start()
+
+    monkeypatch.setattr(models, "training_step", counting_step)
+    monkeypatch.setattr(models, "settle_memory", noted_settle)
+    [case] = registry.get("model").cases({"models": ["lstm"], "modes": ["inference"], "precisions": ["fp32"]}, "cpu")
+    output = run({**case.params, "warmup_steps": 0, "windows": 3, "steps_per_window": 1, "latency_samples": 0},
+                 NotedContext("cpu"))
+    assert output.status == "ok", output.reason
+    assert events.count("settle") == 1 and events.count("window") == 1, events
+    settled, window = events.index("settle"), events.index("window")
+    assert events[:settled] == ["step"], events  # warmup_steps = 0 still settles after one step
+    assert settled < window and events[window + 1:] == ["step"] * 3, events

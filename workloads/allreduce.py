@@ -2,9 +2,13 @@
 
 On a GPU host every local GPU is a rank; on a CPU host, ``ranks`` processes.  The
 ranks are started by the worker (spawned, so they share its process group and a
-timeout stops them too) and rendezvous through a file.  Each round times
-``iterations`` in-place all-reduces of ``floats`` float32 values on every rank;
-the round's time is the slowest rank's (as SuperBench reduces step times).
+timeout stops them too) and rendezvous through a file.  A warm-up of growing blocks
+sizes the rounds (:func:`calibrate`: each lasts about :data:`ROUND_SECONDS`, with at
+least ``iterations`` all-reduces); each round times that many in-place all-reduces of
+``floats`` float32 values on every rank, with CUDA events on GPUs (behind one untimed
+all-reduce, so no launch gap is timed) and the host clock with gloo
+(:func:`timed_round`); the round's time is the slowest rank's (as SuperBench reduces
+step times).
 
 Bandwidths as nccl-tests defines them: algbw = bytes / time, and
 busbw = algbw · 2(n−1)/n, the rate each link must sustain in a ring.  After
@@ -17,9 +21,11 @@ Imports torch: the worker process only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +41,69 @@ def bus_bandwidth(algbw: float, ranks: int) -> float:
     return algbw * 2 * (ranks - 1) / ranks
 
 
+ROUND_SECONDS = {"cpu": 0.05, "cuda": 0.2}
+"""Each round repeats the all-reduce until it lasts about this long (the kernels' default
+``min_round_seconds``): a fixed 20 left a 100k-float round at about 0.3 ms on an H100, of which launch
+and synchronisation were about 5%."""
+WARMUP_BLOCK_SECONDS = 0.02
+"""Warm-up blocks grow until one lasts this long; its rate sizes the rounds."""
+MIN_WARMUP_ITERATIONS = 3
+CALIBRATION_MARGIN = 1.1
+"""A round is sized to last this much more than its target by the warm-up's rate (which includes a
+synchronisation, so it reads a little slow)."""
+
+
+def calibrate(reduce: Callable[[], None], sync: Callable[[], None], agree: Callable[[float], float],
+              minimum: int, round_seconds: float) -> tuple[int, int]:
+    """Warm up, then choose the all-reduces per round: ``(iterations per round, warm-up all-reduces)``.
+
+    Blocks of all-reduces grow (at most fourfold, and never past what one more block of the target length
+    needs at the rate measured) until two have lasted :data:`WARMUP_BLOCK_SECONDS` (the first of them still
+    carries one-off costs: with gloo on a 2-vCPU host, sized from it, rounds lasted a tenth of their target);
+    the last one's rate sizes the round to last ``round_seconds``, with at least ``minimum`` all-reduces.
+    Every decision is taken on ``agree``'s value of a block's time (the slowest rank's): ranks that decided
+    apart would call different numbers of collectives and wait on each other for ever."""
+    block, warm, full = 1, 0, 0
+    while True:
+        sync()
+        start = time.perf_counter()
+        for _ in range(block):
+            reduce()
+        sync()
+        elapsed = agree(time.perf_counter() - start)
+        warm += block
+        per_call = elapsed / block
+        full += elapsed >= WARMUP_BLOCK_SECONDS
+        if warm >= MIN_WARMUP_ITERATIONS and full >= 2:
+            wanted = math.ceil(CALIBRATION_MARGIN * round_seconds / per_call) if per_call > 0 else minimum
+            return max(minimum, wanted), warm
+        wanted = math.ceil(WARMUP_BLOCK_SECONDS / per_call) if per_call > 0 else block * 4
+        block = max(1, min(block * 4, wanted))
+
+
+def timed_round(reduce: Callable[[], None], iterations: int, event: Callable[[], Any] | None) -> float:
+    """Seconds per all-reduce over one round of ``iterations``.
+
+    With ``event`` (CUDA's, on the stream the collectives are ordered with) the round is timed on the
+    device: one untimed all-reduce is queued first, so the start event is recorded behind work already
+    running (the launch of the first timed one is not in the round, and the ranks start together), and
+    the end event is waited for.  Without (gloo on the CPU: its calls return when done) on the host clock
+    around the calls."""
+    if event is None:
+        start = time.perf_counter()
+        for _ in range(iterations):
+            reduce()
+        return (time.perf_counter() - start) / iterations
+    reduce()  # the lead: the device is busy when the start event is recorded
+    begin, end = event(), event()
+    begin.record()
+    for _ in range(iterations):
+        reduce()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3 / iterations  # elapsed_time is in milliseconds
+
+
 def _rank_main(rank: int, world: int, backend: str, rendezvous: str, params: dict[str, Any], out_path: str) -> None:
     use_cuda = backend == "nccl"
     device = torch.device("cuda", rank) if use_cuda else torch.device("cpu")
@@ -43,22 +112,27 @@ def _rank_main(rank: int, world: int, backend: str, rendezvous: str, params: dic
     dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     try:
         sync = (lambda: torch.cuda.synchronize(device)) if use_cuda else (lambda: None)
-        tensor = torch.ones(params["floats"], dtype=torch.float32, device=device)
-        iterations = params["iterations"]
-        for _ in range(max(3, iterations // 4)):
+        # zeros: a sum that stays finite over thousands of in-place all-reduces (ones grew by the ranks'
+        # number each time, to inf after 128 at two ranks); the check below uses values of its own
+        tensor = torch.zeros(params["floats"], dtype=torch.float32, device=device)
+
+        def reduce() -> None:
             dist.all_reduce(tensor)
-        sync()
+
+        def slowest(value: float) -> float:
+            agreed = torch.tensor([value], dtype=torch.float64, device=device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            return float(agreed.item())
+
+        round_seconds = params.get("min_round_seconds") or ROUND_SECONDS[device.type]
+        iterations, warm = calibrate(reduce, sync, slowest, params["iterations"], round_seconds)
+        event = (lambda: torch.cuda.Event(enable_timing=True)) if use_cuda else None
         rounds, windows = [], []
         for _ in range(params["rounds"]):
             dist.barrier()
-            start_mono = time.monotonic()
-            start = time.perf_counter()
-            for _ in range(iterations):
-                dist.all_reduce(tensor)
             sync()
-            elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64, device=device)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-            rounds.append(elapsed.item())
+            start_mono = time.monotonic()
+            rounds.append(slowest(timed_round(reduce, iterations, event)))  # the slowest rank sets the pace
             windows.append((start_mono, time.monotonic()))
         check = torch.full((params["floats"],), float(rank + 1), dtype=torch.float32, device=device)
         if params.get("corrupt") and rank == 0:
@@ -72,7 +146,8 @@ def _rank_main(rank: int, world: int, backend: str, rendezvous: str, params: dic
         if rank == 0:
             with open(out_path, "w") as handle:
                 json.dump({"rounds": rounds, "window": [windows[0][0], windows[-1][1]], "wrong": wrong,
-                           "error": error}, handle)
+                           "error": error, "iterations": iterations, "warmup_iterations": warm,
+                           "timing_method": "cuda_events" if use_cuda else "perf_counter"}, handle)
     finally:
         dist.destroy_process_group()
 
@@ -101,7 +176,9 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     figures = {"seconds": seconds, "bytes_per_second": algbw, "bus_bytes_per_second": bus_bandwidth(algbw, world),
                "seconds_iqr_ratio": distribution["iqr_ratio"], "max_relative_error": measured["error"]}
     details = {"round_seconds": rounds, "ranks": world, "backend": backend, "bytes": size,
-               "iterations_per_round": params["iterations"], "wrong_elements": measured["wrong"],
+               "iterations_per_round": measured["iterations"], "iterations_minimum": params["iterations"],
+               "warmup_iterations": measured["warmup_iterations"], "timing_method": measured["timing_method"],
+               "wrong_elements": measured["wrong"],
                "distribution": distribution}
     if measured["wrong"]:
         return WorkloadOutput(figures, details, status="incorrect",

@@ -16,7 +16,9 @@ outside the timed rounds (``session_create_seconds`` in the details). Then, as f
   batch / round time.
 - **Latency**: ``latency_samples`` single requests, each timed alone: p50, p90 and p99.
 - **Power**: the power phase (:func:`sixdim.workloads.timing.power_phase`), giving watts, joules and
-  samples per joule (energy per inference in the details).
+  samples per joule (energy per inference in the details); on a GPU provider on the worker's GPU, with
+  the runs queued on a thread so the GPU stays busy while the energy counter is read, and the GPU's busy
+  share checked (:mod:`sixdim.workloads.onnx_power`).
 - **Memory**: on a CPU the executor's peak resident memory of the worker; on a GPU what the worker
   process holds on the GPU (NVML) at the end of the case less what it held before the session:
   ONNX Runtime's arena and workspaces, which torch's allocator statistics cannot see.
@@ -162,12 +164,14 @@ def _engine_origin(engines: tuple[str, dict[str, int]], details: dict[str, Any])
 
 def _measure(call: Callable[[], object], fetch: Callable[[], list[Any]], params: dict[str, Any], ctx: RunContext,
              details: dict[str, Any], check: Callable[[list[Any]], Any], memory_before: int | None) -> WorkloadOutput:
-    """Timed rounds, single-request latencies and the power phase on the host clock, then the check."""
+    """Timed rounds and single-request latencies on the host clock, the power phase (on the worker's GPU for a
+    GPU provider: :func:`power_device`), then the check."""
     import torch
 
+    from sixdim.workloads import onnx_power
     from sixdim.workloads.report import Measurement, kernel_output, percentile
     from sixdim.workloads.stats import deepspark_mean
-    from sixdim.workloads.timing import latency_percentiles, power_phase, time_rounds
+    from sixdim.workloads.timing import latency_percentiles, time_rounds
 
     host = torch.device("cpu")  # session.run() returns after the device's work: time it on the host clock
     batch = params["batch"]
@@ -175,9 +179,8 @@ def _measure(call: Callable[[], object], fetch: Callable[[], list[Any]], params:
                          warmup_seconds=params["warmup_seconds"])
     latencies = latency_percentiles(call, host, ctx, samples=params["latency_samples"], warmup_seconds=0.0) \
         if params["latency_samples"] else None
-    power, power_details = power_phase(call, host, ctx, seconds=params["power_seconds"],
-                                       seconds_per_unit=timing.seconds_per_call, work_per_call=batch,
-                                       work_unit="samples")
+    power, power_details = onnx_power.power(call, power_device(params, ctx), ctx, seconds=params["power_seconds"],
+                                            seconds_per_call=timing.seconds_per_call, batch=batch)
     figures = {"samples_per_second": deepspark_mean([batch / s for s in timing.round_seconds])}
     if latencies:
         figures["latency_p90_seconds"] = percentile(latencies, 90)
@@ -200,6 +203,16 @@ def _measure(call: Callable[[], object], fetch: Callable[[], list[Any]], params:
         return WorkloadOutput(output.figures, output.details, status="failed",
                               reason="a non-finite figure (no time measured?)")
     return output
+
+
+def power_device(params: dict[str, Any], ctx: RunContext) -> Any:
+    """The device the power phase runs on: the worker's GPU for a GPU provider (its runs are queued there,
+    and the GPU's busy share is checked), else the CPU."""
+    import torch
+
+    if params["providers"][0] in onnx_session.GPU_PROVIDERS and ctx.device.startswith("cuda"):
+        return torch.device(ctx.device)
+    return torch.device("cpu")
 
 
 def _runner(ort: Any, session: Any, feeds: dict[str, Any], provider: str, device_id: int,

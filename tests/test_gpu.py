@@ -317,6 +317,26 @@ def test_a_cold_microsecond_kernel_gets_its_power_from_a_graph_that_kept_the_gpu
     assert r.figures.get("power_watts", 0) > 0, (r.figures, r.details.get("power_note"))
     assert r.figures["flop_per_joule"] == pytest.approx(2 * COLD[0] * COLD[1] * COLD[2] * phase["calls"]
                                                         / r.figures["energy_joules"], rel=1e-6)
+    # its timed window (a few ms of flushed calls) holds too few clock samples: the clocks are the phase's
+    telemetry = r.details["telemetry"]
+    assert telemetry.get("clock_span") == "power_phase", {k: telemetry.get(k) for k in ("clock_span",
+                                                                                      "clock_span_note")}
+
+
+def test_no_record_has_power_beside_a_power_note_and_each_busy_share_has_its_samples(mixed):
+    """Issue 45: a figure the method refused stays absent (the daemon's window no longer fills it in), and every
+    busy share is read with its NVML utilization sample count (printed: `pytest -s`)."""
+    device, records = mixed
+    both = [(r.workload, r.shape, r.details.get("power_note")) for r in records
+            if "power_watts" in r.figures and r.details.get("power_note")]
+    assert not both, both
+    for r in records:
+        phase = r.details.get("power") or {}
+        if "gpu_busy_share" in phase:
+            print(f"{r.workload} {r.precision} {r.shape}: busy {phase['gpu_busy_share']:.3f} over "
+                  f"{phase.get('gpu_busy_samples')} NVML utilization samples, {phase['seconds']:.2f} s, power "
+                  f"{r.figures.get('power_watts', r.details.get('power_note'))}")
+            assert phase.get("gpu_busy_samples", 0) >= 3, phase
 
 
 STARVED_POWER = """

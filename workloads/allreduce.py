@@ -3,7 +3,7 @@
 On a GPU host every local GPU is a rank; on a CPU host, ``ranks`` processes.  The
 ranks are started by the worker (spawned, so they share its process group and a
 timeout stops them too) and rendezvous through a file.  A warm-up of growing blocks
-sizes the rounds (:func:`calibrate`: each lasts about :data:`ROUND_SECONDS`, with at
+sizes the rounds (:func:`calibrate`: each lasts about ``min_round_seconds``, with at
 least ``iterations`` all-reduces); each round times that many in-place all-reduces of
 ``floats`` float32 values on every rank, with CUDA events on GPUs (behind one untimed
 all-reduce, so no launch gap is timed) and the host clock with gloo
@@ -41,10 +41,6 @@ def bus_bandwidth(algbw: float, ranks: int) -> float:
     return algbw * 2 * (ranks - 1) / ranks
 
 
-ROUND_SECONDS = {"cpu": 0.05, "cuda": 0.2}
-"""Each round repeats the all-reduce until it lasts about this long (the kernels' default
-``min_round_seconds``): a fixed 20 left a 100k-float round at about 0.3 ms on an H100, of which launch
-and synchronisation were about 5%."""
 WARMUP_BLOCK_SECONDS = 0.02
 """Warm-up blocks grow until one lasts this long; its rate sizes the rounds."""
 MIN_WARMUP_ITERATIONS = 3
@@ -124,7 +120,7 @@ def _rank_main(rank: int, world: int, backend: str, rendezvous: str, params: dic
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
             return float(agreed.item())
 
-        round_seconds = params.get("min_round_seconds") or ROUND_SECONDS[device.type]
+        round_seconds = params["min_round_seconds"]  # its default per device: workloads/registry.py
         iterations, warm = calibrate(reduce, sync, slowest, params["iterations"], round_seconds)
         event = (lambda: torch.cuda.Event(enable_timing=True)) if use_cuda else None
         rounds, windows = [], []

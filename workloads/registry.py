@@ -285,7 +285,10 @@ ALLREDUCE = WorkloadSpec(
         set_param("sizes: quick (2), or DeepBench's 7 (training, inference and full mean the same)"),
         SCALE,
         Param("ranks", int, "CPU only: gloo processes (on GPUs every local GPU is a rank)", 2, 2, minimum=2),
-        Param("iterations", int, "all-reduces per timed round", 5, 20, minimum=1),
+        Param("iterations", int, "at least this many all-reduces per timed round", 5, 20, minimum=1),
+        Param("min_round_seconds", float, "each timed round repeats the all-reduce, sized from the warm-up's rate, "
+              "until it lasts about this long (a fixed count left launch and synchronisation about 5% of a "
+              "100k-float round on an H100)", 0.05, 0.2, minimum=0.0),
         Param("rounds", int, "timed rounds; the figure is their DeepSpark mean", 5, 5, minimum=3),
         SELF_TEST,
     ),

@@ -62,6 +62,9 @@ POWER_WORKLOADS = frozenset({"gemm", "conv", "rnn", "sparse_gemm"})
 TIMED_KERNELS = {"gemm": 1, "conv": 1, "rnn": 1, "sparse_gemm": 2, "memory_bandwidth": 1}
 """Workloads timed by ``time_rounds``, and how many kernels each case times (sparse GEMM: its dense twin too)."""
 ITEM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1, "fp8_fast": 1}
+ALLREDUCE_WARMUP_SECONDS = 0.06
+"""All-reduce's warm-up before its sized rounds: blocks that grow until two have lasted 20 ms each
+(workloads/allreduce.py's ``calibrate``), about three such blocks in all."""
 RECORDED_RUNS = 5
 """The recorded runs of a case whose median is its device time (``serve --check-config``)."""
 
@@ -220,11 +223,15 @@ def power_seconds(workload: str, params: Mapping[str, Any], model: DeviceModel, 
 
 
 def size_seconds(workload: str, params: Mapping[str, Any], model: DeviceModel) -> float:
-    """The terms that grow with the case's size: GEMM operands, memory bandwidth's bytes, launches."""
+    """The terms that grow with the case's size: GEMM operands, memory bandwidth's bytes, launches, and
+    all-reduce's warm-up and rounds (each ``min_round_seconds`` long; the records the models were fitted to
+    came before that parameter, so a record without it adds nothing: its rounds are in its set-up)."""
     if workload == "gemm":
         return model.operand_seconds_per_element * _operand_elements(params)
     if workload == "memory_bandwidth":
         return model.copy_seconds_per_byte * int(params["size_bytes"])
+    if workload == "allreduce" and "min_round_seconds" in params:  # rounds sized by time (records before: by count)
+        return ALLREDUCE_WARMUP_SECONDS + int(params.get("rounds", 5)) * float(params["min_round_seconds"])
     if workload == "launch_latency":
         launches = (3 + int(params["rounds"])) * int(params["launches_per_round"])
         return launches * model.launch_seconds.get(str(params.get("mode_of_launch", "launch")), 0.0)

@@ -23,25 +23,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from sixdim import __version__
-from sixdim.config import (
-    DEFAULT_TIMEOUT_SECONDS,
-    MAX_SECONDS,
-    ConfigError,
-    Suite,
-    add_insecure_permissions_flag,
-    add_option_flags,
-    case_timeout,
-    is_device_selector,
-    load,
-    parse_bool,
-    preset_entries,
-)
+from sixdim.config import ConfigError, Suite, add_insecure_permissions_flag, add_option_flags, load
+from sixdim.config.schema import DEFAULT_TIMEOUT_SECONDS, MAX_SECONDS, parse_bool
+from sixdim.config.suites import case_timeout, is_device_selector, preset_entries
 from sixdim.core import catalog, exits, text
 from sixdim.core.results import Interruption, RunRecord, plural, status_counts_text
 from sixdim.report.format import binary
 from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
-from sixdim.store.history import HistoryError
+from sixdim.store.errors import HistoryError
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError, brief
 
@@ -88,7 +78,7 @@ def _embedded_default_summary() -> str:
     that the help cannot drift from it."""
     from importlib import resources
 
-    from sixdim.config import tomllib
+    from sixdim.config.loader import tomllib
 
     document = tomllib.loads(resources.files("sixdim").joinpath("default.toml").read_text())
     parts = []
@@ -395,7 +385,14 @@ def _show(value: Any) -> str:
 def command_dimensions(args: argparse.Namespace) -> int:
     """Exit 0 with finite JSON, or 2 with one line on stderr: unreadable, not UTF-8, not JSON (NaN,
     nesting too deep and 5,000-digit numbers included), or values out of their range."""
-    from sixdim.workloads.dimensions import MAX_INPUT_BYTES, DimensionsError, InputError, compute, read_json, to_json
+    from sixdim.workloads.measure.dimensions import (
+        MAX_INPUT_BYTES,
+        DimensionsError,
+        InputError,
+        compute,
+        read_json,
+        to_json,
+    )
 
     source = "<stdin>" if args.file == "-" else args.file
     try:

@@ -156,7 +156,7 @@ def builds(params: dict, ctx: RunContext) -> WorkloadOutput:
 
 def phased(params: dict, ctx: RunContext) -> WorkloadOutput:
     """A timed window of ``window`` seconds, then a power phase of ``phase`` seconds (its span in
-    details["power"] as workloads/timing.py's power_phase records it), ``settle`` seconds after the
+    details["power"] as workloads/measure/timing.py's power_phase records it), ``settle`` seconds after the
     progress line that lets a test cap the (fake) GPU for the phase only."""
     ctx.mark_window_start()
     time.sleep(params["window"])

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sixdim.workloads import allreduce
+from sixdim.workloads.kernels import allreduce
 from tests.test_kernels import run_cases, timed_share
 
 

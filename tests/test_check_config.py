@@ -166,7 +166,7 @@ def test_a_device_this_host_lacks_is_named_with_the_file_key_or_flag_that_asked(
 def test_it_says_the_timeout_the_daemon_would_use_now(tmp_path, cli_env):
     """On a CPU without a given timeout the daemon stretches the default by the host's load (up to 10 times);
     the check said 600 s where the daemon, at the same load, used 6,000 s."""
-    from sixdim.config import case_timeout
+    from sixdim.config.suites import case_timeout
 
     config = write_config(tmp_path / "sixdim.toml", tmp_path / "history.db", TWO_SUITES)
     done = check_config("--config", str(config), env=cli_env)

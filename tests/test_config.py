@@ -4,7 +4,8 @@ import argparse
 
 import pytest
 
-from sixdim.config import DEFAULT_PORT, ConfigError, load
+from sixdim.config import ConfigError, load
+from sixdim.config.schema import DEFAULT_PORT
 from tests.helpers import call_sixdim
 
 
@@ -172,7 +173,7 @@ def test_run_on_a_gpu_this_host_lacks_exits_2(cli_env):
 def test_help_explains_every_option_and_its_variable(cli_env):
     result = run_cli("serve", "--help", env=cli_env)
     assert result.returncode == 0
-    from sixdim.config import OPTIONS
+    from sixdim.config.schema import OPTIONS
 
     for option in OPTIONS:
         assert option.flag in result.stdout and option.env in result.stdout
@@ -207,9 +208,10 @@ def test_the_readme_example_does_not_start_the_full_suite_at_once():
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[[suites]]" in b)
-    from sixdim.config import _parse_suites, tomllib
+    from sixdim.config.loader import tomllib
+    from sixdim.config.suites import parse_suites
 
-    suites = {s.name: s for s in _parse_suites(tomllib.loads(example)["suites"], "README.md")}
+    suites = {s.name: s for s in parse_suites(tomllib.loads(example)["suites"], "README.md")}
     full = [s for s in suites.values() if s.workloads[0].params.get("set") == "full"]
     assert full and not any(s.run_at_start for s in full)
 
@@ -218,7 +220,8 @@ def test_scheduler_logs_why_a_suite_runs_or_waits_and_each_run_with_its_counts(c
     import threading
     import time
 
-    from sixdim.config import EMBEDDED_SOURCE, Suite, WorkloadEntry
+    from sixdim.config import Suite, WorkloadEntry
+    from sixdim.config.schema import EMBEDDED_SOURCE
     from sixdim.run.devices import Device, DeviceLocks
     from sixdim.run.progress import SuiteProgress
     from sixdim.run.scheduler import SuiteScheduler

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from sixdim import config as config_module
-from sixdim.config import MAX_CONFIG_BYTES, MAX_WORKLOAD_ENTRIES
+from sixdim.config.loader import MAX_CONFIG_BYTES
+from sixdim.config.suites import MAX_WORKLOAD_ENTRIES
 from tests.conftest import free_port
 from tests.daemon import FAST_GEMM_SUITE, Daemon, write_config
 from tests.helpers import call_sixdim

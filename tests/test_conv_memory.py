@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sixdim.workloads import conv
-from sixdim.workloads.shapes import CONV_INFERENCE, CONV_TRAINING
+from sixdim.workloads.kernels import conv
+from sixdim.workloads.kernels.shapes import CONV_INFERENCE, CONV_TRAINING
 
 
 @pytest.mark.parametrize("shapes", [CONV_TRAINING, CONV_INFERENCE], ids=["training", "inference"])

@@ -9,10 +9,10 @@ import pytest
 
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.convergence import run
-from sixdim.workloads.dimensions import stability
-from sixdim.workloads.logparse import TrainingLog, parse_ai_rank
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.logs.logparse import TrainingLog, parse_ai_rank
+from sixdim.workloads.measure.dimensions import stability
+from sixdim.workloads.measure.stats import deepspark_mean
+from sixdim.workloads.models.convergence import run
 
 
 def converge(**overrides):

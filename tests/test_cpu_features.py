@@ -49,7 +49,7 @@ def test_a_onednn_cap_below_bf16_makes_bf16_not_native_and_says_so():
 
 
 def test_only_onednns_missing_bf16_kernel_on_a_cpu_without_bf16_is_unsupported(monkeypatch):
-    from sixdim.workloads import models
+    from sixdim.workloads.models import model as models
 
     missing = RuntimeError("could not create a primitive descriptor for the LSTM forward propagation primitive.")
     cpu = torch.device("cpu")
@@ -68,7 +68,7 @@ CASE = """
 import json, sys
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.models import run
+from sixdim.workloads.models.model import run
 [case] = [c for c in registry.get("model").cases({"models": ["lstm"], "modes": ["training"]}, "cpu")
           if c.precision == "amp"]
 out = run(case.params, RunContext("cpu"))

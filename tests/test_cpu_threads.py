@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from sixdim.collectors.host import LOAD_MARGIN, MAX_LOAD_FACTOR, cpu_load_factor, cpu_threads
-from sixdim.config import DEFAULT_TIMEOUT_SECONDS, case_timeout, load
+from sixdim.config import load
+from sixdim.config.schema import DEFAULT_TIMEOUT_SECONDS
+from sixdim.config.suites import case_timeout
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -51,7 +51,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sixdim.collectors.base import Sample
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import parse_toml
+from sixdim.config.loader import parse_toml
 from sixdim.core import catalog
 from sixdim.dashboards.build import CAUSES_TITLE, COST_ROW, EXPORT_SHAPES, HEALTH_ROW
 from sixdim.http.board import Board

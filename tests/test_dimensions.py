@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sixdim.workloads.dimensions import DimensionsError, compute, stability
+from sixdim.workloads.measure.dimensions import DimensionsError, compute, stability
 from tests.helpers import call_sixdim
 
 

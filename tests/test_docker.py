@@ -341,7 +341,7 @@ def test_the_build_arguments_reach_labels_and_environment(dockerfile):
 
 
 def test_port_volume_and_state_folders(dockerfile):
-    from sixdim.config import DEFAULT_PORT, OPTIONS
+    from sixdim.config.schema import DEFAULT_PORT, OPTIONS
 
     final = dockerfile.final
     assert [i.text for i in instructions(final, "EXPOSE")] == [str(DEFAULT_PORT)]
@@ -598,7 +598,7 @@ def _check(listen: str, **extra: str) -> subprocess.CompletedProcess:
 def test_the_health_check_reads_listen_addresses_as_sixdim_does():
     import deploy_healthcheck as check
 
-    from sixdim.config import parse_listen
+    from sixdim.config.schema import parse_listen
 
     for listen in ["0.0.0.0:9480", ":9480", "127.0.0.1:1234", "[::]:9480", "[::1]:80", "10.1.2.3:9480",
                    "node1.example:9480"]:

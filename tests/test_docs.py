@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.config import OPTIONS, load
+from sixdim.config import load
+from sixdim.config.schema import OPTIONS
 from sixdim.core import catalog
 
 ROOT = Path(__file__).resolve().parent.parent

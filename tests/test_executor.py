@@ -109,7 +109,7 @@ def marks_no_window(params: dict, ctx: RunContext) -> WorkloadOutput:
 
 
 def refuses_its_power(params: dict, ctx: RunContext) -> WorkloadOutput:
-    """A case whose power phase ran and withheld its figure (as workloads/timing.py's power_phase does when the
+    """A case whose power phase ran and withheld its figure (as workloads/measure/timing.py's power_phase does when the
     GPU was busy for only 88% of it), over a measured window of 1.3 s."""
     ctx.mark_window_start()
     time.sleep(1.3)

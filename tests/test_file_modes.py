@@ -9,7 +9,7 @@
 - The history's database, -wal, -shm and spool files are created 0600 and its folder 0700, whatever
   the umask; an existing 0644 history is made 0600.
 
-The owner rule is for a root process: it is tested through :func:`sixdim.config.check_permissions`'
+The owner rule is for a root process: it is tested through :func:`sixdim.config.trust.check_permissions`'
 ``euid`` parameter with the real ``stat`` of a real file (as root the test gives the file to another
 user with ``chown``; as a user the file is already not root's), and end to end when the tests run as
 root, as they do in the project's containers.
@@ -29,13 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.config import (
+from sixdim.config import ConfigError, load
+from sixdim.config.trust import (
     CONFIG_FILE_ROLE,
     INSECURE_PERMISSIONS_ENV,
     INSECURE_PERMISSIONS_FLAG,
-    ConfigError,
     check_permissions,
-    load,
     permission_problem,
 )
 from sixdim.store.history import History
@@ -357,7 +356,7 @@ def test_an_existing_history_others_can_read_is_made_private(tmp_path, caplog):
 
 
 def test_tightening_takes_bits_away_and_never_adds_one(tmp_path):
-    from sixdim.store.history import tighten
+    from sixdim.store.files import tighten
 
     for before, after in ((0o644, 0o600), (0o444, 0o400), (0o666, 0o600), (0o640, 0o600), (0o600, 0o600)):
         path = write(tmp_path / f"h-{before:o}.db", "", before)

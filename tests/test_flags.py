@@ -14,7 +14,7 @@ import pytest
 
 SCRIPT = """
 import json, sys
-from sixdim.workloads import flags
+from sixdim.workloads.measure import flags
 flags.remember_defaults()
 flags.apply("bf16", cudnn_benchmark=True)
 flags.restore()

@@ -25,12 +25,13 @@ from sixdim.config import load
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.workloads import command, log_files, logparse, registry
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext, Unsupported
-from sixdim.workloads.framework_lines import LINE_FORMATS, parse_hf_trainer, parse_mindspore, step_seconds
-from sixdim.workloads.logparse import parse_lines
+from sixdim.workloads.logs import command, log_files, logparse
+from sixdim.workloads.logs.framework_lines import LINE_FORMATS, parse_hf_trainer, parse_mindspore, step_seconds
+from sixdim.workloads.logs.logparse import parse_lines
+from sixdim.workloads.measure.stats import deepspark_mean
 from sixdim.workloads.spec import ParamError
-from sixdim.workloads.stats import deepspark_mean
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -539,8 +540,8 @@ def test_the_readers_import_no_framework_and_the_daemon_side_none_of_them():
     daemon loads) imports neither reader."""
     import subprocess
 
-    code = ("import sys, sixdim.workloads.registry; assert 'sixdim.workloads.log_files' not in sys.modules; "
-            "import sixdim.workloads.command; "
+    code = ("import sys, sixdim.workloads.registry; assert 'sixdim.workloads.logs.log_files' not in sys.modules; "
+            "import sixdim.workloads.logs.command; "
             "print(sorted(m for m in ('tensorboard', 'torch', 'lightning', 'transformers') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -44,14 +44,13 @@ from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from sixdim.cli import main  # noqa: E402
-from sixdim.config import MAX_SECONDS, MIN_SECONDS, OPTIONS, ConfigError, load  # noqa: E402
+from sixdim.config import ConfigError, load  # noqa: E402
+from sixdim.config.schema import MAX_SECONDS, MIN_SECONDS, OPTIONS  # noqa: E402
 from sixdim.http import webconfig  # noqa: E402
-from sixdim.workloads import (  # noqa: E402
-    command,
-    registry,
-)
-from sixdim.workloads.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
-from sixdim.workloads.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
+from sixdim.workloads import registry  # noqa: E402
+from sixdim.workloads.logs import command  # noqa: E402
+from sixdim.workloads.logs.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
+from sixdim.workloads.measure.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
 from sixdim.workloads.spec import ParamError  # noqa: E402
 from tests.certs import encrypt_key, issue, make_ca  # noqa: E402
 from tests.conftest import required_tool  # noqa: E402

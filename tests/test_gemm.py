@@ -8,9 +8,10 @@ import time
 import pytest
 import torch
 
-from sixdim.workloads import gemm, registry
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.kernels import gemm
+from sixdim.workloads.measure.stats import deepspark_mean
 
 
 def test_gemm_figures_follow_from_its_rounds():
@@ -144,8 +145,8 @@ def test_sixdim_run_table_and_history(cli_env, tmp_path):
 # ---------------------------------------------------------------------------- padded int8/fp8 shapes (issue 27, item 7)
 
 def _measurement(seconds: float, calls: int = 1, power: dict | None = None):
-    from sixdim.workloads.report import Measurement
-    from sixdim.workloads.timing import Timing
+    from sixdim.workloads.measure.report import Measurement
+    from sixdim.workloads.measure.timing import Timing
 
     return Measurement(Timing([seconds] * 5, calls, "cuda_events"), power_figures=power or {})
 
@@ -156,7 +157,7 @@ def _measurement(seconds: float, calls: int = 1, power: dict | None = None):
     ("fp8_fast", (7680, 2, 2560), (7680, 16, 2560)),  # N = 2: 8x
 ])
 def test_padded_case_exports_the_requested_shapes_work(precision, requested, padded):
-    from sixdim.workloads.correctness import Check
+    from sixdim.workloads.measure.correctness import Check
 
     m, n, k = requested
     pm, pn, pk = padded
@@ -181,7 +182,7 @@ def test_padded_case_exports_the_requested_shapes_work(precision, requested, pad
 
 
 def test_unpadded_case_is_unchanged():
-    from sixdim.workloads.correctness import Check
+    from sixdim.workloads.measure.correctness import Check
 
     output = gemm.output({"m": 4096, "n": 4096, "k": 4096, "dtype": "int8"}, _measurement(1e-4),
                          Check(0.0, 0.0), (4096, 4096, 4096))
@@ -219,7 +220,7 @@ def test_padded_int8_run_counts_the_requested_shape(monkeypatch):
 
 @pytest.mark.parametrize("precision, fast", [("fp8", False), ("fp8_fast", True)])
 def test_every_fp8_case_says_whether_it_accumulates_fast(precision, fast):
-    from sixdim.workloads.correctness import Check
+    from sixdim.workloads.measure.correctness import Check
 
     for shape in ((4096, 4096, 4096), (1024, 4, 512)):
         padded = gemm.padded_shape(precision, *shape, torch.device("cuda"))
@@ -229,7 +230,7 @@ def test_every_fp8_case_says_whether_it_accumulates_fast(precision, fast):
 
 
 def test_fp8_fast_is_a_gemm_precision_run_like_fp8():
-    from sixdim.workloads import correctness, flags
+    from sixdim.workloads.measure import correctness, flags
 
     assert "fp8_fast" in registry.PRECISIONS and "fp8_fast" in registry.FIXED_LAYOUT_PRECISIONS
     assert "fp8_fast" not in registry.INTEGER_PRECISIONS
@@ -247,7 +248,7 @@ def test_fp8_fast_is_a_gemm_precision_run_like_fp8():
 
 
 def test_fp8_fast_is_in_the_suites_that_run_fp8():
-    from sixdim.config import preset_entries
+    from sixdim.config.suites import preset_entries
 
     [inference] = [e for e in preset_entries("inference") if e.name == "gemm"]
     assert {"fp8", "fp8_fast"} <= set(inference.params["precisions"])

@@ -182,7 +182,7 @@ def test_guard_never_skips_a_case_because_of_sixdims_own_worker(nvml, tmp_path):
 # ---------------------------------------------------------------------------- (b) the quick suite
 
 def test_quick_suite_reports_every_kernel_with_its_timing_method_and_cache_regime(nvml, tmp_path):
-    from sixdim.config import preset_entries
+    from sixdim.config.suites import preset_entries
 
     default_timing = os.environ.get("SIXDIM_GPU_TEST_DEFAULT_TIMING") == "1"
     device = resolve(["cuda:0"], nvml)[0]
@@ -341,7 +341,8 @@ def test_no_record_has_power_beside_a_power_note_and_each_busy_share_has_its_sam
 
 STARVED_POWER = """
 import json, time, torch, pynvml
-from sixdim.workloads import energy, timing
+from sixdim.workloads.measure import energy
+from sixdim.workloads.measure import timing
 from sixdim.workloads.context import RunContext
 
 pynvml.nvmlInit()
@@ -567,7 +568,7 @@ def test_deterministic_mode_does_not_leak_into_the_next_case(mixed):
 
 FAILED_CAPTURE = """
 import torch
-from sixdim.workloads import timing
+from sixdim.workloads.measure import timing
 
 x = torch.ones(4, device="cuda")
 before = torch.cuda.current_stream().cuda_stream

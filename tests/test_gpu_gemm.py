@@ -18,7 +18,8 @@ import sys
 import pytest
 
 from sixdim.run.runner import run_worker
-from sixdim.workloads import registry, shapes
+from sixdim.workloads import registry
+from sixdim.workloads.kernels import shapes
 
 pytestmark = pytest.mark.gpu
 

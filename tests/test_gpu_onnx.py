@@ -120,7 +120,7 @@ def test_tensorrt_builds_its_engine_in_the_session_once_then_loads_it_from_the_c
 
 def _power_checked(record) -> dict:
     """The CUDA provider's power phase: queued runs on the GPU, the busy share checked, and power only with it."""
-    from sixdim.workloads.onnx_power import UNIT_KIND
+    from sixdim.workloads.onnx.power import UNIT_KIND
 
     assert record.status == "ok", (record.status, record.reason)
     phase = record.details.get("power")

@@ -40,7 +40,8 @@ def _child(script: str, timeout: float = 120) -> dict:
 
 CASE = """
 import json, torch
-from sixdim.workloads import registry, timing
+from sixdim.workloads import registry
+from sixdim.workloads.measure import timing
 from sixdim.workloads.context import RunContext
 from sixdim.workloads.{module} import run
 device = {device!r}
@@ -70,7 +71,7 @@ def test_sparse_gemm_memory_is_the_sparse_operands_not_the_dense_comparison(nvml
     """n = 1, 95% sparse: the dense weight (78.6 MB) and the int64 CSR copy (about 16 MB) used to stay allocated
     through the sparse measurement, 10-20x the sparse case's own memory."""
     m, n, k, sparsity = 7680, 1, 2560, 0.95
-    out = _child(case_script("sparse_gemm", "sparse_gemm", {"set": "quick"}, SPARSE_CASE | {
+    out = _child(case_script("kernels.sparse_gemm", "sparse_gemm", {"set": "quick"}, SPARSE_CASE | {
         "m": m, "n": n, "k": k, "sparsity": sparsity}))
     assert out["status"] == "ok", out["reason"]
     nnz = out["details"]["nnz"]
@@ -85,11 +86,11 @@ def test_allreduce_rounds_are_sized_from_the_target_and_timed_with_events(nvml):
 
     if torch.cuda.device_count() < 2:
         pytest.skip(f"all-reduce needs 2 or more GPUs, this host has {torch.cuda.device_count()}")
-    out = _child(case_script("allreduce", "allreduce", {"set": "quick", "iterations": 20}, {"floats": 100_000}),
+    out = _child(case_script("kernels.allreduce", "allreduce", {"set": "quick", "iterations": 20}, {"floats": 100_000}),
                  timeout=300)
     assert out["status"] == "ok", out["reason"]
     d, f = out["details"], out["figures"]
-    from sixdim.workloads.allreduce import ROUND_SECONDS
+    from sixdim.workloads.kernels.allreduce import ROUND_SECONDS
 
     assert d["timing_method"] == "cuda_events" and d["backend"] == "nccl"
     assert d["iterations_per_round"] >= 20 and d["warmup_iterations"] >= 3
@@ -102,7 +103,7 @@ def test_allreduce_rounds_are_sized_from_the_target_and_timed_with_events(nvml):
 HAND_LOOP = """
 import json, torch
 import torch.nn.functional as F
-from sixdim.workloads.models import SIZES, build
+from sixdim.workloads.models.model import SIZES, build
 device = torch.device("cuda:0")
 torch.backends.cudnn.benchmark = True
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -134,7 +135,7 @@ def test_resnet50_amp_memory_matches_a_hand_loops(nvml):
     """On an H100 the workload reported 3,139 MiB against a hand loop's 3,076 MiB: the cuDNN autotuner's trial
     workspaces of the first steps.  Settled after the warm-up, the two agree within 1%."""
     hand = _child(HAND_LOOP)["memory_bytes"]
-    out = _child(case_script("models", "model", RESNET_AMP, {}))
+    out = _child(case_script("models.model", "model", RESNET_AMP, {}))
     assert out["status"] == "ok", out["reason"]
     memory = out["memory"]["memory_bytes"]
     assert memory == pytest.approx(hand, rel=0.01), (memory / 2**20, hand / 2**20)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from sixdim.http.board import Board
-from sixdim.store.history import History, HistoryError, error_reason
+from sixdim.store.errors import HistoryError, error_reason
+from sixdim.store.history import History
 from tests.conftest import small_tmpfs
 from tests.helpers import Locker, make_record
 

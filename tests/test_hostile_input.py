@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from sixdim.cli import main
-from sixdim.config import MAX_SECONDS, ConfigError, is_device_selector, load
-from sixdim.workloads import command, registry
-from sixdim.workloads.dimensions import DimensionsError, compute
-from sixdim.workloads.logparse import (
+from sixdim.config import ConfigError, load
+from sixdim.config.schema import MAX_SECONDS
+from sixdim.config.suites import is_device_selector
+from sixdim.workloads import registry
+from sixdim.workloads.logs import command
+from sixdim.workloads.logs.logparse import (
     MAX_READING,
     RegexParser,
     TrainingLog,
@@ -32,6 +34,7 @@ from sixdim.workloads.logparse import (
     parse_mlperf,
     read_line,
 )
+from sixdim.workloads.measure.dimensions import DimensionsError, compute
 from sixdim.workloads.spec import MAX_MAGNITUDE, ParamError
 from tests.helpers import call_sixdim
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -191,9 +192,72 @@ def test_the_regressions_section_lists_the_change_with_its_versions(page):
 def test_text_from_the_history_is_escaped(page):
     assert EVIL not in page
     assert "alert(" not in page.replace("&quot;", '"').split("</head>")[1].replace("&lt;script&gt;alert(", "")
-    assert "cmd&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
-    assert "m=1,&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    # the tables' cells: Jinja2's autoescaping writes a double quote &#34; (plotly's hover texts, escaped for
+    # plotly, keep &quot;)
+    assert "cmd&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
+    assert "m=1,&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
 
+
+HOSTILE = """"'><script>alert(1)</script>&amp;"""
+"""Text that breaks out of an element or an attribute value if it is not escaped: both quotes, a tag, an entity."""
+
+
+class _Parsed(HTMLParser):
+    """The page as a browser's parser reads it: every start tag's attributes, the text of each table cell,
+    the text of each script, and the report's note (entities decoded, as a browser shows them)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.attributes: list[tuple[str, str, str | None]] = []
+        self.cells: list[str] = []
+        self.scripts: list[str] = []
+        self.note = ""
+        self._open: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        self.attributes += [(tag, name, value) for name, value in attrs]
+        if tag == "td":
+            self.cells.append("")
+        self._open.append("demo" if ("class", "demo") in attrs else tag)
+
+    def handle_endtag(self, tag):
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        if "td" in self._open and self.cells:
+            self.cells[-1] += data
+        if self._open and self._open[-1] == "script":
+            self.scripts.append(data)
+        if self._open and self._open[-1] == "demo":
+            self.note += data
+
+
+def test_hostile_labels_and_notes_are_text_on_the_page_never_markup(tmp_path):
+    """A host, model, workload, shape and UUID (in a cell's title) that each carry quotes, a script tag and an
+    entity, and a note that does too: the browser's parser reads each back as the very text, and the page
+    gains no element, attribute or script from them."""
+    from sixdim.report.html import build
+
+    path = tmp_path / "history.db"
+    h = History(path)
+    for i in range(12):
+        record = make_record(workload=f"w{HOSTILE}", shape=f"m=1,{HOSTILE}", uuid=f"GPU-{HOSTILE}",
+                             ended_at=1_790_000_000.0 + i * HOUR)
+        record.hostname, record.model_name = f"host{HOSTILE}", f"model{HOSTILE}"
+        h.add(record)
+    h.close()
+    page, _ = build(str(path), now=1_790_000_000.0 + 12 * HOUR, note=f"note{HOSTILE}")
+    parsed = _Parsed(page)
+    assert parsed.note == f"note{HOSTILE}"
+    assert f"w{HOSTILE}" in " ".join(parsed.cells)  # the workload and the series labels, as text
+    assert any(cell.endswith(f"m=1,{HOSTILE}") for cell in parsed.cells)
+    assert any(cell.endswith(f"model{HOSTILE}") for cell in parsed.cells)
+    assert ("td", "title", f"GPU-{HOSTILE}") in parsed.attributes  # an attribute value kept whole
+    assert not [a for a in parsed.attributes if a[1].startswith("on")]  # no handler slipped in
+    assert not [s for s in parsed.scripts if "alert(1)" in s and "&lt;script&gt;alert(1)" not in s]
+    assert "<script>alert(1)" not in page
 
 def test_the_page_fetches_nothing(page):
     assert 'src="http' not in page and "src='http" not in page

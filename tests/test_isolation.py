@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from sixdim.run.runner import run_worker
-from sixdim.workloads import flags, gemm, registry
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.energy import NvmlEnergy
-from sixdim.workloads.report import Measurement
-from sixdim.workloads.timing import (
+from sixdim.workloads.kernels import gemm
+from sixdim.workloads.measure import flags
+from sixdim.workloads.measure.energy import NvmlEnergy
+from sixdim.workloads.measure.report import Measurement
+from sixdim.workloads.measure.timing import (
     MIN_BUSY_SHARE,
     Timing,
     _Blocks,
@@ -53,7 +55,7 @@ def test_worker_sets_the_cublas_workspace_that_deterministic_mode_needs():
 def test_convergence_deterministic_mode_does_not_leak_into_the_next_case():
     convergence = registry.get("convergence").cases({"runs": 1, "epochs": 2, "target_accuracy": 0.0}, "cpu")[0]
     fp32 = registry.get("gemm").cases({"m": 32, "n": 32, "k": 32, "precisions": ["fp32"], "power_seconds": 0}, "cpu")[0]
-    outcome = run_worker(["sixdim.workloads.convergence:run", "sixdim.workloads.gemm:run",
+    outcome = run_worker(["sixdim.workloads.models.convergence:run", "sixdim.workloads.kernels.gemm:run",
                           "tests.flag_workloads:reports_environment"],
                          [convergence.params, fp32.params, {}], "cpu", 120)
     assert outcome.cases[0].status == "ok", outcome.cases[0].reason
@@ -282,7 +284,7 @@ def test_a_case_whose_work_runs_in_ranks_gets_no_memory_from_the_worker(monkeypa
     allocator's statistics, which would report their memory as 0."""
     from sixdim.run.executor import worker_groups
     from sixdim.run.worker import run_case
-    from sixdim.workloads import timing
+    from sixdim.workloads.measure import timing
 
     assert registry.get("allreduce").runs_in_ranks and registry.get("linearity").runs_in_ranks
     assert not registry.get("gemm").runs_in_ranks
@@ -355,7 +357,7 @@ def test_after_any_case_torchs_own_code_can_still_read_the_tf32_flags():
     ``fp32_precision``, but its own ONNX exporter still reads ``torch.backends.cudnn.allow_tf32``, and that
     read raises once cuDNN's precision was set through the new settings to "ieee" (measured: it raised in
     tests/test_onnx.py's export after an fp32 case).  Whatever a case sets, the legacy reads must work."""
-    from sixdim.workloads import flags
+    from sixdim.workloads.measure import flags
 
     try:
         for precision in ("fp32", "tf32", "bf16", "fp32"):

@@ -7,8 +7,8 @@ import torch
 
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext, Unsupported
-from sixdim.workloads.correctness import check, corrupt_
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.measure.correctness import check, corrupt_
+from sixdim.workloads.measure.stats import deepspark_mean
 
 FAST = {"rounds": 3, "min_round_seconds": 0.002, "warmup_seconds": 0.0}
 
@@ -64,7 +64,7 @@ def test_gemm_catches_a_corrupted_output(precision):
 
 
 def test_gemm_alpha_beta_one_means_c_is_added():
-    from sixdim.workloads.gemm import _setup
+    from sixdim.workloads.kernels.gemm import _setup
 
     kernel, sample, _, _ = _setup({"m": 8, "n": 8, "k": 8, "op": "NN", "dtype": "fp32"}, torch.device("cpu"))
     kernel()
@@ -100,7 +100,7 @@ def test_conv_catches_a_corrupted_output(kernel_pass):
 # ---------------------------------------------------------------------------- RNN
 
 def test_rnn_recurrence_matches_torch_cells():
-    from sixdim.workloads.rnn import recurrence
+    from sixdim.workloads.kernels.rnn import recurrence
 
     torch.manual_seed(0)
     hidden, batch, steps = 16, 3, 5
@@ -121,7 +121,7 @@ def test_rnn_recurrence_matches_torch_cells():
 
 
 def test_rnn_gru_follows_deepbench_relu_candidate():
-    from sixdim.workloads.rnn import recurrence
+    from sixdim.workloads.kernels.rnn import recurrence
 
     xw = torch.tensor([[[0.5, -0.2, -3.0]]], dtype=torch.float64)  # one step, batch 1, hidden 1
     u = torch.zeros(3, 1, dtype=torch.float64)
@@ -131,7 +131,7 @@ def test_rnn_gru_follows_deepbench_relu_candidate():
 
 
 def test_rnn_flops_and_passes():
-    from sixdim.workloads.rnn import GATES
+    from sixdim.workloads.kernels.rnn import GATES
 
     results = run_cases("rnn", set="quick", precisions=["fp32"])
     for case, output, _ in results:
@@ -244,7 +244,7 @@ def test_inference_cases_report_p50_and_p99(monkeypatch):
         assert output.details["latency_samples"] == 50
     # which sample each figure is: the single calls' times answered as 1, 2, ... 100 ms (in a shuffled
     # order), p50 is the 50th and p99 the 99th
-    from sixdim.workloads import report
+    from sixdim.workloads.measure import report
 
     asked = []
 
@@ -261,7 +261,7 @@ def test_inference_cases_report_p50_and_p99(monkeypatch):
 
 
 def test_percentile_is_nearest_rank():
-    from sixdim.workloads.report import percentile
+    from sixdim.workloads.measure.report import percentile
 
     values = list(range(1, 101))
     assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50, 99, 100)
@@ -280,7 +280,7 @@ def test_check_flags_corruption_and_non_finite_values():
 
 
 def test_every_builtin_suite_expands_on_both_device_types():
-    from sixdim.config import preset_entries
+    from sixdim.config.suites import preset_entries
 
     for suite in registry.SUITES:
         for entry in preset_entries(suite):

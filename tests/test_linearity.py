@@ -10,8 +10,9 @@ from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.workloads import linearity, registry
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads import registry
+from sixdim.workloads.measure.stats import deepspark_mean
+from sixdim.workloads.models import linearity
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Issue 44, item 5: a log folder whose files are links to /dev/zero, FIFOs or oversized files cannot make the
 worker read without end or block.  Real links, a real FIFO, a real device, and the readers of
-``workloads/log_files.py`` as the command workload calls them."""
+``workloads/logs/log_files.py`` as the command workload calls them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from sixdim.workloads import log_files
-from sixdim.workloads.logparse import TrainingLog
+from sixdim.workloads.logs import log_files
+from sixdim.workloads.logs.logparse import TrainingLog
 
 FORMATS = ("hf_trainer", "lightning_csv")
 

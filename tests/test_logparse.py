@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.workloads.logparse import (
+from sixdim.workloads.logs.logparse import (
     HIGHER_IS_BETTER,
     LOWER_IS_BETTER,
     MLPERF_BENCHMARKS,

@@ -13,8 +13,9 @@ from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.workloads import mlperf_targets, registry
-from sixdim.workloads.logparse import (
+from sixdim.workloads import registry
+from sixdim.workloads.logs import mlperf_targets
+from sixdim.workloads.logs.logparse import (
     FORMATS,
     HIGHER_IS_BETTER,
     LOG_CLOCK,
@@ -236,7 +237,7 @@ def test_the_survey_agrees_on_every_real_log():
 
 
 def test_framework_line_formats_are_offered_with_logparses_own():
-    from sixdim.workloads.framework_lines import LINE_FORMATS
+    from sixdim.workloads.logs.framework_lines import LINE_FORMATS
 
     assert set(LINE_FORMATS) <= set(FORMATS) and {"ai_rank", "mlperf"} <= set(FORMATS)
     for name, (described, parser) in LINE_FORMATS.items():

@@ -6,8 +6,8 @@ import torch
 from sixdim.collectors.host import cpu_features
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.models import SEQUENCE_MODELS, SIZES, ResNet50, run
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.measure.stats import deepspark_mean
+from sixdim.workloads.models.model import SEQUENCE_MODELS, SIZES, ResNet50, run
 
 
 @pytest.mark.parametrize("model", ["resnet50", "bert_large", "dlrm", "gpt", "lstm"])
@@ -42,7 +42,8 @@ def test_model_training_samples_per_second_matches_its_step_timing(model):
 
 
 def test_inference_reports_latency_percentiles(monkeypatch):
-    from sixdim.workloads import models, report
+    from sixdim.workloads.measure import report
+    from sixdim.workloads.models import model as models
 
     asked = []
 
@@ -68,7 +69,7 @@ def test_resnet50_has_resnet50s_parameter_count():
 
 
 def test_training_steps_learn():
-    from sixdim.workloads.models import build
+    from sixdim.workloads.models.model import build
 
     model, batch, loss_of = build("lstm", "small", torch.device("cpu"), 8, torch.Generator().manual_seed(0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -86,7 +87,7 @@ def test_memory_is_settled_after_a_warm_up_step_and_before_the_measured_steps(mo
     """The memory baseline of the measured steps comes after a settle step (issue 45, item 8): on a GPU the
     cuDNN autotuner's trial workspaces of the first steps would otherwise count in the case's peak.  On the
     CPU the order is what can be seen: at least one step, then the settle, then the measured window."""
-    from sixdim.workloads import models
+    from sixdim.workloads.models import model as models
 
     events: list[str] = []
     build = models.training_step

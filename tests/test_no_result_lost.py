@@ -185,11 +185,11 @@ class _FullDisk(History):
     def _spool(self, record) -> None:
         if not self.full:
             return super()._spool(record)
-        spool, self.spool_path = self.spool_path, self.path.parent / "full" / "spool"  # ENOENT: not written
+        spool, self._spool_file.path = self._spool_file.path, self.path.parent / "full" / "spool"  # ENOENT
         try:
             super()._spool(record)
         finally:
-            self.spool_path = spool
+            self._spool_file.path = spool
 
 
 def _executor(history: History, state: Path):

@@ -26,16 +26,14 @@ from sixdim.run.devices import cpu_device  # noqa: E402
 from sixdim.run.executor import Executor  # noqa: E402
 from sixdim.run.worker import run_case  # noqa: E402
 from sixdim.store.history import History  # noqa: E402
-from sixdim.workloads import onnx as onnx_workload  # noqa: E402
-from sixdim.workloads import (  # noqa: E402
-    onnx_export,
-    onnx_info,
-    onnx_inputs,
-    registry,
-)
+from sixdim.workloads import registry  # noqa: E402
 from sixdim.workloads.context import RunContext  # noqa: E402
+from sixdim.workloads.measure.stats import deepspark_mean  # noqa: E402
+from sixdim.workloads.onnx import export as onnx_export  # noqa: E402
+from sixdim.workloads.onnx import info as onnx_info  # noqa: E402
+from sixdim.workloads.onnx import inputs as onnx_inputs  # noqa: E402
+from sixdim.workloads.onnx import workload as onnx_workload  # noqa: E402
 from sixdim.workloads.spec import ParamError  # noqa: E402
-from sixdim.workloads.stats import deepspark_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"rounds": 5, "min_round_seconds": 0.02, "warmup_seconds": 0.05, "latency_samples": 40, "power_seconds": 0.0}
@@ -309,7 +307,7 @@ def test_onnxruntime_missing_is_unsupported_naming_the_extra(tmp_path):
     code = textwrap.dedent("""
         import json
         from sixdim.run.worker import run_case, software_environment
-        from sixdim.workloads import onnx
+        from sixdim.workloads.onnx import workload as onnx
         from sixdim.workloads import registry
         from sixdim.workloads.context import RunContext
         [case] = registry.get("onnx").cases({"latency_batches": [1], "throughput_batches": []}, "cpu")

@@ -14,10 +14,11 @@ import threading
 import pytest
 import torch
 
-from sixdim.workloads import onnx as onnx_workload
-from sixdim.workloads import onnx_power, timing
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.correctness import Check
+from sixdim.workloads.measure import timing
+from sixdim.workloads.measure.correctness import Check
+from sixdim.workloads.onnx import power as onnx_power
+from sixdim.workloads.onnx import workload as onnx_workload
 from tests.test_power_timing import FakeGpuClock
 
 

@@ -20,10 +20,12 @@ import numpy as np  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from sixdim.run.worker import run_case  # noqa: E402
-from sixdim.workloads import onnx as onnx_workload  # noqa: E402
-from sixdim.workloads import onnx_inputs, onnx_session, registry  # noqa: E402
+from sixdim.workloads import registry  # noqa: E402
 from sixdim.workloads.context import RunContext, Unsupported  # noqa: E402
-from sixdim.workloads.onnx_info import TensorInfo  # noqa: E402
+from sixdim.workloads.onnx import inputs as onnx_inputs  # noqa: E402
+from sixdim.workloads.onnx import session as onnx_session  # noqa: E402
+from sixdim.workloads.onnx import workload as onnx_workload  # noqa: E402
+from sixdim.workloads.onnx.info import TensorInfo  # noqa: E402
 
 AZURE = "AzureExecutionProvider"
 CPU = "CPUExecutionProvider"

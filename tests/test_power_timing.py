@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sixdim.workloads import energy, timing
 from sixdim.workloads.context import RunContext
+from sixdim.workloads.measure import energy, timing
 from tests.fakenvml import FakeGpu, FakeNvml
 
 CPU = torch.device("cpu")

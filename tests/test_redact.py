@@ -35,8 +35,9 @@ from sixdim.http.exporter import SixdimCollector
 from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
-from sixdim.workloads import command, registry
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext, WorkloadOutput
+from sixdim.workloads.logs import command
 from sixdim.workloads.spec import Case, Param, WorkloadSpec
 
 R = REDACTED
@@ -169,7 +170,7 @@ def test_the_default_label_of_a_command_is_its_program_never_an_assignment(argv,
 
 
 def test_the_module_imports_nothing_of_sixdim():
-    """workloads/command.py (the worker side) imports it: it must never import the daemon or workloads back."""
+    """workloads/logs/command.py (the worker side) imports it: it must never import the daemon or workloads back."""
     probe = ("import sys, sixdim.core.redact; print(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('sixdim', 'torch')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -269,7 +269,7 @@ def test_the_page_shows_the_likely_cause_of_version_changes_and_change_points(pa
 
 def test_a_cause_from_the_history_is_escaped_on_the_page(page):
     assert EVIL not in page
-    escaped = "CPU governor performance \u2192 &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    escaped = "CPU governor performance \u2192 &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"  # as Jinja2 escapes
     assert f">{escaped}</td>" in page  # the cell
     assert f'title="CPU frequency lower ({escaped})"' in page  # and its title, every cause named
 

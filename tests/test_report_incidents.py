@@ -15,7 +15,8 @@ import pytest
 
 from sixdim.cli import main
 from sixdim.http.board import Board
-from sixdim.store.history import SCHEMA_VERSION, History
+from sixdim.store.history import History
+from sixdim.store.schema import SCHEMA_VERSION
 from sixdim.verdicts.live import Verdicts
 from tests.helpers import HEALTHY_CONDITIONS, make_record
 

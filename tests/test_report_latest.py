@@ -228,3 +228,57 @@ def test_an_empty_history_says_so(tmp_path, capsys):
     History(tmp_path / "empty.db").close()
     assert main(["report", "--history", str(tmp_path / "empty.db")]) == 0
     assert capsys.readouterr().out == f"no runs in {tmp_path / 'empty.db'}\n"
+
+
+def _reordered(rows):
+    """The same rows as a row type whose fields come in the reverse order (the properties the reports use
+    carried over): a report that reads a field by its position would read another field from these."""
+    from collections import namedtuple
+
+    from sixdim.store.rows import RunRow
+
+    base = namedtuple("ReversedRunRow", reversed(RunRow._fields))
+    reversed_row = type("ReversedRunRow", (base,), {"__slots__": (), "key": RunRow.key, "device": RunRow.device})
+    found = [reversed_row(**row._asdict()) for row in rows]
+    assert [tuple(row) for row in found] != [tuple(row) for row in rows]
+    return found
+
+
+def test_the_latest_report_reads_each_run_by_its_fields_not_their_order(history):
+    """``sixdim report`` reads the store's rows by field name (sixdim.store.rows.RunRow): the same rows with
+    their fields reordered give the same table, verdicts and causes (regressions included)."""
+    from sixdim.report.data import record_of
+
+    path = history["path"]
+    rows = latest.read(path, 64)
+    moved = _reordered(rows)
+    assert [record_of(row).to_dict() for row in moved] == [record_of(row).to_dict() for row in rows]
+    stops = latest.read_interruptions(path)
+    expected = latest.rows(rows, latest.live_verdicts(rows, path), now=history["now"], interruptions=stops)
+    found = latest.rows(moved, latest.live_verdicts(moved, path), now=history["now"], interruptions=stops)
+    assert found == expected
+    assert [r["cause"] for r in expected].count(POWER_CAUSE) == 1  # the causes were read again, by run id
+
+
+def test_the_html_reports_model_reads_each_run_by_its_fields_not_their_order(history):
+    """The HTML report's live verdicts and the causes of a regressing setting change, from its series' last runs
+    (sixdim.report.data.SeriesData.recent), are the same from rows whose fields are reordered."""
+    from sixdim.report.data import read
+    from sixdim.report.model import Report
+
+    def judged(report):
+        out = []
+        for sv in report.verdicts():
+            causes = [(c.cause, c.evidence) for figure, change in sorted(sv.changes.items())
+                      for c in report.change_causes(sv.record.key(), change)]
+            out.append((tuple(sv.record.key()), {f: v.state for f, v in sv.verdicts.items()},
+                        [(c.cause, c.evidence) for c in sv.causes], causes))
+        return out
+
+    report = Report(read(history["path"], keep_recent=64), now=history["now"])
+    moved = Report(read(history["path"], keep_recent=64), now=history["now"])
+    for s in moved.data.series.values():
+        s.recent = _reordered(s.recent)
+    expected = judged(report)
+    assert judged(moved) == expected
+    assert any(causes and causes[0][0] == "power_limit" for *_, causes in expected)  # a change's cause, read by id

@@ -19,7 +19,8 @@ import pytest
 
 from sixdim.core.catalog import WATCHED
 from sixdim.report import regressions
-from sixdim.store.history import History, _row
+from sixdim.store.history import History
+from sixdim.store.rows import row_of as _row
 from tests.helpers import make_record
 
 SERIES = 10

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import torch
 
-from sixdim.workloads import flags, registry
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.rnn import GATES, Recurrence, recurrence, run
+from sixdim.workloads.kernels.rnn import GATES, Recurrence, recurrence, run
+from sixdim.workloads.measure import flags
 
 FAST = {"rounds": 3, "min_round_seconds": 0.002, "warmup_seconds": 0.0, "power_seconds": 0.0}
 

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from sixdim.run.runner import TERMINATE_GRACE_SECONDS, run_worker
-from sixdim.workloads.lines import bounded_lines
+from sixdim.workloads.logs.lines import bounded_lines
 
 
 @pytest.mark.slow

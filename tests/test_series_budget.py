@@ -13,7 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import SERIES_BUDGET, ConfigError, Suite, _parse_suites, load, preset_entries, tomllib
+from sixdim.config import ConfigError, Suite, load
+from sixdim.config.loader import tomllib
+from sixdim.config.schema import SERIES_BUDGET
+from sixdim.config.suites import parse_suites, preset_entries
 from sixdim.core import catalog
 from sixdim.daemon import series
 from sixdim.daemon.check import check
@@ -51,7 +54,7 @@ def test_the_default_configuration_on_an_8_gpu_h100_host_is_within_the_budget():
 def test_the_readme_example_configuration_is_within_the_budget():
     readme = (ROOT / "README.md").read_text()
     example = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "[[suites]]" in b)
-    suites = _parse_suites(tomllib.loads(example)["suites"], "README.md")
+    suites = parse_suites(tomllib.loads(example)["suites"], "README.md")
     assert any(s.export == "summary" and s.workloads[0].params.get("set") == "full" for s in suites)
     count = _count(suites)
     assert count.total <= SERIES_BUDGET, count.parts

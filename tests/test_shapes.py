@@ -1,6 +1,6 @@
 """DeepBench's sets, as data: their sizes match DeepBench's lists, and CPU scaling keeps every path."""
 
-from sixdim.workloads import shapes
+from sixdim.workloads.kernels import shapes
 
 
 def test_set_sizes_match_deepbench():

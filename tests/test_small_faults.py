@@ -28,7 +28,7 @@ from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
 from sixdim.workloads import registry
-from sixdim.workloads.logparse import Metric, TrainingLog, make_parsers, parse_lines
+from sixdim.workloads.logs.logparse import Metric, TrainingLog, make_parsers, parse_lines
 from tests.helpers import run_sixdim
 
 R = REDACTED
@@ -226,7 +226,7 @@ def test_a_shell_whose_command_was_killed_by_sigkill_says_so_too(tmp_path):
 
 
 def test_other_signals_and_codes_are_named_without_an_oom_hint():
-    from sixdim.workloads.command import exit_reason
+    from sixdim.workloads.logs.command import exit_reason
 
     assert exit_reason(-11, None) == "command killed by SIGSEGV"
     assert exit_reason(7, None) == "command exited with code 7"
@@ -262,7 +262,8 @@ def _memory_cgroup(tmp_path) -> Path:
 
 OOM_WORKER = """
 import sys
-from sixdim.workloads import command, registry
+from sixdim.workloads import registry
+from sixdim.workloads.logs import command
 from sixdim.workloads.context import RunContext
 open(sys.argv[1] + "/cgroup.procs", "w").write("0")  # this process, and so the command, into the limited cgroup
 [case] = registry.get("command").cases({"argv": [sys.executable, "-c", "x = b'x' * (1 << 30); print(len(x))"]},
@@ -293,8 +294,8 @@ def test_a_real_oom_kill_in_a_memory_limited_cgroup_is_named(tmp_path):
 def test_an_oom_kill_counted_in_the_cgroup_while_the_command_ran_is_said_for_sure(tmp_path, monkeypatch):
     """The counter the reason reads (cgroup v2's memory.events), rising while a real command runs and
     kills itself: a stand-in file where this host has no memory-controlled cgroup v2."""
-    from sixdim.workloads import command
     from sixdim.workloads.context import RunContext
+    from sixdim.workloads.logs import command
 
     events = tmp_path / "memory.events"
     events.write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")

@@ -11,8 +11,9 @@ import warnings
 
 import torch
 
-from sixdim.workloads import registry, sparse_gemm
+from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
+from sixdim.workloads.kernels import sparse_gemm
 
 M, N, K = 96, 8, 64
 
@@ -33,12 +34,15 @@ def test_the_dense_weight_and_int64_indices_are_freed_before_the_sparse_measurem
         return measure(*args, **kwargs)
 
     monkeypatch.setattr(sparse_gemm, "measure_kernel", spying)
+    earlier = _live_tensors()  # held, so their ids stay theirs: what other tests of this process left alive
+    known = {id(t) for t in earlier}
     [case] = [c for c in registry.get("sparse_gemm").cases({"set": "quick"}, "cpu")][:1]
     params = {**case.params, "m": M, "n": N, "k": K, "rounds": 3, "min_round_seconds": 0.001,
               "warmup_seconds": 0.0, "power_seconds": 0.0, "latency_samples": 0}
     output = sparse_gemm.run(params, RunContext(device="cpu"))
     assert output.status == "ok", output.reason
     assert alive_then, "the sparse measurement never began"
+    alive_then = [t for t in alive_then if id(t) not in known]
     dense_weights = [t for t in alive_then if t.layout == torch.strided and tuple(t.shape) == (M, K)]
     int64_indices = [t for t in alive_then if t.dtype == torch.int64 and t.layout == torch.strided and t.numel() > 1]
     csr_int64 = [t for t in alive_then if t.layout == torch.sparse_csr and t.crow_indices().dtype == torch.int64]

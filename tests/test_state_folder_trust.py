@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from sixdim.cli import main
-from sixdim.config import ConfigError, folder_problem, load
+from sixdim.config import ConfigError, load
+from sixdim.config.trust import folder_problem
 from sixdim.run import orphans, proctree
 from sixdim.run.instance import InstanceError
 from sixdim.store.history import History

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
 
 
 def test_deepspark_rule_drops_highest_and_lowest_of_five():

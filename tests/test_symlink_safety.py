@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.store.history import History, HistoryError, tighten
+from sixdim.store.errors import HistoryError
+from sixdim.store.files import tighten
+from sixdim.store.history import History
 from tests.helpers import Locker, make_record
 
 NOBODY = 65534

@@ -39,7 +39,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sixdim.config import INSECURE_PERMISSIONS_ENV, OPTIONS
+from sixdim.config.schema import OPTIONS
+from sixdim.config.trust import INSECURE_PERMISSIONS_ENV
 from tests.conftest import free_port, required_tool
 from tests.daemon import FAST_GEMM_SUITE
 

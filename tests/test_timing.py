@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sixdim.workloads import operands, timing
 from sixdim.workloads.context import RunContext
+from sixdim.workloads.measure import operands, timing
 
 CPU = torch.device("cpu")
 

@@ -170,15 +170,17 @@ def test_wal_and_shm_files_sqlite_made_readable_are_made_private_after_opening(t
     """An SQLite that gives its -wal and -shm files the umask's mode instead of the database's (as a build
     with another default file mode may): they are looked at after the database is opened, and tightened."""
     path = tmp_path / "history.db"
-    prepare = History._prepare
+    from sixdim.store import history as history_module
 
-    def readable_after(self, db):
-        prepare(self, db)
+    prepare = history_module.prepare
+
+    def readable_after(db, *args, **kwargs):
+        prepare(db, *args, **kwargs)
         for suffix in ("-wal", "-shm"):
             if os.path.exists(str(path) + suffix):
                 os.chmod(str(path) + suffix, 0o644)
 
-    monkeypatch.setattr(History, "_prepare", readable_after)
+    monkeypatch.setattr(history_module, "prepare", readable_after)
     history = History(path)
     try:
         history.add(make_record())

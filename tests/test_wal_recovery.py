@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.store.history import History, HistoryError
+from sixdim.store.errors import HistoryError
+from sixdim.store.history import History
 from tests.helpers import make_record
 
 WAL_HEADER = 32

@@ -31,7 +31,7 @@ class RunContext:
     window_start: float | None = None
     window_end: float | None = None
     energy: Any = None
-    """The device's energy meter (:mod:`sixdim.workloads.energy`), read by the power phase; None: none."""
+    """The device's energy meter (:mod:`sixdim.workloads.measure.energy`), read by the power phase; None: none."""
     memory: dict[str, float] | None = None
     """The case's own device-memory peaks (``memory_bytes``, ``memory_reserved_bytes``), noted by
     the timing harness at the end of the measurement."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sixdim.workloads import logparse, shapes
+from sixdim.workloads.kernels import shapes
+from sixdim.workloads.logs import logparse
+from sixdim.workloads.onnx import ONNX_MODELS
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
 _KERNEL_FIGURES = ("seconds", "seconds_iqr_ratio", "max_relative_error", "power_watts", "energy_joules")
 _LATENCY_FIGURES = ("latency_p50_seconds", "latency_p99_seconds")
-"""Figures of the kernels' results (workloads/report.py ``kernel_output``), and the latency percentiles a
+"""Figures of the kernels' results (workloads/measure/report.py ``kernel_output``), and the latency percentiles a
 workload reports where its ``latency_samples`` is above 0."""
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "fp8_fast")
@@ -105,7 +107,7 @@ GEMM = WorkloadSpec(
     description="Dense GEMM D = A·B over DeepBench's shapes, transposes and precisions (int8, fp8 and fp8_fast, "
                 "fp8 with fast accumulation, in their one layout, NT); seconds per GEMM, FLOP/s = 2·M·N·K / t of "
                 "the requested shape (int8/fp8 padding is not counted), checked against a float64 reference.",
-    entry="sixdim.workloads.gemm:run",
+    entry="sixdim.workloads.kernels.gemm:run",
     params=(
         Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or square "
               "(8192³)", "quick", "quick", choices=GEMM_SETS),
@@ -149,7 +151,7 @@ CONV = WorkloadSpec(
     name="conv",
     description="2-D convolution over DeepBench's NCHW shapes (and channels-last): forward, backward-data and "
                 "backward-weight timed apart; FLOP/s = 2·N·K·P·Q·C·R·S / t.",
-    entry="sixdim.workloads.conv:run",
+    entry="sixdim.workloads.kernels.conv:run",
     params=(
         Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or sentinel "
               "(one ResNet 3x3 training shape)", "quick", "quick", choices=SENTINEL_SETS),
@@ -184,7 +186,7 @@ RNN = WorkloadSpec(
     name="rnn",
     description="Recurrent layers by DeepBench's rules (vanilla ReLU, LSTM, GRU): input projection outside the "
                 "timed region, backward computes weight gradients only.",
-    entry="sixdim.workloads.rnn:run",
+    entry="sixdim.workloads.kernels.rnn:run",
     params=(
         Param("set", str, "shape set: quick, DeepBench's training or inference set, full (both), or sentinel "
               "(one LSTM training layer)", "quick", "quick", choices=SENTINEL_SETS),
@@ -215,7 +217,7 @@ SPARSE_GEMM = WorkloadSpec(
     name="sparse_gemm",
     description="Sparse GEMM (CSR weights at 90% and 95% sparsity) over DeepBench's sparse inference shapes; "
                 "time, FLOP/s of the nonzeros, and speedup over the same GEMM dense.",
-    entry="sixdim.workloads.sparse_gemm:run",
+    entry="sixdim.workloads.kernels.sparse_gemm:run",
     params=(set_param("shape set: quick, or DeepBench's inference set (training and full mean the same)"),
             SCALE, MAX_BATCH, LATENCY_SAMPLES) + TIMING_PARAMS + (SELF_TEST,),
     expander=_sparse_cases,
@@ -232,7 +234,7 @@ MEMORY_BANDWIDTH = WorkloadSpec(
     name="memory_bandwidth",
     description="Copy bandwidth in bytes/s: device-to-device (counts read + write), host-to-device and "
                 "device-to-host (pinned host memory).",
-    entry="sixdim.workloads.bandwidth:run",
+    entry="sixdim.workloads.kernels.bandwidth:run",
     params=(
         Param("directions", str, "copies to time", ["d2d", "h2d", "d2h"], ["d2d", "h2d", "d2h"],
               choices=("d2d", "h2d", "d2h"), many=True),
@@ -254,7 +256,7 @@ LAUNCH_LATENCY = WorkloadSpec(
     name="launch_latency",
     description="Kernel launch latency: host time per launch of a one-element kernel (launch), and per "
                 "launch-and-synchronize (round_trip).",
-    entry="sixdim.workloads.latency:run",
+    entry="sixdim.workloads.kernels.latency:run",
     params=(
         Param("kinds", str, "what to time", ["launch", "round_trip"], ["launch", "round_trip"],
               choices=("launch", "round_trip"), many=True),
@@ -280,7 +282,7 @@ ALLREDUCE = WorkloadSpec(
     name="allreduce",
     description="All-reduce over every local GPU (NCCL) or CPU processes (gloo) at DeepBench's sizes: time, "
                 "algbw and busbw as nccl-tests defines them. Runs once per host, from the first GPU's job.",
-    entry="sixdim.workloads.allreduce:run",
+    entry="sixdim.workloads.kernels.allreduce:run",
     params=(
         set_param("sizes: quick (2), or DeepBench's 7 (training, inference and full mean the same)"),
         SCALE,
@@ -405,7 +407,7 @@ COMMAND = WorkloadSpec(
                 "AI-Rank, MLPerf (training or inference), Hugging Face, MindSpore or regex-matched output, and the "
                 "TensorBoard, trainer_state.json or Lightning metrics.csv files it writes, into speed, quality (each "
                 "metric's final value, named, with its direction), time to train and latency.",
-    entry="sixdim.workloads.command:run",
+    entry="sixdim.workloads.logs.command:run",
     params=(
         Param("argv", str, "the command, as a list of arguments (required, unless log_files is set: then without "
               "argv only the files are read, a finished run replayed)", [], [], many=True, allow_empty=True),
@@ -479,7 +481,7 @@ MODEL = WorkloadSpec(
     description="Training steps (or inference) of ResNet-50, BERT-large encoder layers, a DLRM-style model, a "
                 "GPT-style decoder and an LSTM on synthetic data: samples/s by the DeepSpark rule over 5 "
                 "steady-state windows; power (and samples per joule) from a power phase after them; memory.",
-    entry="sixdim.workloads.models:run",
+    entry="sixdim.workloads.models.model:run",
     params=(
         Param("models", str, "models to run", list(MODELS), list(MODELS), choices=MODELS, many=True),
         Param("precisions", str, "fp32, and automatic mixed precision (bf16, or fp16 with loss scaling)",
@@ -524,7 +526,7 @@ LINEARITY = WorkloadSpec(
     name="linearity",
     description="Card linearity (DeepSpark): one model's DDP training on 1 and N devices (NCCL on GPUs, gloo "
                 "processes on a CPU); (throughput_N / N) / throughput_1, per card count.",
-    entry="sixdim.workloads.linearity:run",
+    entry="sixdim.workloads.models.linearity:run",
     params=(
         Param("model", str, "the model trained", "lstm", "resnet50", choices=MODELS),
         Param("size", str, "full or small (as for the model workload)", "small", "full", choices=("small", "full")),
@@ -563,7 +565,7 @@ CONVERGENCE = WorkloadSpec(
     name="convergence",
     description="Train an MLP on scikit-learn's bundled digits to a target accuracy, several seeded runs: "
                 "accuracy, AI-Rank Time2train, throughput and DeepSpark stability.",
-    entry="sixdim.workloads.convergence:run",
+    entry="sixdim.workloads.models.convergence:run",
     params=(
         Param("target_accuracy", float, "test accuracy a run must reach", 0.95, 0.95, minimum=0.0),
         Param("epochs", int, "epochs per run (the converged value is the last epoch's accuracy)", 30, 30, minimum=1),
@@ -580,8 +582,6 @@ CONVERGENCE = WorkloadSpec(
     label_params=("epochs", "deterministic", "batch_size", "learning_rate"),
 )
 
-ONNX_MODELS = ("resnet50", "bert_large", "gpt")
-"""sixdim's own models the onnx workload exports (exported by ``sixdim.workloads.onnx_export``, which imports torch)."""
 ONNX_PRECISIONS = ("auto", "fp32", "tf32", "fp16")
 
 
@@ -596,7 +596,8 @@ def _onnx_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: DeviceT
     failed run later (one that cannot be read yet is the worker's to report)."""
     import os
 
-    from sixdim.workloads import onnx_info, onnx_inputs
+    from sixdim.workloads.onnx import info as onnx_info
+    from sixdim.workloads.onnx import inputs as onnx_inputs
 
     model = params["model"].strip()
     try:
@@ -653,7 +654,7 @@ ONNX = WorkloadSpec(
                 "sixdim's ResNet-50, BERT-large layers or GPT decoder (exported once into a cache), or your own "
                 ".onnx file. Per batch size: latency p50/p90/p99 of single requests, samples/s, power, energy "
                 "per inference and memory, with outputs checked against PyTorch or a CPU run.",
-    entry="sixdim.workloads.onnx:run",
+    entry="sixdim.workloads.onnx.workload:run",
     params=(
         Param("model", str, f"one of sixdim's models ({', '.join(ONNX_MODELS)}: exported on first use), or the path "
               "of an .onnx file", "resnet50", "resnet50"),

@@ -27,7 +27,7 @@ attack: ``m = 10**4000`` would reach the worker as a 4,000-digit shape."""
 
 MAX_DURATION_SECONDS = 365 * 86400
 """The longest duration parameter (named ``*_seconds`` or ``*_timeout``) unless its spec sets a
-``maximum``: a year, as for a suite's seconds keys (:data:`sixdim.config.MAX_SECONDS`)."""
+``maximum``: a year, as for a suite's seconds keys (:data:`sixdim.config.schema.MAX_SECONDS`)."""
 
 
 def brief(value: Any, limit: int = 120) -> str:
@@ -214,7 +214,7 @@ class WorkloadSpec:
     figures: tuple[str, ...] = ()
     """The figures this workload's own code can put in a result (``WorkloadOutput.figures``), before the
     executor adds the window's telemetry: an upper bound, read off the workload's ``run`` (and
-    workloads/report.py's ``kernel_output`` for the kernels); ``quality`` stands for a command's quality
+    workloads/measure/report.py's ``kernel_output`` for the kernels); ``quality`` stands for a command's quality
     metrics, one series each.  What the series budget counts
     (agent/daemon/series.py); tests/test_series_budget.py holds each workload's real CPU results to it."""
     runs_in_ranks: bool = False

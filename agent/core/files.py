@@ -105,7 +105,7 @@ def make_folders(folder: str | Path, mode: int | None = None) -> None:
                 if not part.is_dir():
                     raise
                 continue
-            os.chmod(part, mode)  # just made, in a folder others cannot write (config.folder_problem)
+            os.chmod(part, mode)  # just made, in a folder others cannot write (config.trust.folder_problem)
         if not missing and not folder.is_dir():
             raise FileExistsError(errno.EEXIST, "File exists", str(folder))
     except (FileExistsError, NotADirectoryError):

@@ -38,7 +38,7 @@ Bearer <redacted>``, also ``token`` and ``Basic``, whose decoded password is hun
 anywhere (``git clone https://bob:PW@...``, ``DATABASE_URL=postgres://u:PW@h/db``).
 
 Standard library only, and nothing else of sixdim: the daemon side (:mod:`sixdim.run.executor`) and the
-worker side (:mod:`sixdim.workloads.command`, the one workloads module that imports from ``agent``) both
+worker side (:mod:`sixdim.workloads.logs.command`, the one workloads module that imports from ``agent``) both
 use it, so it must never import either.
 """
 

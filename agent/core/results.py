@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from sixdim.core import catalog
@@ -23,7 +23,7 @@ geometric mean over one shape set, never over the last results of shapes a chang
 
 POWER_REFUSED = "power_refused"
 """The key of a case's details, True where its power phase ran and withheld its figure (the GPU busy for too
-little of it, too few counter updates, the counter lost or its busy share unknown; workloads/timing.py): the
+little of it, too few counter updates, the counter lost or its busy share unknown; workloads/measure/timing.py): the
 daemon's own window telemetry, a stepped counter read unaligned, must not stand in for a figure the method
 refused (agent/run/executor.py)."""
 
@@ -50,6 +50,39 @@ class SeriesKey(NamedTuple):
 
 SERIES_FIELDS: tuple[str, ...] = SeriesKey._fields
 """The series key's fields, which are also the history's column names."""
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Which device a run (:class:`RunRecord`) or an interrupted suite run (:class:`Interruption`) was on: the
+    one definition of the device fields both records carry, under these names and in this order (the
+    history's ``runs`` and ``interruptions`` tables have them as columns, :mod:`sixdim.store.schema`), and of
+    the labels they are exported under (:func:`device_labels`).  The records keep the fields flat, as their
+    own (a dataclass cannot take another's fields in the middle of its own), so that every reader of
+    ``record.hostname``, every constructor call and every row of the history stays as it is;
+    tests/test_device_identity.py checks that both declare exactly these, in this order and of these types."""
+
+    hostname: str
+    device_type: str
+    """The kind of device: ``cuda``, ``cpu``..."""
+    device: str
+    """The device's name as the worker was given it (``cuda:0``)."""
+    gpu: str
+    """The GPU's index, or empty (a CPU)."""
+    uuid: str
+    model_name: str
+    pci_bus_id: str
+
+
+DEVICE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DeviceIdentity))
+"""The device fields of a run and of an interruption, which are also columns of both history tables, in order."""
+
+
+def device_labels(on: DeviceIdentity | RunRecord | Interruption) -> dict[str, str]:
+    """The labels of the device a record was on (hostname, GPU index, UUID, model, PCI bus id, device type, in the
+    order the exposition writes them); the one mapping of the device fields to labels."""
+    return {catalog.HOSTNAME: on.hostname, catalog.GPU: on.gpu, catalog.UUID: on.uuid,
+            catalog.MODEL_NAME: on.model_name, catalog.PCI_BUS_ID: on.pci_bus_id, catalog.DEVICE_TYPE: on.device_type}
 
 
 def is_interruption(status: str, reason: str) -> bool:
@@ -135,11 +168,8 @@ class RunRecord:
                          self.shape, self.mode, self.kernel_pass)
 
     def workload_labels(self) -> dict[str, str]:
-        return {catalog.HOSTNAME: self.hostname, catalog.GPU: self.gpu, catalog.UUID: self.uuid,
-                catalog.MODEL_NAME: self.model_name, catalog.PCI_BUS_ID: self.pci_bus_id,
-                catalog.DEVICE_TYPE: self.device_type, catalog.WORKLOAD: self.workload,
-                catalog.PRECISION: self.precision, catalog.SHAPE: self.shape, catalog.MODE: self.mode,
-                catalog.PASS: self.kernel_pass}
+        return {**device_labels(self), catalog.WORKLOAD: self.workload, catalog.PRECISION: self.precision,
+                catalog.SHAPE: self.shape, catalog.MODE: self.mode, catalog.PASS: self.kernel_pass}
 
     def result_labels(self) -> dict[str, str]:
         return {**self.workload_labels(),
@@ -184,9 +214,7 @@ class Interruption:
     """A unique name, as a run's: a retried write lands once."""
 
     def device_labels(self) -> dict[str, str]:
-        return {catalog.HOSTNAME: self.hostname, catalog.GPU: self.gpu, catalog.UUID: self.uuid,
-                catalog.MODEL_NAME: self.model_name, catalog.PCI_BUS_ID: self.pci_bus_id,
-                catalog.DEVICE_TYPE: self.device_type}
+        return device_labels(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

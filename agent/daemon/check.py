@@ -29,7 +29,9 @@ from pathlib import Path
 
 from sixdim.collectors.host import RaplReader
 from sixdim.collectors.nvml import NvmlCollector
-from sixdim.config import DEFAULT_SOURCE, Config, ConfigError, Suite, case_timeout
+from sixdim.config import Config, ConfigError, Suite
+from sixdim.config.schema import DEFAULT_SOURCE
+from sixdim.config.suites import case_timeout
 from sixdim.daemon import cost
 from sixdim.daemon.series import SeriesCount, count_series
 from sixdim.daemon.serve import load_web_config, open_files_limits
@@ -37,7 +39,7 @@ from sixdim.http.server import connection_cap, open_files, reserve_for
 from sixdim.run import devices
 from sixdim.run.scheduler import suite_trigger
 from sixdim.store import reader
-from sixdim.store.history import HistoryError
+from sixdim.store.errors import HistoryError
 from sixdim.workloads import registry
 from sixdim.workloads.spec import ParamError
 
@@ -257,7 +259,7 @@ def _plural(count: int, noun: str) -> str:
 
 def _timeouts(suite: Suite, found: list[devices.Device]) -> str:
     """The per-case timeout the daemon would use now on each kind of device the suite runs on (the CPU's default
-    stretched by the host's load, as the scheduler stretches it: ``sixdim.config.case_timeout``)."""
+    stretched by the host's load, as the scheduler stretches it: ``sixdim.config.suites.case_timeout``)."""
     told = []
     for kind in dict.fromkeys(device.type for device in found):
         seconds, why = case_timeout(suite.timeout_seconds, kind, suite.timeout_given)

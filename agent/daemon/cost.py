@@ -6,7 +6,7 @@ times; where it does not (a new host, a new suite) it needs an estimate, and thi
 case's **device time** (its ``details.case_wall`` span: set-up, warm-up, calibration, timed rounds,
 power phase, check) from the case's resolved parameters, with constants per device class.
 
-The model follows what the worker does (``workloads/timing.py``; this module is the daemon's and cannot
+The model follows what the worker does (``workloads/measure/timing.py``; this module is the daemon's and cannot
 import it, as it imports torch):
 
 - warm-up for ``warmup_seconds``, then calibration: the block of calls grows until it lasts
@@ -52,7 +52,7 @@ HOUR = 3600.0
 CALIBRATION_ROUNDS = 2.5
 """Calibration's cost in rounds of ``min_round_seconds``: the block that first lasts the target is timed
 once more to confirm it (two rounds' worth, each a little over the target), after the short blocks that
-grew to it (``workloads/timing.py``: ``calibrate``)."""
+grew to it (``workloads/measure/timing.py``: ``calibrate``)."""
 FLUSHED_CALLS_PER_ROUND = 50
 """Calls in a cold round on a GPU (``timing.FLUSHED_CALLS_PER_ROUND``)."""
 MIN_POWER_SECONDS = 1.0
@@ -64,7 +64,7 @@ TIMED_KERNELS = {"gemm": 1, "conv": 1, "rnn": 1, "sparse_gemm": 2, "memory_bandw
 ITEM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1, "fp8_fast": 1}
 ALLREDUCE_WARMUP_SECONDS = 0.06
 """All-reduce's warm-up before its sized rounds: blocks that grow until two have lasted 20 ms each
-(workloads/allreduce.py's ``calibrate``), about three such blocks in all."""
+(workloads/kernels/allreduce.py's ``calibrate``), about three such blocks in all."""
 RECORDED_RUNS = 5
 """The recorded runs of a case whose median is its device time (``serve --check-config``)."""
 

@@ -37,13 +37,13 @@ the exposition once per change rather than once per scrape.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 
 from sixdim.core import catalog
 from sixdim.core.memory import give_back_free_memory
 from sixdim.core.results import Interruption, RunRecord, counts_as_run, lean
+from sixdim.store.errors import StoreError
 from sixdim.store.history import History
 from sixdim.verdicts.live import Verdicts
 
@@ -197,7 +197,7 @@ class Board:
                     break
                 log.info("board: %d run(s) written while the history was read (try %d of %d)%s", last_id - first,
                          attempt, RESTORE_TRIES, "; read again" if attempt < RESTORE_TRIES else "")
-        except sqlite3.Error as exc:  # not readable now (not opened: read-only): new results still show
+        except StoreError as exc:  # not readable now (not opened: read-only): new results still show
             log.warning("board: the history cannot be read (%s); starting from the results recorded from now on", exc)
             latest, counts, interruptions, last_id = [], [], [], 0
         verdicts = None
@@ -233,7 +233,7 @@ class Board:
             while True:
                 try:
                     records = history.after(self._last_id, limit=CATCH_UP_BATCH)
-                except sqlite3.Error as exc:  # locked by another process: try again next time
+                except StoreError as exc:  # locked by another process: try again next time
                     log.debug("board: cannot read the history now: %s", exc)
                     break
                 for record in records:
@@ -253,7 +253,7 @@ class Board:
                         continue
                     self._add_interruption(interruption)
                     added += 1
-            except sqlite3.Error as exc:
+            except StoreError as exc:
                 log.debug("board: cannot read the history's interruptions now: %s", exc)
         added += self._show_pending(history)
         self.save_incidents(history)
@@ -270,7 +270,7 @@ class Board:
             return 0
         try:
             history.save_incidents(incident.row() for incident, _ in changed)
-        except sqlite3.Error as exc:  # said once a spell: the catch-up tries every few seconds
+        except StoreError as exc:  # said once a spell: the catch-up tries every few seconds
             (log.debug if self._incidents_failing else log.warning)(
                 "board: %d incident(s) of the regression verdicts could not be written now (%s); tried again at "
                 "each catch-up", len(changed), exc)

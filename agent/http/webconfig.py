@@ -36,7 +36,7 @@ or mappings.  bcrypt hashes must have a cost of at most 12 (:data:`BCRYPT_COSTS`
 check, which at 12 takes about 250 ms, at 17 seconds, and at 31 (and the start, which makes a dummy hash
 of the highest cost) days.
 
-**File permissions** (see :func:`sixdim.config.check_permissions`): this file and the client CA file
+**File permissions** (see :func:`sixdim.config.trust.check_permissions`): this file and the client CA file
 decide who may scrape sixdim, so when a user other than their owner can change them (mode & 0o022,
 or, for a root process, an owner other than root) they are refused, or, with
 ``--insecure-config-permissions`` or ``SIXDIM_INSECURE_CONFIG_PERMISSIONS=true``, loaded with a
@@ -63,7 +63,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sixdim.config import ConfigError, check_permissions
+from sixdim.config import ConfigError
+from sixdim.config.trust import check_permissions
 from sixdim.core.files import READ_ONLY_REGULAR, NotARegularFile, open_regular
 
 log = logging.getLogger("sixdim")

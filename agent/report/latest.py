@@ -59,17 +59,13 @@ from typing import Any
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core import exits
 from sixdim.core.durations import EXAMPLES, duration_argument
+from sixdim.core.results import RunRecord
 from sixdim.report import incidents
 from sixdim.store import reader
+from sixdim.store.rows import RunRow
 
 OPTION_KEYS = ("agent.history", "regression.min_effect")
 """The configuration options ``sixdim report latest`` takes as flags."""
-
-COLUMNS: tuple[str, ...] = (*reader.SERIES_COLUMNS, "model_name", "suite", "status", "started_at", "ended_at",
-                            "figures", "environment")
-"""What is read of each run (after its id): the row :func:`sixdim.report.data.record_of` makes a RunRecord of."""
-_KEY, _DEVICE, _WORKLOAD, _PRECISION = slice(1, 10), slice(1, 5), 5, 6
-_MODEL, _SUITE, _STATUS, _STARTED, _ENDED, _FIGURES = 10, 11, 12, 13, 14, 15
 
 STATES: tuple[str, ...] = ("regression", "suspicious", "ok", "improvement", "insufficient_data")
 """The verdict states, worst first: a workload's verdict is the first of these among its series'."""
@@ -95,11 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- reading
 
-def read(path: str, runs: int) -> list[Any]:
-    """The last ``runs`` runs of every series, in the order they were recorded (:data:`COLUMNS`)."""
-    out: list[Any] = []
+def read(path: str, runs: int) -> list[RunRow]:
+    """The last ``runs`` runs of every series, in the order they were recorded: the rows
+    :func:`sixdim.report.data.record_of` makes RunRecords of."""
+    out: list[RunRow] = []
     with reader.reading(path) as db:
-        for rows in reader.recent_per_series(db, runs, COLUMNS):
+        for rows in reader.recent_per_series(db, runs):
             out += rows
     return out
 
@@ -111,42 +108,42 @@ def read_interruptions(path: str) -> list[Any]:
 
 
 class _Runs:
-    """Rows read, as a history :meth:`sixdim.verdicts.live.Verdicts.restore` reads its runs from (its
-    ``recent_per_series``, the path of a history that cannot give conditions back by id): already the
+    """Rows read, as a history :meth:`sixdim.verdicts.live.Verdicts.restore` reads its runs from (a
+    :class:`sixdim.verdicts.live.RunSource`: runs with their conditions, not read back by id): already the
     last runs of each series, in recording order.  A row that is no run (broken JSON, an unknown status)
     is left out and remembered in :attr:`error`; restore would only log it."""
 
-    def __init__(self, rows: Sequence[Any], conditions: dict[int, dict[str, Any]] | None = None) -> None:
+    def __init__(self, rows: Sequence[RunRow], conditions: dict[int, dict[str, Any]] | None = None) -> None:
         self.rows = rows
         self.conditions = conditions or {}
         self.error: Exception | None = None
 
-    def recent_per_series(self, runs: int, upto_id: int | None = None) -> Iterator[Any]:
+    def recent_per_series(self, runs: int, upto_id: int | None = None) -> Iterator[RunRecord]:
         from sixdim.report.data import record_of
 
         for row in self.rows:
             try:
-                record = record_of(row, self.conditions.get(row[0]))
+                record = record_of(row, self.conditions.get(row.id))
             except (ValueError, TypeError, AttributeError) as exc:
                 self.error = self.error or exc
                 continue
             yield record
 
 
-def _restore(rows: Sequence[Any], settings: Any, path: str,
+def _restore(rows: Sequence[RunRow], settings: Any, path: str,
              conditions: dict[int, dict[str, Any]] | None = None) -> list[Any]:
-    from sixdim.store.history import HistoryError
+    from sixdim.store.errors import HistoryError
     from sixdim.verdicts.live import Verdicts
 
     runs = _Runs(rows, conditions)
     verdicts = Verdicts(settings)
-    verdicts.restore(runs)  # type: ignore[arg-type]  # the read-only rows, as the daemon's History gives them
+    verdicts.restore(runs)  # the read-only rows (a sixdim.verdicts.live.RunSource), as the daemon's History
     if runs.error is not None:
         raise HistoryError(f"cannot read history database {path}: a row is broken ({runs.error})")
     return verdicts.snapshot()
 
 
-def live_verdicts(rows: Sequence[Any], path: str, settings: Any = None) -> list[Any]:
+def live_verdicts(rows: Sequence[RunRow], path: str, settings: Any = None) -> list[Any]:
     """The agent's verdicts now (``SeriesVerdicts``), with the likely causes of the series that have
     something to explain: the conditions of their rows only are read, by id, and they are restored
     again with them (the same verdicts: a series' verdicts depend on its own runs only)."""
@@ -154,9 +151,9 @@ def live_verdicts(rows: Sequence[Any], path: str, settings: Any = None) -> list[
     explain = {tuple(sv.record.key()) for sv in snapshot if series_state(sv) in NOTEWORTHY}
     if not explain:
         return snapshot
-    wanted = [row for row in rows if tuple(row[_KEY]) in explain]
+    wanted = [row for row in rows if row.key in explain]
     with reader.reading(path) as db:
-        conditions = reader.conditions(db, (row[0] for row in wanted))
+        conditions = reader.conditions(db, (row.id for row in wanted))
     if not conditions:  # a history written before conditions were recorded
         return snapshot
     redone = {tuple(sv.record.key()): sv for sv in _restore(wanted, settings, path, conditions)}
@@ -165,21 +162,21 @@ def live_verdicts(rows: Sequence[Any], path: str, settings: Any = None) -> list[
 
 # ---------------------------------------------------------------------------- the rows
 
-def latest_run(runs: Sequence[Any]) -> list[Any]:
+def latest_run(runs: Sequence[RunRow]) -> list[RunRow]:
     """The latest run of one workload on one device, from its rows in recording order (see the
     module's docstring): the newest worker run, and the worker runs of the same suite just before
     it while none repeats a series already taken."""
-    taken: list[Any] = []
+    taken: list[RunRow] = []
     seen: set[tuple[str, ...]] = set()
-    suite = runs[-1][_SUITE]
+    suite = runs[-1].suite
     i = len(runs) - 1
-    while i >= 0 and runs[i][_SUITE] == suite:
-        started = runs[i][_STARTED]
+    while i >= 0 and runs[i].suite == suite:
+        started = runs[i].started_at
         j = i
-        while j >= 0 and runs[j][_SUITE] == suite and runs[j][_STARTED] == started:
+        while j >= 0 and runs[j].suite == suite and runs[j].started_at == started:
             j -= 1
         group = runs[j + 1:i + 1]
-        keys = {tuple(row[_KEY]) for row in group}
+        keys = {row.key for row in group}
         if taken and keys & seen:
             break
         taken[:0] = group
@@ -225,7 +222,7 @@ def _size(ratio: float | None) -> float:
     return abs(math.log(ratio)) if ratio is not None and ratio > 0 and math.isfinite(ratio) else 0.0
 
 
-def headline(run: Iterable[Any], stopped: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def headline(run: Iterable[RunRow], stopped: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The speed of the run's ok cases: the first speed figure any of them reports (FLOP/s, samples/s,
     bytes/s, else the time), the one case's value or the geometric mean over the cases that report
     it; None where no ok case reports a speed.  ``stopped``: the run's interruption
@@ -237,9 +234,9 @@ def headline(run: Iterable[Any], stopped: dict[str, Any] | None = None) -> dict[
     from sixdim.verdicts.summary import geometric_mean
 
     ok = [(row, figures) for row in run
-          if row[_STATUS] == "ok" and isinstance(figures := json.loads(row[_FIGURES]), dict)]
+          if row.status == "ok" and isinstance(figures := json.loads(row.figures), dict)]
     for figure in SPEED_FIGURES:
-        values = [(row[_PRECISION], float(v)) for row, figures in ok
+        values = [(row.precision, float(v)) for row, figures in ok
                   if type(v := figures.get(figure)) in (int, float) and math.isfinite(v) and v > 0]
         if values:
             break
@@ -259,7 +256,7 @@ def headline(run: Iterable[Any], stopped: dict[str, Any] | None = None) -> dict[
             "how": "one case" if len(values) == 1 else "geometric mean", "complete": stopped is None, "text": text}
 
 
-def interruption(run: Sequence[Any], runs: Sequence[Any], interruptions: Sequence[Any]) -> dict[str, Any] | None:
+def interruption(run: Sequence[RunRow], runs: Sequence[RunRow], interruptions: Sequence[Any]) -> dict[str, Any] | None:
     """The interruption that stopped a workload's latest run (``run``, from :func:`latest_run` over the
     workload's rows on the device, ``runs``), or None: the newest interrupted suite run of the same
     device and suite with the workload among those it left cases of, that started at or before the
@@ -270,8 +267,8 @@ def interruption(run: Sequence[Any], runs: Sequence[Any], interruptions: Sequenc
     left; else as many as the workload's previous run had beyond this one's; None where neither
     says (its first run, interrupted)."""
     newest = run[-1]
-    device, suite, workload = tuple(newest[_DEVICE]), newest[_SUITE], newest[_WORKLOAD]
-    first = min(row[_STARTED] for row in run)
+    device, suite, workload = newest.device, newest.suite, newest.workload
+    first = min(row.started_at for row in run)
     found = next((i for i in reversed(interruptions)
                   if (i.hostname, i.device_type, i.gpu, i.uuid) == device and i.suite == suite
                   and workload in i.workloads and i.started_at <= first <= i.ended_at), None)
@@ -281,8 +278,8 @@ def interruption(run: Sequence[Any], runs: Sequence[Any], interruptions: Sequenc
     if list(found.workloads) == [workload]:
         left: int | None = found.cases_left
     else:
-        earlier = [row for row in runs if row[_STARTED] < first]
-        previous = latest_run(earlier) if earlier and earlier[-1][_SUITE] == suite else []
+        earlier = [row for row in runs if row.started_at < first]
+        previous = latest_run(earlier) if earlier and earlier[-1].suite == suite else []
         left = len(previous) - ran if len(previous) > ran else None
     return {"reason": found.reason, "at": found.ended_at, "cases_ran": ran, "cases_left": left,
             "cases_planned": ran + left if left is not None else None, "suite_cases_left": found.cases_left,
@@ -301,15 +298,15 @@ def _cases_text(counts: Counter, stopped: dict[str, Any] | None) -> str:
     return f"{text}; interrupted (the suite run left {stopped['suite_cases_left']} case(s))"
 
 
-def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float,
+def rows(history: Sequence[RunRow], snapshot: Sequence[Any], *, now: float,
          interruptions: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """One row per (host, device, workload), as :func:`table` shows it and ``--json`` prints it;
     ``interruptions``: the history's interrupted suite runs, oldest first (:func:`read_interruptions`)."""
     from sixdim.report.format import gpu_order
 
-    runs: dict[tuple[Any, ...], list[Any]] = {}
+    runs: dict[tuple[Any, ...], list[RunRow]] = {}
     for row in history:
-        runs.setdefault((tuple(row[_DEVICE]), row[_WORKLOAD]), []).append(row)
+        runs.setdefault((row.device, row.workload), []).append(row)
     verdicts: dict[tuple[Any, ...], list[Any]] = {}
     for sv in snapshot:
         key = sv.record.key()
@@ -319,8 +316,8 @@ def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float,
         run = latest_run(found)
         stopped = interruption(run, found, interruptions)
         newest = run[-1]
-        ended = max(row[_ENDED] for row in run)
-        counts = Counter(row[_STATUS] for row in run)
+        ended = max(row.ended_at for row in run)
+        counts = Counter(row.status for row in run)
         states: Counter = Counter()
         unhealthy: list[dict[str, Any]] = []
         for sv in verdicts.get((device, workload), ()):
@@ -338,7 +335,7 @@ def rows(history: Sequence[Any], snapshot: Sequence[Any], *, now: float,
         hostname, device_type, gpu, uuid = device
         out.append({
             "hostname": hostname, "device_type": device_type, "gpu": gpu, "uuid": uuid,
-            "model_name": newest[_MODEL], "workload": workload, "suite": newest[_SUITE],
+            "model_name": newest.model_name, "workload": workload, "suite": newest.suite,
             "last_run": ended, "last_run_local": _local(ended).isoformat(timespec="seconds"),
             "age_seconds": max(0.0, now - ended),
             "cases": {s: counts[s] for s in sorted(counts)}, "cases_text": _cases_text(counts, stopped),
@@ -428,7 +425,7 @@ def command(args: argparse.Namespace) -> int:
     history = read(config.history, keep)
     if args.workload:
         wanted = set(args.workload)
-        history = [row for row in history if row[_WORKLOAD] in wanted]
+        history = [row for row in history if row.workload in wanted]
     now = time.time()
     snapshot = live_verdicts(history, config.history, settings) if history else []
     found = rows(history, snapshot, now=now, interruptions=read_interruptions(config.history) if history else ())

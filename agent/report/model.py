@@ -11,7 +11,7 @@ from typing import Any
 
 from sixdim.core.catalog import RESTATING, SPEED_FIGURES
 from sixdim.core.results import SeriesKey
-from sixdim.report.data import Data, record_of
+from sixdim.report.data import Data, Latest, record_of
 from sixdim.report.format import (
     BUCKETS,
     DASHES,
@@ -64,7 +64,8 @@ class Report:
         self.labels = self._device_labels()
         self.speed = {key: self._speed_figure(key) for key in data.series}
         self.groups: dict[tuple[str, str, str, str], list[tuple[str, ...]]] = {}
-        for key in sorted(data.series, key=lambda k: (k[4], k[5], k[7], k[8], gpu_order(k[:4]), k[6])):
+        for key in sorted(data.series, key=lambda k: (k.workload, k.precision, k.mode, k.kernel_pass,
+                                                      gpu_order(k.device), k.shape)):
             self.groups.setdefault(data.series[key].group, []).append(key)
         self.group_labels = self._group_labels()
         self.events = self._version_events()
@@ -301,24 +302,25 @@ class Report:
         series (shape), summarised over the shapes measured under the newest versions."""
         from sixdim.verdicts.summary import geometric_mean
 
-        groups: dict[tuple, list[tuple[tuple[str, ...], float, int, dict[str, Any]]]] = {}
-        for key, s in self.data.series.items():
-            for suite, (ended, vid, figures) in s.latest.items():
-                if ended < self.cutoff:
+        groups: dict[tuple, list[Latest]] = {}
+        for s in self.data.series.values():
+            for suite, run in s.latest.items():
+                if run.ended_at < self.cutoff:
                     continue
-                groups.setdefault((s.device, s.group, suite), []).append((key, ended, vid, figures))
-        suites = {g[2] for g in groups}
+                groups.setdefault((s.device, s.group, suite), []).append(run)
+        suites = {suite for _, _, suite in groups}
         rows = []
         for (device, group, suite), members in groups.items():
-            newest = max(members, key=lambda m: m[1])
-            current = self.data.versions[newest[2]]
-            members = [m for m in members if self.data.versions[m[2]] == current]  # as agent/verdicts/summary.py groups
-            speed = self.group_speed(group) or next((f for f in SPEED_FIGURES if f in newest[3]), None)
+            newest = max(members, key=lambda m: m.ended_at)
+            current = self.data.versions[newest.versions]
+            # the members of the newest versions only, as agent/verdicts/summary.py groups
+            members = [m for m in members if self.data.versions[m.versions] == current]
+            speed = self.group_speed(group) or next((f for f in SPEED_FIGURES if f in newest.figures), None)
             values: dict[str, float | None] = {}
 
-            def of(figure: str, members: list[Any] = members) -> list[float]:
-                return [float(m[3][figure]) for m in members
-                        if isinstance(m[3].get(figure), (int, float)) and not isinstance(m[3].get(figure), bool)]
+            def of(figure: str, members: list[Latest] = members) -> list[float]:
+                return [float(m.figures[figure]) for m in members if isinstance(m.figures.get(figure), (int, float))
+                        and not isinstance(m.figures.get(figure), bool)]
 
             for figure, how in ((speed, "geo"), ("peak_ratio", "geo"), ("power_watts", "mean"),
                                 ("memory_bytes", "max"), ("accuracy", "min"), ("linearity_ratio", "min"),
@@ -336,7 +338,7 @@ class Report:
             rows.append({"device": device, "group": group, "suite": suite if len(suites) > 1 else "",
                          "shapes": len(members), "speed_figure": speed, "values": values,
                          "linearity_count": int(counts[0]) if len(set(counts)) == 1 else None,
-                         "ended": newest[1], "versions": current})
+                         "ended": newest.ended_at, "versions": current})
         rows.sort(key=lambda r: (self.group_labels[r["group"]], r["suite"], gpu_order(r["device"])))
         return rows
 
@@ -408,20 +410,20 @@ class Report:
 
         rg = self.rg
         live = Verdicts(self.settings)
-        rows = sorted((row for s in self.data.series.values() for row in s.recent), key=lambda r: r[0])
+        rows = sorted((row for s in self.data.series.values() for row in s.recent), key=lambda r: r.id)
         for row in rows:
             live.add(record_of(row))
         snapshot = live.snapshot()
         explain = {tuple(sv.record.key()) for sv in snapshot
                    if any(v.state in (rg.REGRESSION, rg.SUSPICIOUS) for v in sv.verdicts.values())
                    or any(c.state == rg.REGRESSION for c in sv.changes.values())}
-        self._read_conditions(row[0] for key in explain for row in self.data.series[key].recent)
+        self._read_conditions(row.id for key in explain for row in self.data.series[key].recent)
         if not self.conditions:
             return snapshot
         again = Verdicts(self.settings)
         for row in rows:
-            if tuple(row[1:10]) in explain:
-                again.add(record_of(row, self.conditions.get(row[0])))
+            if row.key in explain:
+                again.add(record_of(row, self.conditions.get(row.id)))
         redone = {tuple(sv.record.key()): sv for sv in again.snapshot()}
         return [redone.get(tuple(sv.record.key()), sv) for sv in snapshot]
 
@@ -445,10 +447,10 @@ class Report:
 
         if change.state != self.rg.REGRESSION or change.at is None:
             return []
-        rows = [row for row in self.data.series[tuple(key)].recent if row[12] == "ok"]
-        self._read_conditions(row[0] for row in rows)
-        before = [c for row in rows if row[13] < change.at and recorded(c := self.conditions.get(row[0]))]
-        after = [c for row in rows if row[13] >= change.at and recorded(c := self.conditions.get(row[0]))]
+        rows = [row for row in self.data.series[tuple(key)].recent if row.status == "ok"]
+        self._read_conditions(row.id for row in rows)
+        before = [c for row in rows if row.started_at < change.at and recorded(c := self.conditions.get(row.id))]
+        after = [c for row in rows if row.started_at >= change.at and recorded(c := self.conditions.get(row.id))]
         before, after = before[-CAUSE_RUNS:], after[:CAUSE_RUNS]
         return diagnose(before, after, dict(change.changes) or None) if before and after else []
 

@@ -1,12 +1,18 @@
 """The HTML report's page: the model (agent/report/model.py) rendered as one self-contained HTML
-document, with its CSS, plotly charts and the checks its scripts run in the browser."""
+document, with its CSS, plotly charts and the checks its scripts run in the browser.  What each part
+shows is decided here, as tables of :class:`Row` and :class:`Cell`; the markup is the Jinja2 templates
+of :mod:`sixdim.report.templates`, which escape every text.  Only plotly's figures are escaped here
+(:func:`~sixdim.report.format.esc`): plotly reads their names, labels and hover texts as HTML."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from markupsafe import Markup
 
 from sixdim.core.catalog import FAILURE_STATUSES, NOT_RUN_STATUSES, RESTATING
 from sixdim.core.results import SeriesKey
@@ -37,6 +43,7 @@ from sixdim.report.format import (
     value_range,
 )
 from sixdim.report.model import Report, rounded
+from sixdim.report.templates import render
 
 # ---------------------------------------------------------------------------- the page
 
@@ -139,8 +146,43 @@ document.documentElement.setAttribute('data-drawn', String(document.querySelecto
 """
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One table cell, as the ``parts`` template draws it by ``kind``: ``text`` (the text, escaped), ``badge``
+    (a verdict's state), ``device`` (a colour swatch and the device's label), ``series`` (a label that may
+    break after its commas), ``when`` (a UTC time that breaks only between its date and clock), ``compare``
+    and ``medians`` (a change and its figures on two lines, from ``extra``)."""
+
+    text: str = ""
+    kind: str = "text"
+    num: bool = False
+    cls: str = ""
+    title: str = ""
+    colour: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def classes(self) -> str:
+        """The cell's classes: ``absent`` for a text cell showing ``—`` (nothing measured), else ``num``
+        for a number (right-aligned), after its own."""
+        if self.kind == "text" and self.text == "\u2014":
+            return (self.cls + " absent").strip()
+        if self.num:
+            return (self.cls + " num").strip()
+        return self.cls
+
+
+@dataclass(frozen=True)
+class Row:
+    """A table row; ``first`` marks the first row of a group (a heavier line above it)."""
+
+    cells: list[Cell]
+    first: bool = False
+
+
 class Page:
-    """Renders a :class:`Report` as HTML with plotly charts."""
+    """Renders a :class:`Report` as HTML with plotly charts: what each part shows is decided here, its
+    markup is in :mod:`sixdim.report.templates` (autoescaped)."""
 
     def __init__(self, report: Report, pio: Any, plotlyjs: str) -> None:
         self.r = report
@@ -150,7 +192,9 @@ class Page:
 
     # -- pieces
 
-    def chart(self, figure: dict[str, Any], height: int = CHART_HEIGHT) -> str:
+    def chart(self, figure: dict[str, Any], height: int = CHART_HEIGHT) -> Markup:
+        """A plotly chart as markup: plotly writes its own HTML and script from the figure, whose
+        texts (names, hover texts, labels) the callers escape, as plotly reads them as HTML."""
         self.charts += 1
         layout = figure.setdefault("layout", {})
         layout.setdefault("height", height)
@@ -163,41 +207,27 @@ class Page:
                   "toImageButtonOptions": {"format": "png", "scale": 2}}
         body = self.pio.to_html(figure, config=config, include_plotlyjs=False, full_html=False, validate=False,
                                 default_width="100%", default_height=f"{height}px", div_id=f"chart-{self.charts}")
-        return f'<div class="chart">{body}</div>'
+        return render("chart", body=Markup(body))
 
     @staticmethod
-    def table(head: Sequence[tuple[str, bool]], rows: Iterable[str], cls: str = "") -> str:
-        """``head``: (title, numeric); ``rows``: ready ``<tr>`` strings."""
-        ths = "".join(f'<th class="num">{esc(t)}</th>' if num else f"<th>{esc(t)}</th>" for t, num in head)
-        return (f'<div class="wrap"><table class="{cls}"><thead><tr>{ths}</tr></thead><tbody>'
-                + "".join(rows) + "</tbody></table></div>")
+    def td(text: str, *, num: bool = False, cls: str = "", title: str = "") -> Cell:
+        return Cell(text, num=num, cls=cls, title=title)
 
     @staticmethod
-    def td(text: str, *, num: bool = False, cls: str = "", raw: bool = False, title: str = "") -> str:
-        if text == "\u2014":
-            cls = (cls + " absent").strip()
-        elif num:
-            cls = (cls + " num").strip()
-        attrs = (f' class="{cls}"' if cls else "") + (f' title="{esc(title)}"' if title else "")
-        return f"<td{attrs}>{text if raw else esc(text)}</td>"
-
-    def when_cell(self, seconds: float) -> str:
+    def when_cell(seconds: float) -> Cell:
         """A time (UTC) that may break between its date and its time, nowhere else."""
         date, _, clock = utc(seconds).partition(" ")
-        return self.td(f'<span class="nb">{esc(date)}</span> <span class="nb">{esc(clock)}</span>', raw=True)
+        return Cell(kind="when", extra={"date": date, "clock": clock})
 
-    def device_cell(self, device: tuple[str, str, str, str]) -> str:
-        colour = self.r.colour[device]
-        return (f'<td class="device"><span style="display:inline-block;width:10px;height:10px;border-radius:2px;'
-                f'background:{colour};margin-right:6px"></span>{esc(self.r.labels[device])}</td>')
+    def device_cell(self, device: tuple[str, str, str, str]) -> Cell:
+        return Cell(self.r.labels[device], kind="device", colour=self.r.colour[device])
 
-    def series_cell(self, key: SeriesKey) -> str:
+    def series_cell(self, key: SeriesKey) -> Cell:
         """Precision, workload and shape; a long shape may break after its commas."""
-        text = esc(self.r.series_label(key)).replace(",", ",<wbr>")
-        return f'<td class="series">{text}</td>'
+        return Cell(self.r.series_label(key), kind="series")
 
-    def cause_cell(self, causes: Sequence[Any]) -> str:
-        """The most likely cause's evidence ("power limit 700 W → 500 W"), escaped, with every cause
+    def cause_cell(self, causes: Sequence[Any]) -> Cell:
+        """The most likely cause's evidence ("power limit 700 W → 500 W") with every cause
         listed (up to 3, each with its title) in the cell's title; ``—`` where none was named (an
         improvement, or runs that recorded no conditions).  ``causes``: :class:`sixdim.verdicts.causes.Finding`
         objects or their ``to_dict()``."""
@@ -209,8 +239,8 @@ class Page:
         return self.td(findings[0].evidence, cls="wrapok", title=describe(findings, limit=3))
 
     @staticmethod
-    def badge(state: str) -> str:
-        return f'<span class="badge {esc(state)}">{esc(state)}</span>'
+    def badge(state: str) -> Cell:
+        return Cell(state, kind="badge")
 
     def direction_class(self, figure: str, ratio: float | None, workload: str = "",
                         effect_of: str | None = None) -> str:
@@ -229,32 +259,20 @@ class Page:
 
     def render(self) -> str:
         r = self.r
-        data = r.data
         snapshot = r.verdicts()
         shifts = r.change_points()
         state_of = self._states(snapshot, shifts)
         sections = [
-            ("dimensions", "Six dimensions per device and workload", self.dimensions_section()),
-            ("trends", "Trends over time", self.trends_section(state_of)),
-            ("versions", "Version comparison", self.versions_section()),
-            ("regressions", "Regressions", self.regressions_section(snapshot, shifts)),
+            {"id": "dimensions", "title": "Six dimensions per device and workload", "html": self.dimensions_section()},
+            {"id": "trends", "title": "Trends over time", "html": self.trends_section(state_of)},
+            {"id": "versions", "title": "Version comparison", "html": self.versions_section()},
+            {"id": "regressions", "title": "Regressions", "html": self.regressions_section(snapshot, shifts)},
         ]
-        toc = " \u00b7 ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _ in sections)
-        header = self.header(snapshot, shifts, toc)
-        body = "".join(f'<section id="{sid}"><h2>{esc(title)}</h2>{content}</section>'
-                       for sid, title, content in sections)
+        header = self.header(snapshot, shifts, [(s["id"], s["title"]) for s in sections])
         title = "sixdim report \u2014 " + (", ".join(r.hosts) if r.hosts else "empty history")
-        footer = (f"<footer>Made by <code>sixdim report --html</code> at {esc(utc(r.now))} UTC from "
-                  f"<code>{esc(data.path)}</code>. All times are UTC. The page is self-contained: plotly.js is "
-                  f"embedded and nothing is fetched from the network.</footer>")
-        return ("<!DOCTYPE html>\n"
-                f'<html lang="en" data-errors="0" data-charts="{self.charts}">\n<head>\n<meta charset="utf-8">\n'
-                '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-                f"<title>{esc(title)}</title>\n<script>{ERROR_SCRIPT}</script>\n<style>{CSS}</style>\n"
-                f'<script type="text/javascript">{self.plotlyjs}</script>\n'
-                "</head>\n<body>\n<main>\n"
-                f'<div id="errors" hidden></div>\n{header}\n'
-                f"{body}\n{footer}\n</main>\n<script>{DONE_SCRIPT}</script>\n</body>\n</html>\n")
+        return str(render("page", charts=self.charts, title=title, error_script=Markup(ERROR_SCRIPT), css=Markup(CSS),
+                          plotlyjs=Markup(self.plotlyjs), header=header, sections=sections, made=utc(r.now),
+                          path=r.data.path, done_script=Markup(DONE_SCRIPT)))
 
     def _states(self, snapshot: list[Any], shifts: list[dict[str, Any]]) -> dict[tuple, int]:
         """Per group, how much it needs a look: 3 a regression now, 2 suspicious, 1 a change point."""
@@ -269,7 +287,7 @@ class Page:
             out[group] = max(out.get(group, 0), 1)
         return out
 
-    def header(self, snapshot: list[Any], shifts: list[dict[str, Any]], toc: str) -> str:
+    def header(self, snapshot: list[Any], shifts: list[dict[str, Any]], toc: list[tuple[str, str]]) -> Markup:
         r = self.r
         data = r.data
         models = Counter(r.models[d] for d in r.devices if d[1] == "cuda")
@@ -291,13 +309,6 @@ class Page:
         not_run = {k: n - (legacy if k == "skipped" else 0) for k, n in data.statuses.items() if k in NOT_RUN_STATUSES}
         not_run = {k: n for k, n in not_run.items() if n > 0}
         what = [", ".join(r.hosts) or "no hosts", gpus or "no GPU"] + ([f"{len(cpus)} CPU device(s)"] if cpus else [])
-        subtitle = " \u00b7 ".join(what + [span])
-        parts = ["<h1>sixdim report</h1>", f'<p class="subtitle">{esc(subtitle)}</p>']
-        if r.note:
-            parts.append(f'<div class="demo">{esc(r.note)}</div>')
-        if r.since is not None:
-            parts.append(f'<p class="note">Showing runs since {esc(utc(r.cutoff))} UTC (<code>--since</code>); the '
-                         "verdicts and the change-point analysis use the whole history.</p>")
         cards = [("Runs", f"{data.runs - legacy:,}", ""),
                  ("Failures", f"{sum(failed.values()):,}", "warn" if failed else ""),
                  ("Not run", f"{sum(not_run.values()):,}", ""),
@@ -307,9 +318,6 @@ class Page:
                  ("Regressions now", f"{regressions}", "bad" if regressions else "good"),
                  ("Suspicious now", f"{suspicious}", "warn" if suspicious else ""),
                  ("Change points", f"{len(shifts)}", "")]
-        parts.append('<div class="cards">' + "".join(
-            f'<div class="card {cls}"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
-            for k, v, cls in cards) + "</div>")
         notes = []
         if failed:
             counts = ", ".join(f"{k} {n:,}" for k, n in sorted(failed.items()))
@@ -321,36 +329,29 @@ class Page:
         if data.interrupted.runs:
             notes.append(f"Interrupted suite runs: {data.interrupted.runs:,}, leaving {data.interrupted.cases_left:,} "
                          "case(s) unrun (a shutdown, Ctrl-C or the agent's death; each recorded once, not as runs).")
-        parts += [f'<p class="note">{esc(note)}</p>' for note in notes]
-        parts.append(f'<nav class="toc"><strong>Contents</strong> {toc}</nav>')
-        if not data.runs:
-            parts.append("<p>The history has no runs yet.</p>")
-            return "\n".join(parts)
         many_hosts = len(r.hosts) > 1
-        rows = []
-        for device in r.devices:
+        devices, versions = [], []
+        for device in (r.devices if data.runs else []):
             keys = [k for k in data.series if k[:4] == device]
             runs = sum(sum(data.series[k].statuses.values()) for k in keys)
             now = self._latest_versions(keys)
-            rows.append("<tr>" + self.device_cell(device) + (self.td(device[0]) if many_hosts else "")
-                        + self.td(r.models[device] or "\u2014") + self.td(f"{runs:,}", num=True)
-                        + self.td(now.get("driver") or "\u2014")
-                        + self.td(short_uuid(device[3]), cls="small", title=device[3]) + "</tr>")
-        devices = self.table([("Device", False)] + ([("Host", False)] if many_hosts else [])
-                             + [("Model", False), ("Runs", True), ("Driver now", False), ("UUID", False)], rows)
-        vrows = []
-        for component, items in self._versions_seen().items():
+            devices.append(Row([self.device_cell(device), *([self.td(device[0])] if many_hosts else []),
+                                self.td(r.models[device] or "\u2014"), self.td(f"{runs:,}", num=True),
+                                self.td(now.get("driver") or "\u2014"),
+                                self.td(short_uuid(device[3]), cls="small", title=device[3])]))
+        for component, items in (self._versions_seen().items() if data.runs else ()):
             names = " \u2192 ".join(name for name, _, _, _ in items)
-            runs = " | ".join(f"{n:,}" for _, _, _, n in items)
+            runs_text = " | ".join(f"{n:,}" for _, _, _, n in items)
             changed = ", ".join(utc(first) for _, first, _, _ in items[1:]) or "\u2014"
-            vrows.append("<tr>" + self.td(COMPONENTS[component], cls="group") + self.td(names, cls="wrapok")
-                         + self.td(runs, num=True) + self.td(changed) + "</tr>")
-        versions = self.table([("Component", False), ("Versions", False), ("ok runs", True),
-                               ("New version from (UTC)", False)], vrows) if vrows else \
-            '<p class="note">No ok run in the shown time said its versions.</p>'
-        parts.append(f'<div class="cols"><div><h3>Devices</h3>{devices}</div>'
-                     f'<div><h3>Software versions</h3>{versions}</div></div>')
-        return "\n".join(parts)
+            versions.append(Row([self.td(COMPONENTS[component], cls="group"), self.td(names, cls="wrapok"),
+                                 self.td(runs_text, num=True), self.td(changed)]))
+        return render("header", subtitle=" \u00b7 ".join(what + [span]), note=r.note,
+                      since=utc(r.cutoff) if r.since is not None else "", cards=cards, notes=notes, toc=toc,
+                      runs=data.runs, devices=devices, versions=versions,
+                      device_head=[("Device", False)] + ([("Host", False)] if many_hosts else [])
+                      + [("Model", False), ("Runs", True), ("Driver now", False), ("UUID", False)],
+                      version_head=[("Component", False), ("Versions", False), ("ok runs", True),
+                                    ("New version from (UTC)", False)])
 
     def _latest_versions(self, keys: list[tuple[str, ...]]) -> dict[str, str]:
         best, vid = -math.inf, None
@@ -383,16 +384,15 @@ class Page:
         return {c: sorted(((n, s[0], s[1], int(s[2])) for n, s in spans[c].items()), key=lambda x: x[1])
                 for c in COMPONENTS if c in spans}
 
-    def dimensions_section(self) -> str:
+    def dimensions_section(self) -> Markup:
         r = self.r
         rows = r.dimensions()
-        if not rows:
-            return "<p>No ok run in the shown time.</p>"
         any_suite = any(row["suite"] for row in rows)
         head = [("Workload", False), ("Device", False)] + ([("Suite", False)] if any_suite else []) + [
             ("Shapes", True), ("Speed", True), ("Accuracy", True), ("Linearity", True), ("Power", True),
             ("Memory", True), ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)]
-        out, previous = [], None
+        out: list[Row] = []
+        previous = None
         for row in rows:
             values = row["values"]
             label = r.group_labels[row["group"]]
@@ -416,20 +416,19 @@ class Page:
                       self.td(fmt("stability_ratio", values.get("stability_ratio")), num=True),
                       self.td(fmt("peak_ratio", values.get("peak_ratio")), num=True),
                       self.when_cell(row["ended"])]
-            out.append(('<tr class="first">' if first and out else "<tr>") + "".join(cells) + "</tr>")
-        intro = ("<p>The latest <code>ok</code> value of each series. Where a workload has several shapes, a row "
-                 "summarises the shapes last measured under the device's newest software versions: speed and fraction "
-                 "of peak are their geometric mean (as the <code>sixdim_suite_*</code> series), power the mean, "
-                 "memory the largest, accuracy, linearity and stability the lowest. Speed is FLOP/s for kernels, "
-                 "samples/s for models, bytes/s for copies and all-reduce (algbw), or the time of one operation "
-                 "where a workload has no rate. \u2014 means the workload does not measure it.</p>")
-        parts = [intro, self.table(head, out, "dims")]
-        parts.append(self.shapes_table())
-        return "".join(parts)
+            out.append(Row(cells, first=first and bool(out)))
+        shapes, total = self.shapes_rows() if rows else ([], 0)
+        return render("dimensions", head=head, rows=out, shapes=shapes, total=total,
+                      more=f" The first {MAX_SHAPE_ROWS:,} of {total:,} are shown." if total > len(shapes) else "",
+                      shape_head=[("Workload", False), ("Device", False), ("Shape", False), ("Suite", False),
+                                  ("Speed", True), ("Accuracy", True), ("Linearity", True), ("Power", True),
+                                  ("Memory", True), ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)])
 
-    def shapes_table(self) -> str:
+    def shapes_rows(self) -> tuple[list[Row], int]:
+        """The latest ok run of each shape in the shown time (at most :data:`MAX_SHAPE_ROWS`), and how many
+        there are."""
         r = self.r
-        rows = []
+        rows: list[Row] = []
         keys = sorted(r.data.series, key=lambda k: (r.group_labels[r.data.series[k].group], gpu_order(k[:4]), k[6]))
         total = 0
         for key in keys:
@@ -441,55 +440,33 @@ class Page:
                 if len(rows) >= MAX_SHAPE_ROWS:
                     continue
                 speed = r.speed[key]
-                cells = [self.td(r.group_labels[s.group]), self.device_cell(key.device),
-                         self.td(key.shape or "\u2014", cls="shape"),
-                         self.td(suite),
-                         self.td(fmt(speed, figures.get(speed), key.precision) if speed else "\u2014", num=True),
-                         self.td(fmt("accuracy", figures.get("accuracy")), num=True),
-                         self.td(fmt("linearity_ratio", figures.get("linearity_ratio")), num=True),
-                         self.td(fmt("power_watts", figures.get("power_watts")), num=True),
-                         self.td(fmt("memory_bytes", figures.get("memory_bytes")), num=True),
-                         self.td(fmt("stability_ratio", figures.get("stability_ratio")), num=True),
-                         self.td(fmt("peak_ratio", figures.get("peak_ratio")), num=True),
-                         self.when_cell(ended)]
-                rows.append("<tr>" + "".join(cells) + "</tr>")
-        if not rows:
-            return ""
-        more = (f" The first {MAX_SHAPE_ROWS:,} of {total:,} are shown." if total > len(rows) else "")
-        table = self.table([("Workload", False), ("Device", False), ("Shape", False), ("Suite", False), ("Speed", True),
-                            ("Accuracy", True), ("Linearity", True), ("Power", True), ("Memory", True),
-                            ("Stability", True), ("Of peak", True), ("Last run (UTC)", False)], rows, "dims")
-        return (f"<details><summary>Every series: the latest ok run of each shape ({total:,})</summary>"
-                f'<p class="note">{esc(more)}</p>{table}</details>')
+                rows.append(Row([
+                    self.td(r.group_labels[s.group]), self.device_cell(key.device),
+                    self.td(key.shape or "\u2014", cls="shape"),
+                    self.td(suite),
+                    self.td(fmt(speed, figures.get(speed), key.precision) if speed else "\u2014", num=True),
+                    self.td(fmt("accuracy", figures.get("accuracy")), num=True),
+                    self.td(fmt("linearity_ratio", figures.get("linearity_ratio")), num=True),
+                    self.td(fmt("power_watts", figures.get("power_watts")), num=True),
+                    self.td(fmt("memory_bytes", figures.get("memory_bytes")), num=True),
+                    self.td(fmt("stability_ratio", figures.get("stability_ratio")), num=True),
+                    self.td(fmt("peak_ratio", figures.get("peak_ratio")), num=True),
+                    self.when_cell(ended)]))
+        return rows, total
 
-    def trends_section(self, state_of: dict[tuple, int]) -> str:
+    def trends_section(self, state_of: dict[tuple, int]) -> Markup:
         r = self.r
         groups = [g for g in r.groups if r.group_speed(g)]
         runs = {g: sum(len(r.arrays[k]) for k in r.groups[g]) for g in groups}
         groups = [g for g in groups if runs[g]]
-        if not groups:
-            return "<p>No ok run with a speed figure in the shown time.</p>"
         ranked = sorted(groups, key=lambda g: (-state_of.get(g, 0), -runs[g], r.group_labels[g]))
         shown = sorted(ranked[:MAX_CHARTS], key=lambda g: r.group_labels[g])
-        parts = ["<p>The speed figure of every <code>ok</code> run, a line per device (the same colour in every "
-                 "chart). "
-                 "Dotted vertical lines mark software version changes, labelled with the versions either side. "
-                 "A workload with several shapes is drawn as the geometric mean over its shapes per suite run (each "
-                 "run divided by its shape's median, times the shapes' geometric mean); a long series as the median "
-                 "per time bucket, each point at the middle of its runs' times. The value axis spans at least "
-                 "\u00b15% of the data's middle, so run-to-run noise is not magnified into a trend. The buttons "
-                 "switch to power and memory where measured; drag to zoom, double-click to reset.</p>"]
-        if len(ranked) > MAX_CHARTS:
-            rest = sorted(ranked[MAX_CHARTS:], key=lambda g: r.group_labels[g])
-            parts.append(f'<p class="note">{len(ranked)} workload and precision groups; the {MAX_CHARTS} that most '
-                         "need a look (a regression, then a change point, then the most runs) are charted. "
-                         "Not charted: "
-                         f"{esc(', '.join(r.group_labels[g] for g in rest))}.</p>")
-        for g in shown:
-            parts.append(self.trend_chart(g, runs[g]))
-        return "".join(parts)
+        rest = sorted(ranked[MAX_CHARTS:], key=lambda g: r.group_labels[g])
+        return render("trends", charts=[self.trend_chart(g, runs[g]) for g in shown], groups=len(ranked),
+                      most=MAX_CHARTS, not_charted=", ".join(r.group_labels[g] for g in rest))
 
-    def trend_chart(self, group: tuple[str, str, str, str], runs: int) -> str:
+    def trend_chart(self, group: tuple[str, str, str, str], runs: int) -> dict[str, Any]:
+        """One trend chart: its number, title, note and markup, for the ``trends`` template."""
         r = self.r
         speed = r.group_speed(group)
         lines, width, shapes = r.trend(group, speed)
@@ -573,12 +550,13 @@ class Page:
                else f"the median per {duration(float(width))}")
         several = f", the geometric mean over {shapes} shapes" if shapes > 1 else ""
         unit = unit_of(speed, group[1])[0]
-        title = f"{esc(r.group_labels[group])} \u2014 {esc('speed' if what == unit else what)} ({esc(unit)})"
+        title = f"{r.group_labels[group]} \u2014 {'speed' if what == unit else what} ({unit})"
         sub = (f"{runs:,} ok runs on {len(lines)} device(s); a point is {how}{several}"
                + (f"; {len(marks)} version change(s) marked" if marks else ""))
         height = max(CHART_HEIGHT, 130 + 21 * len(lines) if many else 0) + (40 if len(views) > 1 else 0)
-        return (f'<h3 id="trend-{self.charts + 1}">{title}</h3><p class="note">{esc(sub)}</p>'
-                + self.chart({"data": traces, "layout": layout}, height=height))
+        number = self.charts + 1  # the chart's own number, which self.chart counts
+        return {"number": number, "title": title, "note": sub,
+                "html": self.chart({"data": traces, "layout": layout}, height=height)}
 
     @staticmethod
     def _axis_title(figure: str, shapes: int, precision: str = "") -> str:
@@ -588,22 +566,13 @@ class Page:
         text = f"{name} ({unit})" if unit and name != unit else unit or name
         return text + (" \u00b7 geo. mean" if shapes > 1 else "")
 
-    def versions_section(self) -> str:
+    def versions_section(self) -> Markup:
         r = self.r
         comparison = r.comparison()
         if not comparison:
             seen = self._versions_seen()
             single = ", ".join(f"{COMPONENTS[c]} {items[0][0]}" for c, items in seen.items() if len(items) == 1)
-            return ("<p>No software version changed in the shown time"
-                    + (f" ({esc(single)})" if single else "") + ": there is nothing to compare.</p>")
-        parts = ["<p>Each software version change, oldest first: the speed figure of every workload under the old "
-                 "versions and under the new ones (the median of each series' runs between the neighbouring changes, "
-                 "then the geometric mean over the series measured on both sides: the same devices and shapes, so a "
-                 "host that did not upgrade does not blur it) and the change. Components that changed at the same "
-                 "moment are one change: nothing tells their effects apart. A plain grouping by one component's "
-                 "version would not do: it would blame, say, a torch version for a driver change made while it was in "
-                 f"use. A change of at least the minimum effect ({r.settings.min_effect * 100:.1f}%, or the "
-                 "workload's own in [regression.effects]) is coloured: red slower, green faster.</p>"]
+            return render("versions", compared=False, single=single)
         groups = sorted({g for t in comparison for g in t["cells"]}, key=lambda g: r.group_labels[g])
         traces = []
         for n, t in enumerate(comparison):
@@ -637,7 +606,7 @@ class Page:
                   "xaxis": {"type": "category", "automargin": True},
                   "legend": {"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0},
                   "showlegend": True, "bargap": 0.3, "bargroupgap": 0.06}
-        parts.append(self.chart({"data": traces, "layout": layout}, height=330))
+        chart = self.chart({"data": traces, "layout": layout}, height=330)
         head = [("Workload", False)] + [(f"{t['short']}", True) for t in comparison]
         rows = []
         for group in groups:
@@ -647,31 +616,18 @@ class Page:
                 if cell is None:
                     cells.append(self.td("\u2014"))
                     continue
-                cls = self.direction_class(cell["figure"], cell["ratio"], group[0])
-                cells.append(self.td(
-                    f'<span class="{cls}">{esc(percent(cell["ratio"]))}</span> '
-                    f'{esc(figure_name(cell["figure"], group[1]))}'
-                    f"<br><small>{esc(fmt_pair(cell['figure'], cell['before'], cell['after'], group[1]))}"
-                    f"<br>{cell['series']} series, "
-                    f"{cell['runs_before']:,} | {cell['runs_after']:,} runs</small>", num=True, raw=True))
-            rows.append("<tr>" + "".join(cells) + "</tr>")
-        dates = "".join(f"<li>{esc(t['label'])}: first run under the new versions {esc(utc(t['at']))} UTC</li>"
-                        for t in comparison)
-        parts.append(self.table(head, rows, "versions"))
-        parts.append(f'<ul class="note">{dates}</ul>')
-        return "".join(parts)
+                cells.append(Cell(kind="compare", num=True, extra={
+                    "cls": self.direction_class(cell["figure"], cell["ratio"], group[0]),
+                    "percent": percent(cell["ratio"]), "figure": figure_name(cell["figure"], group[1]),
+                    "pair": fmt_pair(cell["figure"], cell["before"], cell["after"], group[1]),
+                    "counts": f"{cell['series']} series, {cell['runs_before']:,} | {cell['runs_after']:,} runs"}))
+            rows.append(Row(cells))
+        return render("versions", compared=True, min_effect=f"{r.settings.min_effect * 100:.1f}%", chart=chart,
+                      head=head, rows=rows, dates=[(t["label"], utc(t["at"])) for t in comparison])
 
-    def regressions_section(self, snapshot: list[Any], shifts: list[dict[str, Any]]) -> str:
+    def regressions_section(self, snapshot: list[Any], shifts: list[dict[str, Any]]) -> Markup:
         r = self.r
         rg = r.rg
-        parts = ["<h3>Verdicts now</h3>",
-                 "<p>The agent's live verdicts, computed as it restores them (each series' last runs): every watched "
-                 "figure in <span class=\"badge regression\">regression</span>, <span class=\"badge suspicious\">"
-                 "suspicious</span> or <span class=\"badge improvement\">improvement</span>. The change is the median "
-                 "of the last 3 runs over the baseline (the median of the current segment's accepted runs). The "
-                 "likely cause is the agent's own (<code>sixdim_regression_cause</code>): the conditions recorded "
-                 "with the runs since the episode began against those before it (the most likely one shown; hover "
-                 "for the others). See docs/REGRESSIONS.md.</p>"]
         order = {rg.REGRESSION: 0, rg.SUSPICIOUS: 1, rg.IMPROVEMENT: 2}
         items = [(sv.record, v, sv.causes if v.state in (rg.REGRESSION, rg.SUSPICIOUS) else [])
                  for sv in snapshot for v in sv.verdicts.values() if v.state in order]
@@ -682,99 +638,67 @@ class Page:
                  ("Now", True), ("Baseline", True), ("Runs in segment", True), ("Likely cause", False)]
                 + ([("Note", False)] if notes else []))
 
-        def row(record: Any, v: Any, causes: list[Any]) -> str:
+        def row(record: Any, v: Any, causes: list[Any]) -> Row:
             cls = self.direction_class(v.figure, v.ratio, record.workload)
-            return ("<tr>" + self.td(self.badge(v.state), raw=True) + self.device_cell(record.key().device)
-                    + self.series_cell(record.key()) + self.td(figure_name(v.figure, record.precision))
-                    + self.td(percent(v.ratio), num=True, cls=cls)
-                    + self.td(fmt(v.figure, v.current, record.precision), num=True)
-                    + self.td(fmt(v.figure, v.baseline, record.precision), num=True)
-                    + self.td(str(v.runs), num=True) + self.cause_cell(causes)
-                    + (self.td(v.reason or "", cls="wrapok") if notes else "")
-                    + "</tr>")
+            return Row([self.badge(v.state), self.device_cell(record.key().device),
+                        self.series_cell(record.key()), self.td(figure_name(v.figure, record.precision)),
+                        self.td(percent(v.ratio), num=True, cls=cls),
+                        self.td(fmt(v.figure, v.current, record.precision), num=True),
+                        self.td(fmt(v.figure, v.baseline, record.precision), num=True),
+                        self.td(str(v.runs), num=True), self.cause_cell(causes),
+                        *([self.td(v.reason or "", cls="wrapok")] if notes else [])])
 
         suspicious = [x for x in items if x[1].state == rg.SUSPICIOUS]
-        if len(suspicious) > MAX_SUSPICIOUS_SHOWN:  # many: the firm verdicts first, these one click away
+        many_suspicious = len(suspicious) > MAX_SUSPICIOUS_SHOWN  # many: the firm verdicts first, these one click away
+        if many_suspicious:
             items = [x for x in items if x[1].state != rg.SUSPICIOUS]
-        if items:
-            parts.append(self.table(head, (row(*x) for x in items[:MAX_VERDICT_ROWS])))
-            if len(items) > MAX_VERDICT_ROWS:
-                parts.append(f'<p class="note">The first {MAX_VERDICT_ROWS} of {len(items):,} are listed.</p>')
-        elif not suspicious:
-            parts.append('<p><span class="badge ok">ok</span> No series is in regression, suspicious or improved '
-                         "now.</p>")
-        if len(suspicious) > MAX_SUSPICIOUS_SHOWN:
-            parts.append(f"<details><summary>{len(suspicious):,} suspicious verdicts (a few runs beyond the minimum "
-                         "effect, not yet a regression)</summary>"
-                         + self.table(head, (row(*x) for x in suspicious[:MAX_VERDICT_ROWS]))
-                         + (f'<p class="note">The first {MAX_VERDICT_ROWS} are listed.</p>'
-                            if len(suspicious) > MAX_VERDICT_ROWS else "") + "</details>")
         # the latest version change of each series
         changes = [(sv.record, c) for sv in snapshot for c in sv.changes.values()
                    if c.state in (rg.REGRESSION, rg.IMPROVEMENT) and (c.at is None or c.at >= r.cutoff)
                    and not (c.figure in RESTATING and r.has_rate(sv.record.key()))]
         changes.sort(key=lambda x: (order.get(x[1].state, 3), -(x[1].at or 0), gpu_order(x[0].key().device)))
-        parts.append("<h3>Version changes that moved a figure</h3>")
-        parts.append("<p>The latest version change of each series (while among its last runs), judged on its own as "
-                     "the agent does: the first 10 runs after it against the last 10 before (Mann\u2013Whitney, "
-                     "p \u2264 0.01, and at least the minimum effect); figures that restate the speed are left "
-                     "out. The likely cause of a regression compares the conditions recorded with the last 20 ok runs "
-                     "before the change and the first 20 from it; the version change itself is named when no "
-                     "recorded condition explains it.</p>")
-        if changes:
-            crow = []
-            for record, c in changes:
-                old = {k: a for k, (a, _) in c.changes.items()}
-                new = {k: b for k, (_, b) in c.changes.items()}
-                crow.append("<tr>" + self.td(utc(c.at)) + self.td(self.badge(c.state), raw=True)
-                            + self.td(change_label(old, new, settings=True), cls="wrapok")
-                            + self.device_cell(record.key().device)
-                            + self.series_cell(record.key()) + self.td(figure_name(c.figure, record.precision))
-                            + self.td(percent(c.ratio), num=True,
-                                      cls=self.direction_class(c.figure, c.ratio, record.workload))
-                            + self.td(p_value_text(c.p_value), num=True) + self.td(f"{c.before} | {c.after}", num=True)
-                            + self.cause_cell(r.change_causes(record.key(), c)) + "</tr>")
-            parts.append(self.table([("When (UTC)", False), ("State", False), ("Version change", False),
-                                     ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
-                                     ("p", True), ("Runs", True), ("Likely cause", False)], crow))
-        else:
-            parts.append("<p>None: no recent version change moved a watched figure.</p>")
+        crows = []
+        for record, c in changes:
+            old = {k: a for k, (a, _) in c.changes.items()}
+            new = {k: b for k, (_, b) in c.changes.items()}
+            crows.append(Row([self.td(utc(c.at)), self.badge(c.state),
+                              self.td(change_label(old, new, settings=True), cls="wrapok"),
+                              self.device_cell(record.key().device),
+                              self.series_cell(record.key()), self.td(figure_name(c.figure, record.precision)),
+                              self.td(percent(c.ratio), num=True,
+                                      cls=self.direction_class(c.figure, c.ratio, record.workload)),
+                              self.td(p_value_text(c.p_value), num=True), self.td(f"{c.before} | {c.after}", num=True),
+                              self.cause_cell(r.change_causes(record.key(), c))]))
         # change points over the whole history
-        parts.append("<h3>Change points in the history</h3>")
-        parts.append("<p>Every shift of the whole history found by the change-point analysis of "
-                     "<code>sixdim report regressions</code> (E-Divisive means, version changes as known break points, "
-                     "p \u2264 0.001 and at least the minimum effect), newest first, with the versions either side. "
-                     "For a series with a rate, time, fraction of peak, energy efficiency and p50 latency are left "
-                     "out: they restate its speed's or power's shift. The likely cause of a regression compares the "
-                     "conditions recorded with the 20 ok runs before the shift and the 20 from it, as "
-                     "<code>sixdim report regressions</code> does.</p>")
-        if shifts:
-            srows = []
-            listed = shifts[:MAX_CHANGE_POINTS]
+        srows = []
+        listed = shifts[:MAX_CHANGE_POINTS]
+        if listed:
             r.add_shift_causes(listed)  # the conditions of the listed shifts' runs only
-            for s in listed:
-                device = (s["hostname"], s["device_type"], s["gpu"], s["uuid"])
-                old, new = s["versions_before"], s["versions_after"]
-                label = change_label(old, new, most=2, settings=True) if s["version_changed"] else "\u2014"
-                full = change_label(old, new, settings=True) if s["version_changed"] else ""
-                srows.append("<tr>" + self.td(utc(s["at"])) + self.td(self.badge(s["state"]), raw=True)
-                             + self.td(percent(s["change_ratio"]), num=True,
-                                       cls="worse" if s["state"] == rg.REGRESSION else "better")
-                             + (self.device_cell(device) if device in r.colour else self.td(s["gpu"]))
-                             + self.series_cell(SeriesKey(s["hostname"], s["device_type"], s["gpu"], s["uuid"],
-                                                           s["workload"], s["precision"], s["shape"], s["mode"],
-                                                           s["pass"]))
-                             + self.td(figure_name(s["figure"], s["precision"]))
-                             + self.td(esc(fmt_pair(s["figure"], s["median_before"], s["median_after"], s["precision"]))
-                                       + f"<br><small>{s['runs_before']:,} | {s['runs_after']:,} runs, "
-                                         f"p {esc(p_value_text(s['p_value']))}</small>", num=True, raw=True)
-                             + self.td(label, cls="wrapok", title=full) + self.cause_cell(s["causes"]) + "</tr>")
-            if len(shifts) > MAX_CHANGE_POINTS:
-                parts.append(f'<p class="note">The newest {MAX_CHANGE_POINTS} of {len(shifts):,} are listed; '
-                             "<code>sixdim report regressions</code> lists them all.</p>")
-            parts.append(self.table([("When (UTC)", False), ("State", False), ("Change", True), ("Device", False),
-                                     ("Series", False), ("Figure", False), ("Median before \u2192 after", True),
-                                     ("Version change", False), ("Likely cause", False)], srows))
-        else:
-            parts.append("<p>None found.</p>")
-        return "".join(parts)
+        for s in listed:
+            device = (s["hostname"], s["device_type"], s["gpu"], s["uuid"])
+            old, new = s["versions_before"], s["versions_after"]
+            label = change_label(old, new, most=2, settings=True) if s["version_changed"] else "\u2014"
+            full = change_label(old, new, settings=True) if s["version_changed"] else ""
+            srows.append(Row([
+                self.td(utc(s["at"])), self.badge(s["state"]),
+                self.td(percent(s["change_ratio"]), num=True, cls="worse" if s["state"] == rg.REGRESSION else "better"),
+                self.device_cell(device) if device in r.colour else self.td(s["gpu"]),
+                self.series_cell(SeriesKey(s["hostname"], s["device_type"], s["gpu"], s["uuid"], s["workload"],
+                                           s["precision"], s["shape"], s["mode"], s["pass"])),
+                self.td(figure_name(s["figure"], s["precision"])),
+                Cell(kind="medians", num=True, extra={
+                    "pair": fmt_pair(s["figure"], s["median_before"], s["median_after"], s["precision"]),
+                    "runs": f"{s['runs_before']:,} | {s['runs_after']:,} runs", "p": p_value_text(s["p_value"])}),
+                self.td(label, cls="wrapok", title=full), self.cause_cell(s["causes"])]))
+        return render("regressions", most=MAX_VERDICT_ROWS, verdict_head=head,
+                      verdicts=[row(*x) for x in items[:MAX_VERDICT_ROWS]], verdicts_total=len(items),
+                      many_suspicious=many_suspicious,
+                      suspicious=[row(*x) for x in suspicious[:MAX_VERDICT_ROWS]] if many_suspicious else [],
+                      suspicious_total=len(suspicious), changes=crows, shifts=srows, shifts_total=len(shifts),
+                      most_shifts=MAX_CHANGE_POINTS,
+                      change_head=[("When (UTC)", False), ("State", False), ("Version change", False),
+                                   ("Device", False), ("Series", False), ("Figure", False), ("Change", True),
+                                   ("p", True), ("Runs", True), ("Likely cause", False)],
+                      shift_head=[("When (UTC)", False), ("State", False), ("Change", True), ("Device", False),
+                                  ("Series", False), ("Figure", False), ("Median before \u2192 after", True),
+                                  ("Version change", False), ("Likely cause", False)])

@@ -45,6 +45,7 @@ from sixdim.core.durations import EXAMPLES, duration_argument
 from sixdim.core.results import SeriesKey
 from sixdim.report import incidents
 from sixdim.store import reader
+from sixdim.store.rows import FigureRow
 from sixdim.verdicts.detector import settings_from
 
 OPTION_KEYS = ("agent.history", "regression.min_effect")
@@ -175,11 +176,10 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
 
     figures = tuple(WATCHED)
     width = 3 + len(figures)
-    query = reader.RunsQuery((*reader.SERIES_COLUMNS, "model_name", "started_at", "ended_at", "environment"),
-                             ok_only=True, workloads=tuple(workloads or ()), figure_values=figures,
+    query = reader.RunsQuery(FigureRow, ok_only=True, workloads=tuple(workloads or ()), figure_values=figures,
                              chunk=READ_CHUNK)
     found: list[Series] = []
-    number: dict[tuple[str, ...], int] = {}
+    number: dict[SeriesKey, int] = {}
     versions = VersionSets()
     runs = 0
     with reader.reading(path) as db:
@@ -187,19 +187,21 @@ def read_history(path: str, workloads: Sequence[str] | None = None) -> OkRuns:
             runs += len(rows)
             series_of: list[int] = []
             for row in rows:
-                k = number.get(row[1:10])
+                key = row.key
+                k = number.get(key)
                 if k is None:
-                    k = number[row[1:10]] = len(found)
-                    found.append(Series(SeriesKey(*row[1:10])))
-                found[k].model_name = row[10]
+                    k = number[key] = len(found)
+                    found.append(Series(key))
+                found[k].model_name = row.model_name
                 series_of.append(k)
             which = np.array(series_of, dtype=np.intp)
             table = np.empty((len(rows), width))
-            table[:, 0] = [row[11] for row in rows]
-            table[:, 1] = [row[12] for row in rows]
-            table[:, 2] = [versions.id(row[13], row[5]) for row in rows]
-            table[:, 3:] = figure_table([row[15] for row in rows], [row[14] for row in rows], figures)
-            ids = np.array([row[0] for row in rows], dtype=np.int64)
+            table[:, 0] = [row.started_at for row in rows]
+            table[:, 1] = [row.ended_at for row in rows]
+            table[:, 2] = [versions.id(row.environment, row.workload) for row in rows]
+            table[:, 3:] = figure_table([row.figure_values for row in rows], [row.unread_figures for row in rows],
+                                        figures)
+            ids = np.array([row.id for row in rows], dtype=np.int64)
             del rows
             order = np.argsort(which, kind="stable")
             cuts = np.flatnonzero(np.diff(which[order])) + 1

@@ -26,7 +26,7 @@ successor finding such a folder adds those records as they are (each lands once:
 derives nothing from the worker's results, which the agent had already recorded.
 
 **Trust.**  A record is acted on only if no other user could have written it: the state folder and
-the records' folder must be safe from other users (:func:`sixdim.config.folder_problem`), and each
+the records' folder must be safe from other users (:func:`sixdim.config.trust.folder_problem`), and each
 record folder and file this process's user's own, not a link, and not writable by group or others;
 anything else is logged and left alone.  Even then the worker PID is signalled only when the
 process is provably the worker (:func:`is_the_worker`: start time, owner and the run's tag), and the
@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sixdim.config import folder_problem
+from sixdim.config.trust import folder_problem
 from sixdim.core.results import INTERRUPTED, Interruption, RunRecord
 from sixdim.run import proctree
 from sixdim.run.devices import Device
@@ -162,7 +162,7 @@ class WorkerRecords:
 
     def __init__(self, state_dir: str | Path, command: str, history: str = ""):
         self.folder = ensure_state_dir(Path(state_dir) / WORKERS)
-        # the configuration's check (sixdim.config.check_folders), for callers without one: the state folder
+        # the configuration's check (sixdim.config.trust.check_folders), for callers without one: the state folder
         # itself, then the records' folder in it
         found = folder_problem(state_dir, os.geteuid()) or folder_problem(self.folder, os.geteuid())
         if found is not None:

@@ -43,7 +43,7 @@ from sixdim.run.protocol import (
     PROGRESS_PREFIX,
     WORKER_MODULE,
 )
-from sixdim.workloads.lines import bounded_lines, stream_chunks
+from sixdim.workloads.logs.lines import bounded_lines, stream_chunks
 
 TERMINATE_GRACE_SECONDS = 3.0
 """After SIGTERM, how long every process of the run (the worker and what it started) has before

@@ -54,7 +54,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from sixdim.config import EMBEDDED_SOURCE, Suite, case_timeout
+from sixdim.config import Suite
+from sixdim.config.schema import EMBEDDED_SOURCE
+from sixdim.config.suites import case_timeout
 from sixdim.core.loglines import LogLimiter
 from sixdim.core.results import RunRecord, plural, status_counts_text
 from sixdim.run.confirm import CONFIRM_DELAY_SECONDS, ConfirmationBudget, wants_confirmation

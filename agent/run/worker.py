@@ -17,7 +17,7 @@ starting with :data:`PROGRESS_PREFIX`; each finished case also prints
 Cases of one worker must not see each other: before each torch case the device's memory
 cache is emptied and its peak statistics reset (so a case's memory is its own), and after
 it torch's global numeric flags are recorded in the result (``torch_flags``) and restored
-(:mod:`sixdim.workloads.flags`), and whatever the timing harness held is freed.  The energy meter
+(:mod:`sixdim.workloads.measure.flags`), and whatever the timing harness held is freed.  The energy meter
 for the power phase is opened once per worker, on the GPUs the daemon names (``gpu_uuids``).
 
 A worker never outlives its agent (:func:`watch_parent`): it is a child subreaper, so whatever it
@@ -200,7 +200,7 @@ def software_environment(device: str, uses_torch: bool = True, threads_reason: s
         env["device_name"] = torch.cuda.get_device_name(torch.device(device))
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         env["compute_capability"] = f"{major}.{minor}"
-    from sixdim.workloads.onnx_session import runtime_environment
+    from sixdim.workloads.onnx.session import runtime_environment
 
     env.update(runtime_environment())  # ONNX Runtime's version and providers, where the onnx extra is installed
     return env
@@ -243,7 +243,7 @@ def _begin_torch_case(ctx: Any) -> None:
 
     import torch
 
-    from sixdim.workloads import timing
+    from sixdim.workloads.measure import timing
 
     gc.collect()
     timing.begin_case_memory(ctx, torch.device(ctx.device))
@@ -253,7 +253,7 @@ def _end_torch_case(ctx: Any, result: dict[str, Any], worker_memory: bool = True
     """Record the case's flags and memory, then put the worker back as it was before the case."""
     import gc
 
-    from sixdim.workloads import flags, timing
+    from sixdim.workloads.measure import flags, timing
 
     if result["status"] in ("ok", "incorrect"):
         result["details"]["torch_flags"] = flags.current()
@@ -303,7 +303,7 @@ def _run_request(request_path: str, results_path: str) -> int:
             threads_reason = None
             if uses_torch:
                 threads_reason = size_torch_threads()[1]  # before any case, whatever fails after it
-                from sixdim.workloads import energy, flags
+                from sixdim.workloads.measure import energy, flags
 
                 flags.remember_defaults()  # also sets CUBLAS_WORKSPACE_CONFIG before cuBLAS starts
                 meter = energy.meter_for(request["device"], request.get("gpu_uuids"))

@@ -4,7 +4,8 @@ The reports (``sixdim report``, ``sixdim report regressions`` and ``sixdim repor
 history another process may be writing.  Here, and only here besides :mod:`sixdim.store.history`, is
 the SQL on it: a read-only connection (``mode=ro``), and the runs in chunks of :data:`CHUNK` rows, each
 its own short read (keyset paging by id), or the last runs of every series (:func:`recent_per_series`,
-by id, a batch a read), so a report never holds a lock for long and never reads ``details``.  The
+by id, a batch a read), each row a typed one (:class:`sixdim.store.rows.RunRow`, :class:`sixdim.store.rows.FigureRow`)
+whose fields name its columns, so a report never holds a lock for long and never reads ``details``.  The
 ``conditions`` each run ran under are read afterwards, by id, only for the runs a report diagnoses
 (:func:`conditions`): never a column of the whole scan.
 """
@@ -19,11 +20,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sixdim.core.catalog import RUN_STATUSES
 from sixdim.core.results import INTERRUPTED, SERIES_FIELDS, SHAPE_SET, Interruption
-from sixdim.store.history import HistoryError, conditions_by_id
+from sixdim.store.errors import HistoryError
+from sixdim.store.rows import FigureRow, RunRow, conditions_by_id
 
 CHUNK = 20_000
 """Rows per read: each read is its own short transaction."""
@@ -39,6 +41,30 @@ its run (sixdim.core.results.SHAPE_SET; '' for runs of older sixdims), without p
 RUN_COLUMNS = frozenset({*SERIES_FIELDS, "id", "suite", "model_name", "status", "started_at", "ended_at",
                          "figures", "environment", *DERIVED_COLUMNS})
 """The columns a report may read (never ``details``, the one large column)."""
+FIGURE_COLUMNS = ("unread_figures", "figure_values")
+"""The last two fields of a row read with ``figure_values`` (:attr:`RunsQuery.figure_values`): not columns of the
+table, but what SQLite reads out of ``figures``."""
+
+Row = TypeVar("Row", RunRow, FigureRow)
+"""A typed row a report reads: its fields, after ``id``, name the columns selected, in their order."""
+
+
+def _columns_of(row: type[RunRow] | type[FigureRow], figure_values: bool) -> tuple[str, ...]:
+    """The table's columns a row type reads (its fields after ``id``, without :data:`FIGURE_COLUMNS`), or a
+    ValueError where a field names no column a report may read, or where the row's figure fields and the
+    query's ``figure_values`` disagree."""
+    names = row._fields
+    figure_fields = names[-len(FIGURE_COLUMNS):] == FIGURE_COLUMNS
+    if names[0] != "id":
+        raise ValueError(f"{row.__name__}: a row starts with its id")
+    if figure_fields != figure_values:
+        raise ValueError(f"{row.__name__}: its last fields must be {', '.join(FIGURE_COLUMNS)} exactly where the "
+                         "query reads figure values")
+    columns = names[1:len(names) - len(FIGURE_COLUMNS)] if figure_fields else names[1:]
+    unknown = sorted(set(columns) - RUN_COLUMNS)
+    if unknown:
+        raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+    return columns
 
 
 def _column_sql(name: str) -> str:
@@ -92,14 +118,14 @@ def reading(path: str) -> Iterator[sqlite3.Connection]:
 
 
 @dataclass(frozen=True)
-class RunsQuery:
-    """Which runs to read and which of their columns: ``id`` first, then ``columns`` in order."""
+class RunsQuery(Generic[Row]):
+    """Which runs to read, and as which typed row: its fields name the columns read (``id`` first), in order."""
 
-    columns: tuple[str, ...]
+    row: type[Row]
     ok_only: bool = False
     workloads: tuple[str, ...] = ()
     figure_values: tuple[str, ...] = ()
-    """Figures to read out of the ``figures`` JSON by SQLite, after ``columns``, as two columns: the
+    """Figures to read out of the ``figures`` JSON by SQLite, as the row's last two fields (:data:`FIGURE_COLUMNS`): the
     ``figures`` text where SQLite cannot read it (a NaN or an infinity, which Python writes and SQLite
     refuses: parse that row in Python), else None; then the figures' values as one JSON array in this
     order (a single figure twice: SQLite makes an array of two paths or more), each as the JSON holds
@@ -112,9 +138,7 @@ class RunsQuery:
     """Rows per read."""
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.columns) - RUN_COLUMNS)
-        if unknown:
-            raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+        _columns_of(self.row, bool(self.figure_values))
         odd = [name for name in self.figure_values if not _FIGURE_NAME.fullmatch(name)]
         if odd:
             raise ValueError(f"not a figure name: {', '.join(odd)}")
@@ -125,7 +149,7 @@ class RunsQuery:
             where.append("status = 'ok'")
         if self.workloads:
             where.append(f"workload IN ({', '.join('?' * len(self.workloads))})")
-        columns = [_column_sql(name) for name in self.columns]
+        columns = [_column_sql(name) for name in _columns_of(self.row, bool(self.figure_values))]
         if self.figure_values:
             names = self.figure_values * 2 if len(self.figure_values) == 1 else self.figure_values
             paths = ", ".join(f"'$.{name}'" for name in names)
@@ -140,29 +164,27 @@ _FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """A figure name that is a JSON path step as it is (no quoting, nothing SQL could read otherwise)."""
 
 
-def chunks(db: sqlite3.Connection, query: RunsQuery) -> Iterator[list[Any]]:
+def chunks(db: sqlite3.Connection, query: RunsQuery[Row]) -> Iterator[list[Row]]:
     """The rows of ``query`` a chunk at a time, by id (keyset paging, so each read is short and
-    indexed): each row is ``(id, *query.columns)``, then the columns of ``query.figure_values``."""
-    sql, args = query.sql(), tuple(query.workloads)
-    last = 0
+    indexed), each a ``query.row``."""
+    sql = query.sql()
+    args: tuple[str, ...] = tuple(query.workloads)
+    last: int = 0
     while True:
-        rows = db.execute(sql, (last, *args)).fetchall()
+        rows: list[Any] = db.execute(sql, (last, *args)).fetchall()
         if not rows:
             return
         last = rows[-1][0]
-        yield rows
+        yield [query.row._make(row) for row in rows]
 
 
-def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...],
-                      batch: int = 2_000) -> Iterator[list[Any]]:
-    """The last ``runs`` runs of every series (``(id, *columns)``, oldest first), a batch at a time: what
-    as the daemon reads them to restore its verdicts (``History.recent_for_verdicts``), read-only and with only the
-    columns asked for.  One window-function query picks the ids, then the rows are read by id,
+def recent_per_series(db: sqlite3.Connection, runs: int, batch: int = 2_000) -> Iterator[list[RunRow]]:
+    """The last ``runs`` runs of every series (:class:`sixdim.store.rows.RunRow`, oldest first), a batch at a
+    time: as the daemon reads them to restore its verdicts (``History.recent_for_verdicts``), read-only and with
+    only a report's columns.  One window-function query picks the ids, then the rows are read by id,
     ``batch`` a read, each its own short read.  Rows an older sixdim wrote per interrupted case are
     left out (no runs: the daemon folds them into one interruption when it opens the history)."""
-    unknown = sorted(set(columns) - RUN_COLUMNS)
-    if unknown:
-        raise ValueError(f"not a column a report reads: {', '.join(unknown)}")
+    columns = _columns_of(RunRow, figure_values=False)
     series = ", ".join(SERIES_COLUMNS)
     ids = [row[0] for row in db.execute(
         f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY {series} ORDER BY id DESC) AS n FROM runs "
@@ -172,7 +194,7 @@ def recent_per_series(db: sqlite3.Connection, runs: int, columns: tuple[str, ...
                           "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
                           (json.dumps(ids[start:start + batch]),)).fetchall()
         if rows:
-            yield rows
+            yield [RunRow._make(row) for row in rows]
 
 
 def case_times(db: sqlite3.Connection, suite: str, device: tuple[str, str, str, str],

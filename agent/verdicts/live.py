@@ -32,13 +32,12 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sixdim.core.conditions import SETTING_KEYS
 from sixdim.core.results import SERIES_FIELDS, RunRecord, lean, shared
-from sixdim.store.history import History
 from sixdim.verdicts import detector as regression
 from sixdim.verdicts.causes import NONE, Finding, diagnose, pack, unpack
 from sixdim.verdicts.detector import INCORRECT, SeriesTracker, Settings, Verdict, VersionVerdict
@@ -76,6 +75,24 @@ CAUSE_RUNS = 20
 
 ConditionsReader = Callable[[list[int]], dict[int, dict[str, Any]]]
 """Recorded conditions by history row id (:meth:`sixdim.store.history.History.conditions_of`)."""
+
+@runtime_checkable
+class RunSource(Protocol):
+    """What :meth:`Verdicts.restore` reads runs from when they come with their conditions: the last runs of every
+    series, oldest first (the daemon's ``History``; the rows ``sixdim report`` read, ``report.latest._Runs``)."""
+
+    def recent_per_series(self, runs: int, upto_id: int | None = None) -> Iterable[RunRecord]: ...
+
+
+@runtime_checkable
+class ConditionsSource(RunSource, Protocol):
+    """A :class:`RunSource` that also gives the runs without their conditions and the conditions back by row id
+    (the daemon's ``History``): the verdicts then keep no conditions in memory."""
+
+    def recent_for_verdicts(self, runs: int, upto_id: int | None = None) -> Iterator[tuple[RunRecord, bool]]: ...
+
+    def conditions_of(self, ids: Iterable[int]) -> dict[int, dict[str, Any]]: ...
+
 
 _UNSAVED = itertools.count(-1, -1)
 """Numbers for runs that have no history row id (not written yet, or no history to read them back from)."""
@@ -146,7 +163,7 @@ class Incident:
         return self.ended_at is None
 
     def row(self) -> dict[str, Any]:
-        """The incident as the history keeps it (:data:`sixdim.store.history.INCIDENT_COLUMNS`): what the
+        """The incident as the history keeps it (:data:`sixdim.store.schema.INCIDENT_COLUMNS`): what the
         reports list of the agent's live verdicts (docs/REPORT.md)."""
         return {**dict(zip(SERIES_FIELDS, self.key, strict=True)), "model_name": self.model_name,
                 "series": self.series, "figure": self.figure, "state": self.state, "now": self.now,
@@ -626,18 +643,18 @@ class Verdicts:
             return []
         return diagnose(before, after) if before else []
 
-    def restore(self, history: History, upto_id: int | None = None) -> int:
+    def restore(self, history: RunSource, upto_id: int | None = None) -> int:
         """Feed the last runs of every series from the history (row ids up to ``upto_id``: the
         board feeds the later ones); returns how many runs were read.  A history that cannot be
         read leaves the verdicts to form from new runs."""
         started = time.perf_counter()
         count = 0
-        read = getattr(history, "conditions_of", None) if hasattr(history, "recent_for_verdicts") else None
+        by_id = isinstance(history, ConditionsSource)
         with self._lock:
-            if read is not None and not self._series:  # (a watch made before keeps its conditions in memory)
-                self._read = read
+            if by_id and not self._series:  # (a watch made before keeps its conditions in memory)
+                self._read = history.conditions_of
         try:
-            if self._read is not None:  # conditions are read back by id when needed: not read here
+            if self._read is not None and isinstance(history, ConditionsSource):  # conditions read back by id
                 for record, recorded in history.recent_for_verdicts(self.restore_runs, upto_id):
                     with self._lock:
                         self._add_locked(record, recorded)
@@ -660,7 +677,7 @@ class Verdicts:
                      len(self._series), self.restore_seconds)
         return count
 
-    def restore_in_background(self, history: History, upto_id: int | None = None) -> threading.Thread:
+    def restore_in_background(self, history: RunSource, upto_id: int | None = None) -> threading.Thread:
         """:meth:`restore` on its own thread, so the agent serves at once; runs recorded meanwhile
         wait and are fed after the restored ones.  Until it is done, a series shows no verdict."""
         with self._lock:

@@ -32,7 +32,7 @@ Subcommands:
   three ways, interleaved: sixdim's rounds, sixdim's flushed call one at a time (its whole
   distribution) and do_bench's distribution, so a gap is shown to be the statistic or the method.
 - ``models``: sixdim's model workload at full size against a hand-written loop over the same model
-  (``sixdim.workloads.models.build``): samples/s, ratio, sixdim's power and memory.
+  (``sixdim.workloads.models.model.build``): samples/s, ratio, sixdim's power and memory.
 
 Each subcommand writes ``DIR/<name>.json`` (rewritten after every case, so a kill keeps what was
 done), catches its own failure (recorded as ``status: failed`` with the traceback) and prints a
@@ -320,11 +320,11 @@ def prepare_inprocess() -> None:
     if _FLAGS_READY:
         return
     try:
-        from sixdim.workloads import flags
+        from sixdim.workloads.measure import flags
 
         flags.remember_defaults()
     except Exception as exc:  # an older or newer flags module: carry on with torch's state
-        log(f"note: sixdim.workloads.flags.remember_defaults unavailable: {exc}")
+        log(f"note: sixdim.workloads.measure.flags.remember_defaults unavailable: {exc}")
     _FLAGS_READY = True
 
 
@@ -410,7 +410,7 @@ def set_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 def restore_flags() -> None:
     try:
-        from sixdim.workloads import flags
+        from sixdim.workloads.measure import flags
 
         flags.restore()
     except Exception:
@@ -1150,8 +1150,8 @@ def cmd_cold(args: argparse.Namespace, result: dict[str, Any], save: Callable[[]
     (mean against median) or the method."""
     import torch
 
-    from sixdim.workloads import timing
-    from sixdim.workloads.stats import deepspark_mean, summarize
+    from sixdim.workloads.measure import timing
+    from sixdim.workloads.measure.stats import deepspark_mean, summarize
 
     prepare_inprocess()
     device = torch.device(args.device)
@@ -1376,7 +1376,7 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
     meter = None
     if cuda:
         try:
-            from sixdim.workloads import energy
+            from sixdim.workloads.measure import energy
 
             meter = energy.meter_for(args.device, None)
             result["energy_meter"] = meter.source if meter.available else meter.reason
@@ -1435,11 +1435,11 @@ def cmd_models(args: argparse.Namespace, result: dict[str, Any], save: Callable[
 
 
 def hand_loop(params: dict[str, Any], device_name: str, *, warmup: int, steps: int) -> dict[str, Any]:
-    """A plain loop over the same model (sixdim.workloads.models.build): warm-up, then timed steps between
+    """A plain loop over the same model (sixdim.workloads.models.model.build): warm-up, then timed steps between
     synchronizes, samples/s; IEEE fp32 (TF32 off) plus autocast for amp, as sixdim's model workload."""
     import torch
 
-    from sixdim.workloads import models
+    from sixdim.workloads.models import model as models
 
     device = torch.device(device_name)
     cuda = device.type == "cuda"

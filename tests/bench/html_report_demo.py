@@ -43,7 +43,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sixdim.core.results import RunRecord  # noqa: E402
-from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.store.history import History  # noqa: E402
+from sixdim.store.rows import row_of as _row  # noqa: E402
 
 START = datetime(2026, 10, 30, tzinfo=timezone.utc).timestamp()
 DAYS = 21

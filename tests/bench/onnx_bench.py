@@ -1,7 +1,7 @@
 """ONNX Runtime against PyTorch eager on the same model: latency p50/p99 and samples/s per batch size.
 
 The models are the onnx workload's (sixdim's ResNet-50, BERT-large layers and GPT decoder as
-:class:`sixdim.workloads.onnx_export.Serving` wraps them, exported into a cache on first use), with the
+:class:`sixdim.workloads.onnx.export.Serving` wraps them, exported into a cache on first use), with the
 same weights and the same synthetic inputs in both engines. For each model and batch size the
 engines are measured in interleaved rounds (eager, then each provider, ``--rounds`` times), so a
 background load shifts them all alike; latency is single synchronised requests (pooled over the
@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sixdim.workloads.report import percentile  # noqa: E402
+from sixdim.workloads.measure.report import percentile  # noqa: E402
 
 
 def machine() -> str:
@@ -84,7 +84,10 @@ def engines(name: str, size: str, device: str, batch: int, cache_dir: str,
     import onnxruntime as ort
     import torch
 
-    from sixdim.workloads import flags, onnx_export, onnx_inputs, onnx_session
+    from sixdim.workloads.measure import flags
+    from sixdim.workloads.onnx import export as onnx_export
+    from sixdim.workloads.onnx import inputs as onnx_inputs
+    from sixdim.workloads.onnx import session as onnx_session
 
     flags.apply("fp32")  # IEEE fp32 in eager (TF32 off), as the CUDA provider is set up below
     path, _ = onnx_export.exported(name, size, "fp32", cache_dir=cache_dir)

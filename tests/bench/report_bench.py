@@ -88,7 +88,8 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 
 from sixdim.core.results import RunRecord  # noqa: E402
-from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.store.history import History  # noqa: E402
+from sixdim.store.rows import row_of as _row  # noqa: E402
 from tests.bench import noise_models as nm  # noqa: E402
 
 INTERVAL = 900.0

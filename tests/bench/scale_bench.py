@@ -57,7 +57,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sixdim.core.results import RunRecord  # noqa: E402
-from sixdim.store.history import History, _row  # noqa: E402
+from sixdim.store.history import History  # noqa: E402
+from sixdim.store.rows import row_of as _row  # noqa: E402
 from tests.bench.scrape_bench import NEVER as SUITE  # noqa: E402  (one suite that never runs: the history is the load)
 from tests.bench.scrape_bench import measure  # noqa: E402
 from tests.conftest import free_port  # noqa: E402

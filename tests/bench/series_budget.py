@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sixdim.config import Suite, load, preset_entries  # noqa: E402
+from sixdim.config import Suite, load  # noqa: E402
+from sixdim.config.suites import preset_entries  # noqa: E402
 from sixdim.core.results import RunRecord  # noqa: E402
 from sixdim.http.board import Board  # noqa: E402
 from sixdim.http.exporter import SixdimCollector  # noqa: E402

@@ -4,7 +4,7 @@
 
 A suite run's case spans mix many costs, and on a shared 2-vCPU machine their noise hides a change of
 a tenth of a second; this times only ``calibrate`` (warm-up, then the calls a round needs), from the
-checkout and from ``--before``'s ``workloads/timing.py`` (read with ``git show``, loaded as a module of
+checkout and from ``--before``'s ``workloads/measure/timing.py`` (read with ``git show``, loaded as a module of
 its own: nothing in the checkout changes), on the real kernels of the suite's cases on the CPU (each
 workload's own set-up, stopped where it would start timing).  The two alternate, ``--repeats`` times
 per case, so a drift in the machine's load weighs on both.  It prints per case the median seconds of
@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import bandwidth, conv, gemm, registry, rnn, sparse_gemm, timing
+from sixdim.workloads import registry
+from sixdim.workloads.kernels import bandwidth, conv, gemm, rnn, sparse_gemm
+from sixdim.workloads.measure import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_MODULES: dict[str, ModuleType] = {"gemm": gemm, "conv": conv, "rnn": rnn, "sparse_gemm": sparse_gemm,
@@ -70,14 +72,14 @@ def kernels(suite: str) -> list[tuple[str, dict[str, Any], Callable[[], object]]
 
 
 def load_before(revision: str) -> ModuleType:
-    """``workloads/timing.py`` as it was at ``revision``, as a module of its own."""
-    source = subprocess.run(["git", "show", f"{revision}:workloads/timing.py"], cwd=ROOT, check=True,
+    """``workloads/measure/timing.py`` as it was at ``revision``, as a module of its own."""
+    source = subprocess.run(["git", "show", f"{revision}:workloads/measure/timing.py"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader("timing_before", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["timing_before"] = module  # its dataclasses look their module up
-    exec(compile(source, f"{revision}:workloads/timing.py", "exec"), module.__dict__)
+    exec(compile(source, f"{revision}:workloads/measure/timing.py", "exec"), module.__dict__)
     return module
 
 

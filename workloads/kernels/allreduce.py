@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
 
 
 def bus_bandwidth(algbw: float, ranks: int) -> float:

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.operands import random_bytes
-from sixdim.workloads.stats import deepspark_mean, summarize
-from sixdim.workloads.timing import time_rounds
+from sixdim.workloads.measure.operands import random_bytes
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.timing import time_rounds
 
 
 def bytes_moved(direction: str, size: int) -> int:

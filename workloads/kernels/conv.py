@@ -16,11 +16,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.correctness import check, corrupt_
-from sixdim.workloads.operands import normal
-from sixdim.workloads.report import kernel_output, measure_kernel
+from sixdim.workloads.measure import flags, operands
+from sixdim.workloads.measure.correctness import check, corrupt_
+from sixdim.workloads.measure.operands import normal
+from sixdim.workloads.measure.report import kernel_output, measure_kernel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SAMPLE_FILTERS = 4

@@ -24,7 +24,7 @@ of that shape gets, and a fraction of peak that grows with the padding.  A padde
 shape that ran and its rate in the details (``padded_shape``, ``padded_flop_count``,
 ``padded_flops``, beside ``requested_flop_count``).
 
-Operands are drawn on the device by its own seeded generator (:mod:`sixdim.workloads.operands`), in
+Operands are drawn on the device by its own seeded generator (:mod:`sixdim.workloads.measure.operands`), in
 the kernel's precision (bf16 first for fp8, which torch cannot draw): no host draw, no copy.
 
 Correctness: a sample of rows × columns of D against a float64 product of the same rows of A
@@ -43,11 +43,11 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.correctness import Check, check, corrupt_
-from sixdim.workloads.operands import normal
-from sixdim.workloads.report import Measurement, kernel_output, measure_kernel
+from sixdim.workloads.measure import flags, operands
+from sixdim.workloads.measure.correctness import Check, check, corrupt_
+from sixdim.workloads.measure.operands import normal
+from sixdim.workloads.measure.report import Measurement, kernel_output, measure_kernel
 
 FLOAT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 FP8_FAST_ACCUM = {"fp8": False, "fp8_fast": True}

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
 
 
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:

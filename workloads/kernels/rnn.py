@@ -27,7 +27,7 @@ backward does exactly the 2× forward GEMM work that :func:`rnn_flop_count` coun
 
 **Correctness.**  Forward: the first sequence's states; backward: all of dU; each against a
 float64 autograd of :func:`recurrence` from the same rounded inputs, with the fixed
-per-precision tolerance of :data:`sixdim.workloads.correctness.TOLERANCES` at every step count.  Two
+per-precision tolerance of :data:`sixdim.workloads.measure.correctness.TOLERANCES` at every step count.  Two
 things used to make a correct half-precision backward fail at DeepBench's step counts (bf16:
 GRU 187 steps 0.06–0.08, vanilla 50 steps hidden 1024 0.09–0.18, against 0.02), and neither is
 fixed by loosening the tolerance with the step count:
@@ -62,12 +62,12 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.correctness import TOLERANCES, check, corrupt_
-from sixdim.workloads.operands import normal
-from sixdim.workloads.report import kernel_output, measure_kernel
-from sixdim.workloads.timing import latency_percentiles
+from sixdim.workloads.measure import flags, operands
+from sixdim.workloads.measure.correctness import TOLERANCES, check, corrupt_
+from sixdim.workloads.measure.operands import normal
+from sixdim.workloads.measure.report import kernel_output, measure_kernel
+from sixdim.workloads.measure.timing import latency_percentiles
 
 GATES = {"vanilla": 1, "lstm": 4, "gru": 3}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from sixdim.workloads import flags, operands
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.correctness import check, corrupt_
-from sixdim.workloads.operands import normal
-from sixdim.workloads.report import kernel_output, measure_kernel
-from sixdim.workloads.stats import deepspark_mean
-from sixdim.workloads.timing import Timing, cache_regime, note_memory, time_rounds
+from sixdim.workloads.measure import flags, operands
+from sixdim.workloads.measure.correctness import check, corrupt_
+from sixdim.workloads.measure.operands import normal
+from sixdim.workloads.measure.report import kernel_output, measure_kernel
+from sixdim.workloads.measure.stats import deepspark_mean
+from sixdim.workloads.measure.timing import Timing, cache_regime, note_memory, time_rounds
 
 SAMPLE_ROWS = 16
 

@@ -5,10 +5,10 @@ working directory and environment.  It runs inside the worker's process group, s
 per-case timeout stops it, and everything it started, like any other workload.  The daemon
 samples power and memory over the command's whole run.  Its output is read as AI-Rank log
 lines, MLPerf logs (training v0.5 to today, inference detail logs) and/or the user's regular
-expressions (:mod:`sixdim.workloads.logparse`), the Hugging Face Trainer's printed dicts and
-MindSpore's monitor lines (:mod:`sixdim.workloads.framework_lines`); then the files the run wrote
+expressions (:mod:`sixdim.workloads.logs.logparse`), the Hugging Face Trainer's printed dicts and
+MindSpore's monitor lines (:mod:`sixdim.workloads.logs.framework_lines`); then the files the run wrote
 (``log_files``: TensorBoard event files, trainer_state.json, Lightning's metrics.csv;
-:mod:`sixdim.workloads.log_files`) are read into the same log.  With no ``argv``, only the files are
+:mod:`sixdim.workloads.logs.log_files`) are read into the same log.  With no ``argv``, only the files are
 read: a run that already happened, replayed.  Together they give:
 
 - speed: the DeepSpark rule over the reported throughputs (after ``warmup_throughputs`` leading
@@ -50,11 +50,11 @@ import time
 from typing import Any
 
 from sixdim.core.redact import redact_argv, redact_shell, scrub, secret_values
-from sixdim.workloads import log_files
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.framework_lines import LINE_FORMATS, step_seconds
-from sixdim.workloads.lines import bounded_lines, stream_chunks
-from sixdim.workloads.logparse import (
+from sixdim.workloads.logs import log_files
+from sixdim.workloads.logs.framework_lines import LINE_FORMATS, step_seconds
+from sixdim.workloads.logs.lines import bounded_lines, stream_chunks
+from sixdim.workloads.logs.logparse import (
     INFERENCE_CHECKS,
     INFERENCE_RATES,
     Metric,
@@ -65,7 +65,7 @@ from sixdim.workloads.logparse import (
     make_parsers,
     read_line,
 )
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.measure.stats import deepspark_mean
 
 DEEPSPARK_MINIMUM = 5
 """DeepSpark's speed rule (drop the highest and lowest, average the rest) needs at least 5 readings."""
@@ -294,7 +294,7 @@ def _step_throughputs(log: TrainingLog, params: dict[str, Any], details: dict[st
 
 
 def _drop_non_finite(log: TrainingLog, figures: dict[str, float]) -> None:
-    """The parsers read only finite figures below :data:`sixdim.workloads.logparse.MAX_READING`, so every
+    """The parsers read only finite figures below :data:`sixdim.workloads.logs.logparse.MAX_READING`, so every
     figure is finite; should one ever not be, it is dropped with a warning, never exported."""
     for key in [k for k, v in figures.items() if not math.isfinite(v)]:
         log.warn(f"figure {key!r} is not finite ({figures.pop(key)}): not reported")

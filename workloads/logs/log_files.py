@@ -1,7 +1,7 @@
 """Files a training run writes: TensorBoard event files, Hugging Face's trainer_state.json, Lightning's metrics.csv.
 
 Torch-free.  The command workload reads them after its command ends, or instead of running one (a
-run that already happened), into the same :class:`~sixdim.workloads.logparse.TrainingLog` as the
+run that already happened), into the same :class:`~sixdim.workloads.logs.logparse.TrainingLog` as the
 command's output.  The rules are in docs/TRAINING_LOGS.md; in short:
 
 - ``log_files`` entries are paths or globs, relative to the command's ``cwd``.  A folder is searched
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sixdim.workloads.framework_lines import (
+from sixdim.workloads.logs.framework_lines import (
     hf_quality_keys,
     hf_record,
     is_evaluation_metric,
@@ -50,7 +50,7 @@ from sixdim.workloads.framework_lines import (
     number,
     tokens,
 )
-from sixdim.workloads.logparse import Evaluation, TrainingLog
+from sixdim.workloads.logs.logparse import Evaluation, TrainingLog
 
 FILE_FORMATS = {
     "tensorboard": "TensorBoard event files (events.out.tfevents.*: PyTorch's SummaryWriter, Lightning, Keras, "

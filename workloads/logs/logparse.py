@@ -12,7 +12,7 @@ written out in docs/TRAINING_LOGS.md; in short:
   ``:::MLPv0.5.0 <benchmark> <time> (<file>:<line>) <key>[: <json>]`` (v0.5); a record that is a Python
   literal rather than JSON (v0.6's ``'status': 'success'``) is read with :func:`ast.literal_eval`.
   Time to train is ``run_stop`` minus ``run_start``, as MLPerf defines it, of one run, and only when
-  the run met its benchmark's quality target (:mod:`sixdim.workloads.mlperf_targets`).
+  the run met its benchmark's quality target (:mod:`sixdim.workloads.logs.mlperf_targets`).
 - MLPerf Inference: loadgen's ``mlperf_log_detail.txt`` (``:::MLLOG`` lines with ``result_*`` keys):
   throughput, latency percentiles and the run's validity.
 - Regex: the user's expressions; the first group (or the whole match) is the number.
@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sixdim.workloads import mlperf_targets
+from sixdim.workloads.logs import mlperf_targets
 
 AI_RANK = re.compile(r"AI-Rank-log\s+(\d+(?:\.\d+)?)\s+(.*)")
 MLLOG = re.compile(r":::MLLOG\s+(\{.*)")  # the JSON runs to the line's end: checked in _parse_mllog
@@ -79,7 +79,7 @@ OWN_FORMATS = {
 }
 
 
-FRAMEWORK_LINES = "sixdim.workloads.framework_lines"
+FRAMEWORK_LINES = "sixdim.workloads.logs.framework_lines"
 """The module of the frameworks' line formats.  It imports this one, so it is reached by name when
 used, never imported here (no import cycle; the worker module is reached the same way)."""
 
@@ -167,7 +167,7 @@ MLPERF_BENCHMARKS: dict[str, tuple[Metric, ...]] = {
 """Each MLPerf Training benchmark's quality metric(s) (``submission_benchmark``'s value, v0.5 to
 v6.0), from MLCommons' compliance checker: the direction its target is checked in, its unit.
 Several benchmarks log a lower-is-better value under ``eval_accuracy``.  Their targets, by round, are
-in :mod:`sixdim.workloads.mlperf_targets`."""
+in :mod:`sixdim.workloads.logs.mlperf_targets`."""
 
 KNOWN_METRICS: dict[str, Metric] = {m.name.lower(): m for m in (
     _score("FID", False), _score("CLIP", True), _ratio("WER", higher=False), _ratio("BBOX"), _ratio("SEGM"))}

@@ -28,8 +28,8 @@ import math
 import statistics
 from typing import Any
 
+from sixdim.workloads.measure.stats import deepspark_mean
 from sixdim.workloads.spec import brief
-from sixdim.workloads.stats import deepspark_mean
 
 KEYS = ("speed", "accuracy", "linearity", "power_watts", "memory_mib", "convergence")
 OUTPUT_KEYS = ("speed", "accuracy", "linearity", "power_watts", "memory_mib", "stability")

@@ -4,7 +4,7 @@ A kernel timed with an L2 flush before each call lasts a few tens of millisecond
 far shorter than NVML's energy-counter update and sampling period, so power read by the
 daemon around such a window is interpolated from outside it.  Power is therefore measured
 in a separate **power phase** (seconds of back-to-back calls, see
-:func:`sixdim.workloads.timing.power_phase`), and the counter is read here, in the worker, at the
+:func:`sixdim.workloads.measure.timing.power_phase`), and the counter is read here, in the worker, at the
 phase's exact start and end, right after the device has been synchronized.
 
 - GPU: NVML's total-energy counter (millijoules since driver load), summed over the GPUs

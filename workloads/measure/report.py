@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.correctness import Check
-from sixdim.workloads.stats import deepspark_mean, summarize
-from sixdim.workloads.timing import Timing, latency_percentiles, power_phase, time_rounds
+from sixdim.workloads.measure.correctness import Check
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.timing import Timing, latency_percentiles, power_phase, time_rounds
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -41,8 +41,8 @@ from typing import Any
 import torch
 
 from sixdim.core.results import POWER_REFUSED
-from sixdim.workloads import energy
 from sixdim.workloads.context import RunContext
+from sixdim.workloads.measure import energy
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 GRAPH_BELOW_SECONDS = 50e-6

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sixdim.workloads import flags
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.dimensions import stability
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.measure import flags
+from sixdim.workloads.measure.dimensions import stability
+from sixdim.workloads.measure.stats import deepspark_mean
 
 
 def digits(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

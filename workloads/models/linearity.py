@@ -32,7 +32,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
-from sixdim.workloads.stats import deepspark_mean
+from sixdim.workloads.measure.stats import deepspark_mean
 
 _single_device_throughput: dict[tuple, float] = {}
 """Throughput on one device, per configuration, from this worker's count=1 case."""
@@ -58,8 +58,8 @@ def _elastic_rank(backend: str, params: dict[str, Any], out_path: str) -> None:
 
 def _train(rank: int, local_rank: int, world: int, local_world: int, backend: str, params: dict[str, Any],
            out_path: str) -> None:
-    from sixdim.workloads import flags
-    from sixdim.workloads.models import training_step
+    from sixdim.workloads.measure import flags
+    from sixdim.workloads.models.model import training_step
 
     flags.apply("fp32", cudnn_benchmark=True)  # as the model workload: amp is autocast over IEEE fp32
     use_cuda = backend == "nccl"

@@ -31,11 +31,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sixdim.collectors.host import cpu_features
-from sixdim.workloads import flags
 from sixdim.workloads.context import RunContext, WorkloadOutput
-from sixdim.workloads.report import percentile
-from sixdim.workloads.stats import deepspark_mean, summarize
-from sixdim.workloads.timing import note_memory, power_phase, settle_peak
+from sixdim.workloads.measure import flags
+from sixdim.workloads.measure.report import percentile
+from sixdim.workloads.measure.stats import deepspark_mean, summarize
+from sixdim.workloads.measure.timing import note_memory, power_phase, settle_peak
 
 # ----------------------------------------------------------------------------- ResNet-50
 

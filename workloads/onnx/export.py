@@ -1,6 +1,6 @@
 """sixdim's own models as ONNX files: exported once, on first use, into a cache, then reused.
 
-The models are the model workload's (:mod:`sixdim.workloads.models`: ResNet-50, BERT-large encoder
+The models are the model workload's (:mod:`sixdim.workloads.models.model`: ResNet-50, BERT-large encoder
 layers, the GPT-style decoder) at its sizes (``small`` on CPUs), so the ``onnx`` workload runs with
 nothing downloaded. Each is wrapped as a server runs it (:class:`Serving`): ResNet-50 returns its
 class logits; BERT the classifier logits of its first token (the ``[CLS]`` position) and GPT the
@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from sixdim.workloads import models
+from sixdim.workloads.models import model as models
 
 EXPORT_FORMAT = 1
 """Bump when what is exported changes (the :class:`Serving` wrapper, input or dimension names)."""

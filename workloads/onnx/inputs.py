@@ -1,7 +1,7 @@
 """Synthetic inputs for an ONNX model, made from its declared input shapes and types.
 
 Two steps, so that the daemon can do the first at configuration time without numpy or
-onnxruntime (:mod:`sixdim.workloads.onnx_info` reads the declarations):
+onnxruntime (:mod:`sixdim.workloads.onnx.info` reads the declarations):
 
 1. :func:`resolve_shapes`: every dynamic dimension gets a size from the parameters. The first
    dimension of an input, when dynamic, is the batch (and so is every dimension sharing its name);
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sixdim.workloads.onnx_info import TensorInfo
+from sixdim.workloads.onnx.info import TensorInfo
 
 SEQUENCE_DIMS = ("seq", "sequence", "seq_len", "seqlen", "seq_length", "sequence_len", "sequence_length",
                  "num_tokens", "tokens")

@@ -85,10 +85,10 @@ def power(call: Callable[[], object], device: torch.device, ctx: RunContext, *, 
     """The power phase of ``call`` (one session run of ``batch`` samples) on ``device``.
 
     On a CPU the runs are the phase's own calls.  On a GPU they are queued (see the module's docstring) in
-    units of at least :data:`sixdim.workloads.timing.POWER_GRAPH_BELOW_SECONDS`, so the phase never tries to
+    units of at least :data:`sixdim.workloads.measure.timing.POWER_GRAPH_BELOW_SECONDS`, so the phase never tries to
     capture one in a CUDA graph (ONNX Runtime's work runs on its own streams, outside any capture); the
     units completed at each reading lag the queued ones by the queue, at both ends alike."""
-    from sixdim.workloads.timing import POWER_GRAPH_BELOW_SECONDS, power_phase
+    from sixdim.workloads.measure.timing import POWER_GRAPH_BELOW_SECONDS, power_phase
 
     if device.type != "cuda":
         return power_phase(call, device, ctx, seconds=seconds, seconds_per_unit=seconds_per_call,

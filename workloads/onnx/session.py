@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sixdim.workloads.context import Unsupported
-from sixdim.workloads.onnx_info import TensorInfo
+from sixdim.workloads.onnx.info import TensorInfo
 
 INSTALL_HINT = ('install the onnx extra: pip install "sixdim[onnx]" (CPU), or "sixdim[onnx-gpu]" on a CUDA host '
                 '(onnxruntime-gpu: CUDA and TensorRT providers)')

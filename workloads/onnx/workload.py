@@ -1,24 +1,24 @@
 """The ``onnx`` workload: an ONNX model served by ONNX Runtime, rated like every other workload.
 
 One case is one batch size. The model is a file the user names, or one of sixdim's own
-(:mod:`sixdim.workloads.onnx_export`, exported once into a cache). The session runs on exactly the
-providers asked for (:mod:`sixdim.workloads.onnx_session`: a provider missing or not started, or a
+(:mod:`sixdim.workloads.onnx.export`, exported once into a cache). The session runs on exactly the
+providers asked for (:mod:`sixdim.workloads.onnx.session`: a provider missing or not started, or a
 node falling back to the CPU, is ``unsupported``), with inputs made from the model's declared shapes
-and types (:mod:`sixdim.workloads.onnx_inputs`). TensorRT builds its engine (or loads it from the
+and types (:mod:`sixdim.workloads.onnx.inputs`). TensorRT builds its engine (or loads it from the
 cache) while the session is created, from profiles of the case's input shapes: before the warm-up,
 outside the timed rounds (``session_create_seconds`` in the details). Then, as for every kernel:
 
 - **Timing**: warm-up and calibration, then ``rounds`` timed rounds of back-to-back
-  ``session.run`` calls (:func:`sixdim.workloads.timing.time_rounds`), on the host clock:
+  ``session.run`` calls (:func:`sixdim.workloads.measure.timing.time_rounds`), on the host clock:
   ``session.run`` returns only once its outputs are on the host (with IO binding, once they are
   synchronised), so what is timed includes the device's work and the copies a client pays for.
   ``seconds`` is the DeepSpark mean of the rounds, ``samples_per_second`` the DeepSpark mean of
   batch / round time.
 - **Latency**: ``latency_samples`` single requests, each timed alone: p50, p90 and p99.
-- **Power**: the power phase (:func:`sixdim.workloads.timing.power_phase`), giving watts, joules and
+- **Power**: the power phase (:func:`sixdim.workloads.measure.timing.power_phase`), giving watts, joules and
   samples per joule (energy per inference in the details); on a GPU provider on the worker's GPU, with
   the runs queued on a thread so the GPU stays busy while the energy counter is read, and the GPU's busy
-  share checked (:mod:`sixdim.workloads.onnx_power`).
+  share checked (:mod:`sixdim.workloads.onnx.power`).
 - **Memory**: on a CPU the executor's peak resident memory of the worker; on a GPU what the worker
   process holds on the GPU (NVML) at the end of the case less what it held before the session:
   ONNX Runtime's arena and workspaces, which torch's allocator statistics cannot see.
@@ -37,12 +37,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from sixdim.workloads import onnx_inputs, onnx_session
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
+from sixdim.workloads.onnx import ONNX_MODELS
+from sixdim.workloads.onnx import inputs as onnx_inputs
+from sixdim.workloads.onnx import session as onnx_session
 
 TOLERANCES = {"fp64": 1e-6, "fp32": 1e-3, "tf32": 2e-2, "fp16": 5e-2, "bf16": 1e-1}
 """Largest max-relative-error of a whole model's output per precision. Looser than a kernel's
-(:data:`sixdim.workloads.correctness.TOLERANCES`): tens of layers, fused kernels and other convolution
+(:data:`sixdim.workloads.measure.correctness.TOLERANCES`): tens of layers, fused kernels and other convolution
 algorithms each add their rounding. fp32 measured on the CPU provider: about 5e-7 (sixdim's
 models against float64). A wrong kernel or weight gives errors of order 1."""
 INTEGER_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
@@ -52,8 +54,6 @@ _references: dict[str, Any] = {}
 
 
 def is_own_model(model: str) -> bool:
-    from sixdim.workloads.registry import ONNX_MODELS
-
     return model in ONNX_MODELS
 
 
@@ -120,9 +120,9 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
 
 
 def _declared_inputs(ort: Any, path: str) -> tuple[Any, ...]:
-    """The model's declared inputs, read from the file (:mod:`sixdim.workloads.onnx_info`); where
+    """The model's declared inputs, read from the file (:mod:`sixdim.workloads.onnx.info`); where
     that reader cannot, from a CPU session's view (ONNX Runtime's own error for a broken file)."""
-    from sixdim.workloads import onnx_info
+    from sixdim.workloads.onnx import info as onnx_info
 
     try:
         return onnx_info.read(path).inputs
@@ -168,10 +168,10 @@ def _measure(call: Callable[[], object], fetch: Callable[[], list[Any]], params:
     GPU provider: :func:`power_device`), then the check."""
     import torch
 
-    from sixdim.workloads import onnx_power
-    from sixdim.workloads.report import Measurement, kernel_output, percentile
-    from sixdim.workloads.stats import deepspark_mean
-    from sixdim.workloads.timing import latency_percentiles, time_rounds
+    from sixdim.workloads.measure.report import Measurement, kernel_output, percentile
+    from sixdim.workloads.measure.stats import deepspark_mean
+    from sixdim.workloads.measure.timing import latency_percentiles, time_rounds
+    from sixdim.workloads.onnx import power as onnx_power
 
     host = torch.device("cpu")  # session.run() returns after the device's work: time it on the host clock
     batch = params["batch"]
@@ -248,7 +248,7 @@ def _check(ort: Any, params: dict[str, Any], own: bool, precision: str, provider
     providers, so elsewhere their mismatching fraction is recorded, not judged."""
     import numpy as np
 
-    from sixdim.workloads.correctness import Check
+    from sixdim.workloads.measure.correctness import Check
 
     outputs = [np.array(o, copy=True) for o in outputs]
     tolerance = params["tolerance"] or _tolerance(precision, provider, details)
@@ -258,7 +258,7 @@ def _check(ort: Any, params: dict[str, Any], own: bool, precision: str, provider
         key = hashlib.sha256(repr((params["model"], params["size"], weights, params["seed"])).encode()
                              + sample.tobytes()).hexdigest()
         if key not in _references:
-            from sixdim.workloads.onnx_export import reference
+            from sixdim.workloads.onnx.export import reference
 
             _references.clear()  # one model's reference at a time: the worker's memory stays small
             _references[key] = reference(params["model"], params["size"], weights, params["seed"], sample)
@@ -328,7 +328,7 @@ def _precision(params: dict[str, Any], own: bool) -> str:
 
 
 def _detected_precision(path: str) -> str:
-    from sixdim.workloads import onnx_info
+    from sixdim.workloads.onnx import info as onnx_info
 
     try:
         return onnx_info.precision_of(onnx_info.read(path).outputs)
@@ -338,7 +338,7 @@ def _detected_precision(path: str) -> str:
 
 def _own_model_file(params: dict[str, Any], precision: str, cache_dir: str, ctx: RunContext,
                     details: dict[str, Any]) -> str:
-    from sixdim.workloads import onnx_export
+    from sixdim.workloads.onnx import export as onnx_export
 
     if precision == "fp16" and params["providers"][0] not in onnx_session.GPU_PROVIDERS:
         raise Unsupported("fp16 needs a GPU provider: ONNX Runtime's CPU provider lacks fp16 kernels for these "
@@ -350,7 +350,7 @@ def _own_model_file(params: dict[str, Any], precision: str, cache_dir: str, ctx:
 
 
 def _default_cache_dir() -> Any:
-    from sixdim.workloads.onnx_export import default_cache_dir
+    from sixdim.workloads.onnx.export import default_cache_dir
 
     return default_cache_dir()
 
@@ -360,13 +360,13 @@ def _default_sequence(params: dict[str, Any], own: bool) -> int:
     ResNet-50, which has none)."""
     if not own:
         return onnx_inputs.DEFAULT_SEQUENCE_LENGTH
-    from sixdim.workloads.onnx_export import default_sequence_length
+    from sixdim.workloads.onnx.export import default_sequence_length
 
     return default_sequence_length(params["model"], params["size"])
 
 
 def _own_vocabulary(params: dict[str, Any]) -> int:
-    from sixdim.workloads.models import SIZES
+    from sixdim.workloads.models.model import SIZES
 
     return int(SIZES[params["model"]][params["size"]].get("vocab", onnx_inputs.DEFAULT_VOCABULARY))
 

@@ -28,6 +28,7 @@ import yaml
 
 import sixdim
 from sixdim import cli, config
+from sixdim.config.schema import OPTIONS
 from sixdim.dashboards import command as dashboards_command
 from sixdim.monitoring import rules
 from sixdim.workloads import registry
@@ -49,7 +50,7 @@ KUBERNETES_VERSIONS = ("1.27", "1.37")
 AGENT_UID = 10001
 STATE_DIR = "/var/lib/sixdim"
 PORT = 9480
-OPTION_VARIABLES = {option.env for option in config.OPTIONS}
+OPTION_VARIABLES = {option.env for option in OPTIONS}
 WRITABLE_ENV = ("HOME", "XDG_CACHE_HOME", "TORCH_HOME", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TMPDIR")
 """Where torch, Triton, CUDA and Python write, each to be under a writable mount (the root is read-only)."""
 GPU_LABEL = "nvidia.com/gpu"

@@ -33,7 +33,7 @@ from sixdim.run.devices import DeviceError
 from sixdim.run.instance import InstanceError
 from sixdim.store.errors import HistoryError
 from sixdim.workloads import registry
-from sixdim.workloads.spec import ParamError, brief
+from sixdim.workloads.spec import ParamError, WorkloadSpec, brief
 
 """A command stopped by signal N exits with 128 + N, as a shell reports it: 130 for SIGINT, 143 for SIGTERM."""
 
@@ -527,6 +527,7 @@ def command_run(args: argparse.Namespace, config: Any) -> int:
     overrides.update(nodes)
     if nodes:
         args.workload = args.workload or ["linearity"]
+    entries: list[tuple[WorkloadSpec, dict[str, Any]]]
     if args.workload:
         entries = [(registry.get(name), {}) for name in args.workload]
     elif suite is not None:

@@ -574,7 +574,7 @@ def cpu_features(cpuinfo: str | None = None, environ: Mapping[str, str] | None =
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()

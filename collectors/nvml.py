@@ -155,7 +155,8 @@ class NvmlCollector:
         self._nv: Any = None  # pynvml, or a test's fake of it
         try:
             if module is None:
-                import pynvml as module
+                import pynvml
+                module = pynvml
             self._nv = module
             self._nv.nvmlInit()
             self._driver_version = _text(self._nv.nvmlSystemGetDriverVersion())

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sixdim.core import exits
-from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
+from sixdim.core.files import STANDARD_OUTPUT, write_outputs
 from sixdim.dashboards.uids import UIDS
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring.options import Options
@@ -119,29 +119,12 @@ def command_dashboards(args: argparse.Namespace) -> int:
         if folder.exists() and not folder.is_dir():
             print(f"sixdim: error: --out {args.out}: not a folder", file=sys.stderr)
             return exits.USAGE
-    # every target checked before any is written: a device node, FIFO or link among them is refused, not replaced
-    targets = [("--out", folder / name) for name in texts] if args.out else []
-    if args.configmap and args.configmap != STANDARD_OUTPUT:
-        targets.append(("--configmap", Path(args.configmap)))
-    for flag, path in targets:
-        kind = special_kind(path)
-        if kind is not None:
-            print(f"sixdim: error: cannot write {flag} {path}: {NotARegularFile(path, kind)}", file=sys.stderr)
-            return exits.USAGE
-    if args.out:
-        try:
-            for name, text in texts.items():
-                write_atomically(folder / name, text)
-        except OSError as exc:
-            print(f"sixdim: error: cannot write --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return exits.USAGE
-    if args.configmap == STANDARD_OUTPUT:
-        sys.stdout.write(configmap(options, texts))
-    elif args.configmap:
-        try:
-            write_atomically(args.configmap, configmap(options, texts))
-        except OSError as exc:
-            print(f"sixdim: error: cannot write --configmap {args.configmap}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            return exits.USAGE
+    targets: list[tuple[str, str | Path, str]] = [("--out", folder / name, text) for name, text in texts.items()
+                                                   ] if args.out else []
+    if args.configmap:
+        targets.append(("--configmap", args.configmap, configmap(options, texts)))
+    error = write_outputs(targets)
+    if error is not None:
+        print(f"sixdim: error: {error}", file=sys.stderr)
+        return exits.USAGE
     return exits.OK

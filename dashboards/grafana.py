@@ -364,7 +364,9 @@ class Variable:
     may_be_empty: str | None = None
 
     def template(self) -> G.Template:
-        return QueryVariable(
+        # mypy's attrs plugin knows only QueryVariable's own fields: the others are grafanalib's Template's,
+        # and grafanalib ships no types
+        return QueryVariable(  # type: ignore[call-arg]
             name=self.name, label=self.title, query=f"label_values({self.selector}, {self.label})",
             dataSource=DATASOURCE, includeAll=True, multi=True, allValue=ALL_VALUE, default=ALL,
             refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,

@@ -8,12 +8,17 @@ right cause comes first; the live verdicts and the exporter carry it to ``sixdim
 from __future__ import annotations
 
 import random
+import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sixdim.core import catalog
 from sixdim.core.conditions import CAUSE_NAMES, CAUSES, CONDITIONS
 from sixdim.verdicts.causes import NONE, describe, diagnose, pack, unpack
+
+if TYPE_CHECKING:
+    from sixdim.http.board import Board
 
 
 def healthy(rnd: random.Random | None = None) -> dict:
@@ -289,7 +294,7 @@ def test_the_daemons_verdicts_read_conditions_back_from_the_history_and_hold_non
         kept_all.add(record)
     restored = Verdicts()
     board = Board.from_history(history, restored)
-    assert board.wait_restored(30)
+    assert wait_restored(board, 30)
 
     def causes(verdicts):
         return {s.record.gpu: [(f.cause, f.evidence) for f in s.causes] for s in verdicts.snapshot()}
@@ -356,3 +361,11 @@ def test_a_history_that_cannot_be_read_now_leaves_the_last_diagnosis_and_the_ren
     verdicts._read = history.conditions_of
     [after] = verdicts.snapshot()  # read again, now that it can be
     assert after.causes[0].cause == "power_limit" and len(calls) == 2
+
+
+def wait_restored(board: Board, timeout: float) -> bool:
+    """Whether ``board`` finished its restore from the history within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not board.restored() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return board.restored()

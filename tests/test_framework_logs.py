@@ -232,6 +232,8 @@ def test_lightning_csvlogger_and_tensorboardlogger(tmp_path):
     """A real Lightning run (CPU, a linear model, ThroughputMonitor): its metrics.csv read after the
     command, then its TensorBoardLogger files replayed."""
     needs("lightning", "the test makes its files with a real Lightning run")
+    needs("tensorboard", "the run writes TensorBoardLogger files too, and they are read with it (the tensorboard "
+                         "extra)")
     record = run_command(tmp_path, argv=[sys.executable, script(tmp_path, "fit.py", LIGHTNING)], cwd=str(tmp_path),
                          log_files=["logs/csv"], target_accuracy=0.8)
     assert record.status == "ok", record.reason
@@ -245,7 +247,6 @@ def test_lightning_csvlogger_and_tensorboardlogger(tmp_path):
     # metrics.csv has no clock: the target is met, but no time to train is made up
     assert "time_to_train_seconds" not in record.figures and "no time for it" in record.details["target_note"]
 
-    needs("tensorboard", "TensorBoard event files are read with it (the tensorboard extra)")
     replay = run_command(tmp_path, log_files=[str(tmp_path / "logs" / "tb")], target_accuracy=0.8)
     assert replay.status == "ok", replay.reason
     assert quality(replay) == {("val_acc", HIGHER): float32(accuracies[-1]), ("val_loss", LOWER): float32(losses[-1])}

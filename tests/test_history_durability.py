@@ -10,6 +10,7 @@ system read-only while a file on it is open for writing ("mount point is busy").
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import time
@@ -175,9 +176,11 @@ def test_pruning_keeps_daily_medians_and_the_run_counts(tmp_path):
     result = history.prune(keep_seconds=90 * day, now=now)
     assert result.runs_removed == 5
     assert [r.figures["seconds"] for r in history] == [5.0]
-    daily = {row["driver"]: row for row in history.daily()}
-    assert daily["550.54.15"]["runs"] == 3 and daily["550.54.15"]["figures"]["seconds"] == 2.0
-    assert daily["999.1"]["figures"]["seconds"] == 9.0
+    with sqlite3.connect(tmp_path / "h.db") as db:  # the table as the file keeps it
+        daily = {driver: (runs, json.loads(figures))
+                 for driver, runs, figures in db.execute("SELECT driver, runs, figures FROM daily")}
+    assert daily["550.54.15"][0] == 3 and daily["550.54.15"][1]["seconds"] == 2.0
+    assert daily["999.1"][1]["seconds"] == 9.0
     assert dict((r.status, n) for r, n in Board.from_history(history).counts()) == before  # counters never go down
 
 

@@ -23,7 +23,6 @@ from sixdim.core.redact import (
     REDACTED,
     is_secret_name,
     redact_argv,
-    redact_env,
     redact_params,
     redact_shell,
     scrub,
@@ -115,6 +114,11 @@ def test_shell_line_without_secrets_is_unchanged():
 
 
 # ---------------------------------------------------------------------------- env, params, free text
+
+def redact_env(pairs: list[str]) -> list[str]:
+    """A command's ``env`` items as a run keeps them (the rules of :func:`redact_params` for ``env``)."""
+    return redact_params({"env": pairs})["env"]
+
 
 def test_redact_env():
     assert redact_env(["HF_TOKEN=abc", "RUN_NAME=x", "DB_PASSWORD=p=q", "NOEQUALS", "EMPTY_TOKEN="]) == \

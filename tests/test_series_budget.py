@@ -43,7 +43,7 @@ def _count(suites, gpus: int = series.DEFAULT_GPUS) -> series.SeriesCount:
 
 
 def test_the_default_configuration_on_an_8_gpu_h100_host_is_within_the_budget():
-    count = series.count_config(load(None, env={}))
+    count = _count(load(None, env={}).suites)
     assert count.total <= SERIES_BUDGET, count.parts
     # every part is there, and the quick suite's per-shape export is most of it
     assert all(count.parts[part] > 0 for part in count.parts), count.parts
@@ -94,6 +94,7 @@ def _h100s(count: int = 8) -> NvmlCollector:
                                               for i in range(count)]))
 
 
+@pytest.mark.slow  # counts the full preset's 100,000 cases three times over: about 5 s
 def test_check_config_prints_the_count_and_refuses_a_per_shape_full_suite_until_opted_in(tmp_path):
     lines = check(_gpu_config(tmp_path, NIGHTLY_SHAPES.replace('"shapes"', '"summary"')), _h100s())
     [line] = [line for line in lines if line.startswith("series:")]

@@ -1,4 +1,5 @@
-"""The static checks: layers that hold, types in the core and store, lint; and the package list.
+"""The static checks: layers that hold, types over the whole package (strict in core, store and verdicts),
+lint; and the package list.
 
 The layers and their rules are import-linter contracts in pyproject.toml, drawn in
 docs/ARCHITECTURE.md; tests/static_checks.py runs them over the package laid out as the wheel has it.
@@ -59,26 +60,53 @@ def test_every_folder_with_modules_is_a_listed_package():
 
 
 @pytest.mark.slow
-def test_the_core_and_store_layers_type_check_strictly():
+def test_the_whole_package_type_checks():
     result = static_checks.types()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout
 
 
-@pytest.mark.slow
-def test_mypy_would_catch_a_type_error_in_the_core(tmp_path, monkeypatch):
-    """The strict check can fail: a wrong return type in a laid-out copy of the core is reported."""
-    original = static_checks.lay_out
+def test_every_package_is_type_checked_and_core_store_verdicts_strictly():
+    """mypy checks all of sixdim, strict by default; the override that lifts the strict flags names only
+    existing packages, never core, store or verdicts, and the package list it leaves strict includes them."""
+    mypy = static_checks.tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["packages"] == ["sixdim"] and mypy["strict"] is True
+    lenient = next(o for o in mypy["overrides"] if o.get("disallow_untyped_defs") is False)
+    assert lenient["check_untyped_defs"] is True
+    packages = {name for name in static_checks.tomllib.loads((ROOT / "pyproject.toml").read_text())
+                ["tool"]["setuptools"]["packages"]}
+    top_modules = {f"sixdim.{path.stem}" for path in (ROOT / "agent").glob("*.py") if path.stem != "__init__"}
+    named = {m.removesuffix(".*") for m in lenient["module"]}  # "x.*": x and everything under it
+    assert named <= packages | top_modules, named - packages - top_modules
+    trees = {m.removesuffix(".*") for m in lenient["module"] if m.endswith(".*")}
+    strict = {p for p in packages if p not in named and not any(p.startswith(t + ".") for t in trees)}
+    assert {"sixdim.core", "sixdim.store", "sixdim.verdicts"} <= strict
+    assert top_modules <= named  # the top-level modules (cli, generate) are checked, leniently
 
-    def lay_out_with_a_bug(target):
+
+@pytest.mark.slow
+def test_mypy_would_catch_type_errors_strict_where_strict(tmp_path, monkeypatch):
+    """The check can fail, over the whole package: a wrong return type in the core and in a workload is
+    reported; a function without annotations is an error in verdicts (strict), not in a workload."""
+    original = static_checks.lay_out
+    wrong = "def answer() -> int:\n    return 'forty-two'\n"
+    untyped = "def double(x):\n    return 2 * x\n"
+
+    def lay_out_with_bugs(target):
         laid_out = original(target)
-        (laid_out / "sixdim" / "core" / "broken.py").write_text("def answer() -> int:\n    return 'forty-two'\n")
+        (laid_out / "sixdim" / "core" / "broken.py").write_text(wrong)
+        (laid_out / "sixdim" / "workloads" / "kernels" / "broken.py").write_text(wrong)
+        (laid_out / "sixdim" / "verdicts" / "untyped.py").write_text(untyped)
+        (laid_out / "sixdim" / "workloads" / "kernels" / "untyped.py").write_text(untyped)
         return laid_out
 
-    monkeypatch.setattr(static_checks, "lay_out", lay_out_with_a_bug)
+    monkeypatch.setattr(static_checks, "lay_out", lay_out_with_bugs)
     result = static_checks.types()
     assert result.returncode == 1
     assert "sixdim/core/broken.py:2: error: Incompatible return value type" in result.stdout
+    assert "sixdim/workloads/kernels/broken.py:2: error: Incompatible return value type" in result.stdout
+    assert "sixdim/verdicts/untyped.py:1: error: Function is missing a type annotation" in result.stdout
+    assert "workloads/kernels/untyped.py" not in result.stdout
 
 
 def test_ruff_finds_nothing():

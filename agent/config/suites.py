@@ -5,7 +5,7 @@ per-case timeout a run then uses (:func:`case_timeout`)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, overload
 
 from sixdim.config.schema import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -132,6 +132,10 @@ def preset_entries(preset: str) -> tuple[WorkloadEntry, ...]:
 
 
 
+@overload
+def _seconds(table: dict, key: str, source: str, where: str, default: float) -> float: ...
+@overload
+def _seconds(table: dict, key: str, source: str, where: str, default: None) -> float | None: ...
 def _seconds(table: dict, key: str, source: str, where: str, default: float | None) -> float | None:
     """A positive, finite number of seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`.  NaN is refused by name:
     it compares false with everything, so ``timeout_seconds = nan`` would silently mean no timeout.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -143,3 +145,26 @@ def write_atomically(path: str | Path, text: str, *, make_folder: bool = True, m
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_outputs(targets: Sequence[tuple[str, str | Path, str]]) -> str | None:
+    """Write each ``(flag, path, text)`` of a command's outputs: standard output for ``-``, else the file
+    replaced whole (:func:`write_atomically`).  Every file is checked before any is written, so a device
+    node, FIFO or link among them is refused and nothing replaced.  Returns the error to say (the flag and
+    the path, then why), or None; a closed standard output (``BrokenPipeError``) is raised, as for any print.
+    The one writer of ``sixdim rules`` and ``sixdim dashboards``."""
+    for flag, path, _ in targets:
+        kind = special_kind(path) if str(path) != STANDARD_OUTPUT else None
+        if kind is not None:
+            return f"cannot write {flag} {path}: {NotARegularFile(path, kind)}"
+    for flag, path, text in targets:
+        if str(path) == STANDARD_OUTPUT:
+            sys.stdout.write(text)
+            continue
+        try:
+            write_atomically(path, text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            return f"cannot write {flag} {path}: {exc.strerror or exc}"
+    return None

@@ -152,11 +152,6 @@ def redact_shell(line: str) -> str:
     return _shell(line)[0]
 
 
-def redact_env(pairs: Sequence[str]) -> list[str]:
-    """``KEY=VALUE`` items with the value of every secret ``KEY`` replaced by :data:`REDACTED`."""
-    return _env(pairs)[0]
-
-
 def redact_params(params: dict[str, Any]) -> dict[str, Any]:
     """A copy of a case's parameters fit to keep and show: ``argv`` (a shell line where ``shell`` is
     set), ``env`` and every other string under a secret name redacted.  Any workload's parameters
@@ -367,7 +362,8 @@ def _unquote(word: str) -> str:
 
 
 def _env(pairs: Sequence[str]) -> tuple[list[str], set[str]]:
-    """:func:`redact_env` and the values taken out; an item without ``=`` is kept as it is."""
+    """``KEY=VALUE`` items with the value of every secret ``KEY`` replaced by :data:`REDACTED`, and the values
+    taken out; an item without ``=`` is kept as it is."""
     redacted: list[str] = []
     found: set[str] = set()
     for pair in pairs:

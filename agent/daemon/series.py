@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from prometheus_client import ProcessCollector
 
 from sixdim.collectors.nvml import CLOCK_EVENT_REASONS, HEALTH_GAUGES
-from sixdim.config import Config, Suite
+from sixdim.config import Suite
 from sixdim.core import catalog
 from sixdim.run.devices import Device
 from sixdim.run.executor import CLOCK_FIGURES
@@ -182,8 +182,11 @@ def count_series(suites: Sequence[Suite], devices: Sequence[Sequence[Device]], g
 
     def peers(keys: Iterable[tuple]) -> int:
         """Series with a rate that at least one other GPU of the same model has too."""
-        groups = Counter((models[k[0]], *k[1:]) for k in keys if k[0] in models)
-        return sum(1 for k in keys if k[0] in models and groups[(models[k[0]], *k[1:])] >= 2)
+        def on_model(k: tuple) -> tuple:
+            return (models[k[0]], *k[1:])
+
+        groups = Counter(on_model(k) for k in keys if k[0] in models)
+        return sum(1 for k in keys if k[0] in models and groups[on_model(k)] >= 2)
 
     figures_of = {key: shown[key[:6]] for key in results}
     count = SeriesCount(cases=total_cases)
@@ -245,9 +248,3 @@ def suite_devices(suite: Suite, gpus: Sequence[Device]) -> list[Device]:
             found.setdefault(device.name, device)
     return list(found.values())
 
-
-def count_config(config: Config, gpus: int = DEFAULT_GPUS, model: str = DEFAULT_GPU_MODEL, **assumptions
-                 ) -> SeriesCount:
-    """The series ``config`` exports on a host of ``gpus`` GPUs of ``model`` (default: 8 H100s)."""
-    host = host_devices(gpus, model)
-    return count_series(config.suites, [suite_devices(s, host) for s in config.suites], host, **assumptions)

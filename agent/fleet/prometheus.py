@@ -167,7 +167,8 @@ class _NamedTlsConnection(http.client.HTTPSConnection):
         self._server_name = server_name
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), self.timeout, self.source_address)
+        # typeshed omits HTTPConnection.source_address, which its __init__ sets
+        sock = socket.create_connection((self.host, self.port), self.timeout, self.source_address)  # type: ignore[attr-defined]
         self.sock = self._context.wrap_socket(sock, server_hostname=self._server_name or self.host)  # type: ignore[attr-defined]
 
 

@@ -154,15 +154,6 @@ class Board:
         """Whether the board and the regression verdicts cover the history read at start."""
         return not self._restoring and (self.verdicts is None or self.verdicts.restored.is_set())
 
-    def wait_restored(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`restored` (tests, tools); returns whether it is."""
-        thread = self._restore_thread
-        if thread is not None and thread.ident is not None:
-            thread.join(timeout)
-        if self.verdicts is not None:
-            self.verdicts.restored.wait(timeout)
-        return self.restored()
-
     def _restore(self, history: History) -> None:
         started = time.perf_counter()
         try:

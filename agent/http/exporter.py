@@ -236,7 +236,7 @@ class SixdimCollector(PromCollector):
                 value = float(summary.shapes) if metric.figure == "shapes" else summary.figures.get(metric.figure or "")
                 if value is not None:
                     yield Sample(metric, labels, value)
-        per_shape = [(r, r.figures, r.result_labels(), frozenset()) for r in shown]
+        per_shape = [(r, r.figures, r.result_labels(), frozenset[str]()) for r in shown]
         yield from _peer_ratios(catalog.PEER_RATIO, per_shape)
         if self._board.verdicts is not None:
             yield from _peer_causes(self._board.verdicts, per_shape)
@@ -387,7 +387,7 @@ class SixdimCollector(PromCollector):
             yield metric, f"{name}{text} {floatToGoString(sample.value)}\n"
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, Metric] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for sample in self._samples():
             metric = sample.metric
             family = families.get(metric.name)

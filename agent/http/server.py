@@ -67,7 +67,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -269,6 +269,9 @@ class _ServerHandler(ServerHandler):
     """wsgiref's handler, quiet: a client that hung up (a reset, a broken pipe, a TLS EOF, a timeout)
     is one line now and then, not a traceback on stderr; an error of the app is one line too."""
 
+    environ: dict[str, Any]  # wsgiref's BaseHandler sets both as it runs; typeshed does not declare them
+    headers_sent: bool
+
     def handle_error(self) -> None:
         exc = sys.exc_info()[1]
         address = self.request_handler.client_address  # type: ignore[attr-defined]
@@ -311,7 +314,9 @@ class _QuietHandler(WSGIRequestHandler):
             return
         if not self.parse_request():  # an error code has been sent
             return
-        handler = _ServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        # wsgiref only writes to and flushes its stdout; typeshed asks for a whole IO[bytes]
+        handler = _ServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(),  # type: ignore[arg-type]
+                                 multithread=False)
         handler.request_handler = self  # type: ignore[attr-defined]
         handler.run(self.server.get_app())  # type: ignore[attr-defined]
 
@@ -712,7 +717,8 @@ class _PooledServer(WSGIServer):
                 time.sleep(0.05)
             raise
 
-    def process_request(self, request: socket.socket, client_address: object) -> None:
+    # a TCP server's requests are sockets; typeshed's BaseServer also allows a UDP server's (bytes, socket)
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         # one configuration per connection, whatever a reload does meanwhile
         if not self._room.add(request, client_address, self.tls, self.web):
             self._count_refusal(f"connections arriving faster than they are taken in ({self._room.arriving})")
@@ -833,8 +839,8 @@ class HttpServer:
         """``open_files_limit``: the process's soft RLIMIT_NOFILE, from which :attr:`cap` is computed with
         the descriptors open once the server has its own and ``reserve`` (None: the defaults, whatever the
         limit)."""
-        server_class = _PooledServer6 if ":" in host else _PooledServer
-        server_class = type(server_class.__name__, (server_class,), {"read_timeout": read_timeout})
+        pooled = _PooledServer6 if ":" in host else _PooledServer
+        server_class = cast("type[_PooledServer]", type(pooled.__name__, (pooled,), {"read_timeout": read_timeout}))
         handler = type("_Handler", (_QuietHandler,), {"timeout": read_timeout})
         self._server = make_server(host, port, protect(app, lambda: self._server.web), server_class=server_class,
                                    handler_class=handler)

@@ -240,10 +240,6 @@ class BasicAuth:
         """Whether ``password`` is ``user``'s, waiting for a bcrypt slot if need be."""
         return self._verify(user, password, "", wait=True) == OK
 
-    def check_header(self, authorization: str | None) -> bool:
-        """An ``Authorization: Basic ...`` header value (None when absent), waiting for a bcrypt slot."""
-        return self.verify(authorization, wait=True) == OK
-
     def verify(self, authorization: str | None, client: str = "", *, wait: bool = False) -> str:
         """:data:`OK`, :data:`DENIED` or (without ``wait``) :data:`BUSY` for an ``Authorization``
         header value (None when absent) from the address ``client``."""
@@ -630,8 +626,9 @@ def _headers(value: Any, path: str) -> tuple[tuple[str, str], ...]:
             # a line break would split the response; a character outside Latin-1 fails every response
             # (wsgiref encodes headers as ISO-8859-1); control characters have no place in a header
             raise _error(path, f"{key}.{name}", "one line of printable ASCII text", text)
-        if HEADERS[name] is not None and text not in HEADERS[name]:  # blank too, as exporter-toolkit
-            raise _error(path, f"{key}.{name}", "one of " + ", ".join(HEADERS[name]), text)
+        allowed = HEADERS[name]
+        if allowed is not None and text not in allowed:  # blank too, as exporter-toolkit
+            raise _error(path, f"{key}.{name}", "one of " + ", ".join(allowed), text)
         if not text:
             continue  # "unset if blank"
         headers.append((name, text))

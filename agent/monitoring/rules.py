@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from sixdim.core import exits
-from sixdim.core.files import STANDARD_OUTPUT, NotARegularFile, special_kind, write_atomically
+from sixdim.core.files import STANDARD_OUTPUT, write_outputs
 from sixdim.monitoring import options as monitoring_options
 from sixdim.monitoring.options import Options
 
@@ -127,23 +127,9 @@ def command_rules(args: argparse.Namespace) -> int:
         print("sixdim: error: --out - and --prometheus-rule -: only one of them can go to standard output",
               file=sys.stderr)
         return exits.USAGE
-    targets = (("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text))
-    for flag, path, _ in targets:  # both checked before either is written
-        kind = special_kind(path) if path and path != STANDARD_OUTPUT else None
-        if kind is not None:
-            print(f"sixdim: error: cannot write {flag} {path}: {NotARegularFile(path, kind)}", file=sys.stderr)
-            return exits.USAGE
-    for flag, path, content in targets:
-        if not path:
-            continue
-        try:
-            if path == STANDARD_OUTPUT:
-                sys.stdout.write(content)
-            else:
-                write_atomically(path, content)
-        except OSError as exc:
-            if isinstance(exc, BrokenPipeError):
-                raise
-            print(f"sixdim: error: cannot write {flag} {path}: {exc.strerror or exc}", file=sys.stderr)
-            return exits.USAGE
+    error = write_outputs([(flag, path, content) for flag, path, content in (
+        ("--out", args.out, text), ("--prometheus-rule", args.prometheus_rule, crd_text)) if path])
+    if error is not None:
+        print(f"sixdim: error: {error}", file=sys.stderr)
+        return exits.USAGE
     return exits.OK

@@ -237,7 +237,8 @@ def headline(run: Iterable[RunRow], stopped: dict[str, Any] | None = None) -> di
           if row.status == "ok" and isinstance(figures := json.loads(row.figures), dict)]
     for figure in SPEED_FIGURES:
         values = [(row.precision, float(v)) for row, figures in ok
-                  if type(v := figures.get(figure)) in (int, float) and math.isfinite(v) and v > 0]
+                  if isinstance(v := figures.get(figure), (int, float)) and not isinstance(v, bool)  # (JSON's)
+                  and math.isfinite(v) and v > 0]
         if values:
             break
     else:

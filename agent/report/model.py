@@ -7,7 +7,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sixdim.core.catalog import RESTATING, SPEED_FIGURES
 from sixdim.core.results import SeriesKey
@@ -63,7 +63,7 @@ class Report:
         self.dash = {d: DASHES[(i // len(PALETTE)) % len(DASHES)] for i, d in enumerate(self.devices)}
         self.labels = self._device_labels()
         self.speed = {key: self._speed_figure(key) for key in data.series}
-        self.groups: dict[tuple[str, str, str, str], list[tuple[str, ...]]] = {}
+        self.groups: dict[tuple[str, str, str, str], list[SeriesKey]] = {}
         for key in sorted(data.series, key=lambda k: (k.workload, k.precision, k.mode, k.kernel_pass,
                                                       gpu_order(k.device), k.shape)):
             self.groups.setdefault(data.series[key].group, []).append(key)
@@ -326,14 +326,15 @@ class Report:
                                 ("memory_bytes", "max"), ("accuracy", "min"), ("linearity_ratio", "min"),
                                 ("stability_ratio", "min")):
                 found = of(figure) if figure else []
+                shown = figure or "speed"  # (no speed figure: nothing found)
                 if not found or (how == "geo" and len(found) != len(members)):
-                    values[figure or "speed"] = None  # a mean over some of the shapes would pass for all
+                    values[shown] = None  # a mean over some of the shapes would pass for all
                 elif how == "geo":
-                    values[figure] = geometric_mean(found)
+                    values[shown] = geometric_mean(found)
                 elif how == "mean":
-                    values[figure] = sum(found) / len(found)
+                    values[shown] = sum(found) / len(found)
                 else:
-                    values[figure] = max(found) if how == "max" else min(found)
+                    values[shown] = max(found) if how == "max" else min(found)
             counts = of("linearity_count")
             rows.append({"device": device, "group": group, "suite": suite if len(suites) > 1 else "",
                          "shapes": len(members), "speed_figure": speed, "values": values,
@@ -414,7 +415,7 @@ class Report:
         for row in rows:
             live.add(record_of(row))
         snapshot = live.snapshot()
-        explain = {tuple(sv.record.key()) for sv in snapshot
+        explain = {sv.record.key() for sv in snapshot
                    if any(v.state in (rg.REGRESSION, rg.SUSPICIOUS) for v in sv.verdicts.values())
                    or any(c.state == rg.REGRESSION for c in sv.changes.values())}
         self._read_conditions(row.id for key in explain for row in self.data.series[key].recent)
@@ -447,7 +448,7 @@ class Report:
 
         if change.state != self.rg.REGRESSION or change.at is None:
             return []
-        rows = [row for row in self.data.series[tuple(key)].recent if row.status == "ok"]
+        rows = [row for row in self.data.series[cast(SeriesKey, tuple(key))].recent if row.status == "ok"]
         self._read_conditions(row.id for row in rows)
         before = [c for row in rows if row.started_at < change.at and recorded(c := self.conditions.get(row.id))]
         after = [c for row in rows if row.started_at >= change.at and recorded(c := self.conditions.get(row.id))]
@@ -467,7 +468,8 @@ class Report:
         from sixdim.report.regressions import OkRuns, analyse
         from sixdim.verdicts.detector import WATCHED
 
-        with_rate, without = {}, {}
+        with_rate: dict[tuple[str, ...], Any] = {}
+        without: dict[tuple[str, ...], Any] = {}
         for key, s in self.data.series.items():
             if s.cp.rows:  # a series with no ok run has nothing to analyse
                 (with_rate if self.has_rate(key) else without)[key] = s.cp

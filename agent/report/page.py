@@ -294,7 +294,7 @@ class Page:
         gpus = ", ".join(f"{n} \u00d7 {m or 'unknown model'}" for m, n in models.most_common())
         cpus = [d for d in r.devices if d[1] != "cuda"]
         span, days = "\u2014", 0.0
-        if data.first is not None and data.last >= r.cutoff:
+        if data.first is not None and data.last is not None and data.last >= r.cutoff:
             shown_first = max(data.first, r.cutoff)
             days = (data.last - shown_first) / 86400.0
             span = f"{utc(shown_first)} \u2192 {utc(data.last)} UTC"
@@ -353,7 +353,7 @@ class Page:
                       version_head=[("Component", False), ("Versions", False), ("ok runs", True),
                                     ("New version from (UTC)", False)])
 
-    def _latest_versions(self, keys: list[tuple[str, ...]]) -> dict[str, str]:
+    def _latest_versions(self, keys: Sequence[SeriesKey]) -> dict[str, str]:
         best, vid = -math.inf, None
         for key in keys:
             for at, v in self.r.data.series[key].version_runs:
@@ -469,6 +469,7 @@ class Page:
         """One trend chart: its number, title, note and markup, for the ``trends`` template."""
         r = self.r
         speed = r.group_speed(group)
+        assert speed is not None  # :meth:`trends` charts only the groups with a speed figure
         lines, width, shapes = r.trend(group, speed)
         figures = [(speed, lines)]
         for extra in ("power_watts", "memory_bytes"):
@@ -478,7 +479,8 @@ class Page:
         marks = r.marks({line["device"] for line in lines})
         levels = min(len(marks), 3)
         headroom = 0.11 * levels  # the top of the plot is the marks' labels', not the data's
-        traces, views = [], []
+        traces: list[dict[str, Any]] = []
+        views: list[dict[str, Any]] = []
         for number, (figure, found) in enumerate(figures):
             unit, kind = unit_of(figure, group[1])
             scale = 1.0 / 2 ** 30 if kind == "binary" else 1.0
@@ -574,7 +576,7 @@ class Page:
             single = ", ".join(f"{COMPONENTS[c]} {items[0][0]}" for c, items in seen.items() if len(items) == 1)
             return render("versions", compared=False, single=single)
         groups = sorted({g for t in comparison for g in t["cells"]}, key=lambda g: r.group_labels[g])
-        traces = []
+        traces: list[dict[str, Any]] = []
         for n, t in enumerate(comparison):
             x, y, text, colours, hover = [], [], [], [], []
             for group in groups:

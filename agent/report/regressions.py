@@ -36,11 +36,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeGuard
 
 from sixdim.config import add_insecure_permissions_flag, add_option_flags, load
 from sixdim.core import exits, text
 from sixdim.core.catalog import WATCHED
+from sixdim.core.conditions import VERSION_KEYS
 from sixdim.core.durations import EXAMPLES, duration_argument
 from sixdim.core.results import SeriesKey
 from sixdim.report import incidents
@@ -241,7 +242,8 @@ def figure_table(values: Sequence[str | None], raw: Sequence[str | None], figure
         if whole is not None:
             parsed = json.loads(whole)
             if isinstance(parsed, dict):
-                out[i] = [float(v) if type(v := parsed.get(name)) in (float, int) else math.nan for name in figures]
+                out[i] = [float(v) if isinstance(v := parsed.get(name), (float, int)) and not isinstance(v, bool)
+                          else math.nan for name in figures]
     return out
 
 
@@ -281,7 +283,7 @@ class VersionSets:
     def id(self, environment: str, workload: str) -> int:
         vid = self._seen.get((environment, workload))
         if vid is None:
-            from sixdim.verdicts.detector import VERSION_KEYS, versions
+            from sixdim.verdicts.detector import versions
 
             held = versions(_Run(json.loads(environment), workload))
             values = held or dict.fromkeys(VERSION_KEYS, "")
@@ -464,8 +466,6 @@ def _head(s: Series, figure: str, kind: str, before: float, after: float, ratio:
 
 
 def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, str], at: float) -> dict[str, Any]:
-    from sixdim.verdicts import detector as rg
-
     return {
         **_head(s, figure, SHIFT, cp.median_before, cp.median_after, cp.ratio),
         "p_value": cp.p_value,
@@ -474,7 +474,7 @@ def _shift(s: Series, figure: str, cp: Any, old: dict[str, str], new: dict[str, 
         "median_before": cp.median_before, "median_after": cp.median_after,
         "runs_before": cp.runs_before, "runs_after": cp.runs_after,
         "versions_before": dict(old), "versions_after": dict(new),
-        "version_changed": [k for k in rg.VERSION_KEYS if old.get(k) != new.get(k)],
+        "version_changed": [k for k in VERSION_KEYS if old.get(k) != new.get(k)],
     }
 
 
@@ -505,11 +505,11 @@ def _series_key(shift: Mapping[str, Any]) -> tuple[str, ...]:
             shift["precision"], shift["shape"], shift["mode"], shift["pass"])
 
 
-def recorded(conditions: dict[str, Any] | None) -> bool:
+def recorded(conditions: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     """Whether a run recorded any condition (not only the reasons some could not be read)."""
     from sixdim.core.conditions import UNAVAILABLE
 
-    return bool(conditions) and any(name != UNAVAILABLE for name in conditions)
+    return conditions is not None and any(name != UNAVAILABLE for name in conditions)
 
 
 def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Series], path: str,
@@ -549,6 +549,7 @@ def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Se
             order = np.lexsort((times[:, 1], times[:, 0]))
             ordered[key] = (times[order, 0].tolist(), run_ids[order].tolist())
         starts, ids = ordered[key]
+        changed: tuple[tuple[str, tuple[str, str]], ...]
         if shift["kind"] == "drift":
             inside = ids[bisect_left(starts, shift["at"]):bisect_right(starts, shift["until"])]
             n = min(runs, len(inside) // 2)
@@ -571,9 +572,9 @@ def add_causes(shifts: list[dict[str, Any]], series: Mapping[tuple[str, ...], Se
             shift["causes"] = []
             continue
         if side not in done:  # a shift shows in several figures: one diagnosis
-            before = [c for run in side[0] if recorded(c := conditions.get(run))]
-            after = [c for run in side[1] if recorded(c := conditions.get(run))]
-            findings = diagnose(before, after, dict(side[2]) or None) if before and after else []
+            read_before = [c for run in side[0] if recorded(c := conditions.get(run))]
+            read_after = [c for run in side[1] if recorded(c := conditions.get(run))]
+            findings = diagnose(read_before, read_after, dict(side[2]) or None) if read_before and read_after else []
             done[side] = [f.to_dict() for f in findings[:CAUSES_LISTED]]
         shift["causes"] = [dict(c) for c in done[side]]
 

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from sixdim.collectors.host import cpu_model_name
 from sixdim.collectors.nvml import NvmlCollector
@@ -186,7 +187,7 @@ class DeviceLocks:
                         break
                 try:
                     filed = self.files is not None and self.files.acquire(
-                        device, stop, None if on_wait is None else (lambda who, d=device: on_wait(d, who)),
+                        device, stop, None if on_wait is None else partial(on_wait, device),
                         wait=self.wait, what=what)
                 except BaseException:
                     lock.release()

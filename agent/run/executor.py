@@ -81,7 +81,7 @@ from sixdim.run.telemetry import (
 )
 from sixdim.store.history import History
 from sixdim.workloads import registry
-from sixdim.workloads.spec import Case, WorkloadSpec
+from sixdim.workloads.spec import Case, DeviceType, WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +427,7 @@ class Executor:
     def __init__(self, *, hostname: str, history: History, nvml: NvmlCollector,
                  rapl: RaplReader | None, sample_hz: float = 10.0, guard: GuardSettings | None = None,
                  state_dir: str | None = None, command: str = "sixdim", wait_for_devices: bool = True,
-                 on_recorded: Callable[[History], None] | None = None):
+                 on_recorded: Callable[[History], object] | None = None):
         """``on_recorded(history)`` is called after each batch of records is in the history (or queued
         for it): the daemon's board catches up there, so a result is on ``/metrics`` at the next
         refresh.  It is a callback, not the board itself, because running sits below exposing.
@@ -545,7 +545,7 @@ class Executor:
         Returns the records of the cases that ended, in order.  ``only``: run just the cases it accepts
         (a confirmation run: one case of a suite, :mod:`sixdim.run.confirm`).
         """
-        device_type = "cuda" if device.type == "cuda" else "cpu"
+        device_type: DeviceType = "cuda" if device.type == "cuda" else "cpu"
         planned: list[tuple[WorkloadSpec, Case]] = []
         for spec, overrides in items:
             if spec.scope == "host" and device.type == "cuda" and device.index != min(g.index for g in self.nvml.gpus):
@@ -930,6 +930,7 @@ class Executor:
         environment = dict(worker)
         environment.update(sixdim=__version__, device_model=device.model_name)
         if device.type == "cuda":
+            assert device.index is not None  # every CUDA device has its index
             environment.update(driver=self.nvml.driver_version, cuda_driver=self.nvml.cuda_driver_version,
                                vbios=self.nvml.gpu(device.index).vbios_version)
         else:  # what a CPU figure ran on: its model and instruction sets (bf16 is native only with some)

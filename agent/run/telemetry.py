@@ -186,6 +186,8 @@ class Sampler:
         self._probe = probe
         self._cpu = cpu
         self._period = 1.0 / hz
+        self._next_time = float("inf")
+        """When the thread takes its next read (monotonic): no sample can come before it."""
         self._samples: list[TelemetrySample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="telemetry-sampler")
@@ -207,24 +209,27 @@ class Sampler:
             self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _loop(self) -> None:
-        next_time = time.monotonic() + self._period  # start() took the first read
-        while not self._stop.wait(max(0.0, next_time - time.monotonic())):
+        while not self._stop.wait(max(0.0, self._next_time - time.monotonic())):
             self._take()
-            next_time += self._period
+            self._next_time += self._period
 
     def start(self) -> Sampler:
         """Take the first read now, before the caller goes on, then one every period on a thread: whatever the
         caller starts next (a worker, its first case) begins after a reading, so the counter brackets it."""
         self._take()
+        self._next_time = time.monotonic() + self._period
         self._thread.start()
         return self
 
     def samples_after(self, moment: float, most: float | None = None) -> list[TelemetrySample]:
         """The samples so far, once one was taken after ``moment`` (monotonic) so that a window ending then is
         bracketed, as :meth:`stop`'s last sample brackets the last one; waits at most two sample periods, and
-        at most ``most`` seconds where given."""
+        at most ``most`` seconds where given, and not at all where the next read is due after that (a sampler
+        slower than the wait: sleeping would only delay the caller)."""
         wait = 2 * self._period + 0.05
         deadline = time.monotonic() + (wait if most is None else min(wait, most))
+        if self._next_time > deadline and not (self._samples and self._samples[-1].time > moment):
+            return list(self._samples)
         while not (self._samples and self._samples[-1].time > moment) and time.monotonic() < deadline \
                 and self._thread.is_alive():
             time.sleep(min(0.01, self._period))
@@ -426,9 +431,9 @@ def window_conditions(samples: list[TelemetrySample], start: float, end: float) 
     # the two readings that bracket the span most closely (a span shorter than the sample period is
     # measured over the period around it): the last at or before its start, the first at or after its end
     cpu = [s for s in samples if s.host_busy_seconds is not None and s.own_cpu_seconds is not None]
-    a = ([s for s in cpu if s.time <= start] or cpu[:1] or [None])[-1]
+    a = ([s for s in cpu if s.time <= start] or cpu[:1])[-1] if cpu else None
     later = [s for s in cpu if a is not None and s.time > a.time]
-    b = ([s for s in later if s.time >= end] or later[-1:] or [None])[0]
+    b = ([s for s in later if s.time >= end] or later[-1:])[0] if later else None
     if a is not None and b is not None:
         capacity = (b.time - a.time) * (psutil.cpu_count() or 1)
         other = ((b.host_busy_seconds or 0.0) - (a.host_busy_seconds or 0.0)
@@ -461,7 +466,7 @@ def _stall_share(samples: list[TelemetrySample], name: str, start: float, end: f
         return None, why or "no pressure stall reading around the span"
     a = ([s for s in read if s.time <= start] or read[:1])[-1]
     later = [s for s in read if s.time > a.time]
-    b = ([s for s in later if s.time >= end] or later[-1:] or [None])[0]
+    b = ([s for s in later if s.time >= end] or later[-1:])[0] if later else None
     if b is None or a.stall_seconds is None or b.stall_seconds is None:
         return None, "the pressure stall counter was not read on both sides of the span"
     if cgroup and a.stall_cgroup != b.stall_cgroup:

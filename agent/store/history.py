@@ -609,12 +609,6 @@ class History:
             rows = self._db.execute("SELECT * FROM incidents ORDER BY started_at, id").fetchall()
         return [{**dict(row), "causes": json.loads(row["causes"])} for row in rows]
 
-    def daily(self) -> list[dict[str, Any]]:
-        """The kept daily medians of pruned runs, oldest first."""
-        with as_store_error(), self._lock:
-            rows = self._db.execute("SELECT * FROM daily ORDER BY day").fetchall()
-        return [{**dict(row), "figures": json.loads(row["figures"])} for row in rows]
-
     def _recent_ids(self, runs: int, upto_id: int | None) -> list[int]:
         """The row ids of the last ``runs`` runs of every series (up to ``upto_id``), oldest first: one
         window-function query."""

@@ -19,7 +19,7 @@ import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from sixdim.core.conditions import CAUSE_BY_NAME, CONDITIONS
 
@@ -320,7 +320,7 @@ _TEXT: frozenset[str] = frozenset(c.name for c in CONDITIONS if c.unit == "text"
 _TEXTS: list[str] = []
 """Every text condition value seen (a few governor names), so a packed run holds its index."""
 _TEXT_INDEX: dict[str, int] = {}
-Packed = array  # type: ignore[type-arg]
+Packed: TypeAlias = "array[float]"  # a string: array is subscriptable at run time only from Python 3.12
 
 
 def _code(text: str) -> float:

@@ -753,16 +753,6 @@ def _likeliest_step(values: np.ndarray, m: int) -> int:
 
 # --- the whole -----------------------------------------------------------------------------------
 
-def find_change_points(values: Sequence[float], *, breaks: Iterable[int] = (),
-                       max_pvalue: float = DEFAULT_MAX_PVALUE, min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
-                       min_segment: int = DEFAULT_MIN_SEGMENT, window: int = DEFAULT_WINDOW,
-                       first_pass_factor: float = FIRST_PASS_FACTOR) -> list[ChangePoint]:
-    """The change points of ``values`` (time order, finite), oldest first: :func:`find_changes`
-    without the drifts."""
-    return find_changes(values, breaks=breaks, max_pvalue=max_pvalue, min_magnitude=min_magnitude,
-                        min_segment=min_segment, window=window, first_pass_factor=first_pass_factor).points
-
-
 def find_changes(values: Sequence[float], *, breaks: Iterable[int] = (),
                  max_pvalue: float = DEFAULT_MAX_PVALUE, min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
                  min_segment: int = DEFAULT_MIN_SEGMENT, window: int = DEFAULT_WINDOW,

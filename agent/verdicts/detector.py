@@ -648,7 +648,7 @@ class SeriesTracker:
         self.line = drift
         if drift is not None:
             self.drifted = 1 if drift[0] > 0 else -1
-        values = self.values
+        values: Sequence[float] = self.values
         if drift is not None:
             slope, intercept = drift
             now = self.times[-1]

@@ -32,11 +32,11 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from sixdim.core.conditions import SETTING_KEYS
+from sixdim.core.conditions import SETTING_KEYS, VERSION_KEYS
 from sixdim.core.results import SERIES_FIELDS, RunRecord, lean, shared
 from sixdim.verdicts import detector as regression
 from sixdim.verdicts.causes import NONE, Finding, diagnose, pack, unpack
@@ -346,14 +346,14 @@ class SeriesWatch:
             value = float(record.figures[figure])
             if not math.isfinite(value):
                 continue
-            tracker = self.trackers.get(figure)
-            if tracker is None:
-                tracker = self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
+            if figure not in self.trackers:
+                self.trackers[figure] = SeriesTracker(figure, self.settings, record.workload)
+            tracker = self.trackers[figure]
             tracker.update(value, at=record.started_at)
             self._after(figure, value, record)
 
     def _version_change(self, old: dict[str, str], new: dict[str, str], at: float) -> None:
-        changes = {k: (old[k], new[k]) for k in regression.VERSION_KEYS if old[k] != new[k]}
+        changes = {k: (old[k], new[k]) for k in VERSION_KEYS if old[k] != new[k]}
         runs = list(zip(self.condition_times, self.condition_runs, strict=True))
         s = self.settings
         # the "before" side: each figure's last runs of the segment that ends here (the trackers keep them)
@@ -622,7 +622,7 @@ class Verdicts:
         with self._lock:
             return _states(self._series.get(key))
 
-    def peer_causes(self, key: tuple[str, ...], peers: list[tuple[str, ...]]) -> list[Finding]:
+    def peer_causes(self, key: tuple[str, ...], peers: Sequence[tuple[str, ...]]) -> list[Finding]:
         """The likely causes of a series being slower than the same result on its peer GPUs: its last
         ``slow_runs`` runs' conditions against theirs (the evidence's "A → B" reads "its peers' A, its
         own B"); [] where it or they have no recorded conditions."""
@@ -649,9 +649,9 @@ class Verdicts:
         read leaves the verdicts to form from new runs."""
         started = time.perf_counter()
         count = 0
-        by_id = isinstance(history, ConditionsSource)
         with self._lock:
-            if by_id and not self._series:  # (a watch made before keeps its conditions in memory)
+            # (a watch made before keeps its conditions in memory)
+            if isinstance(history, ConditionsSource) and not self._series:
                 self._read = history.conditions_of
         try:
             if self._read is not None and isinstance(history, ConditionsSource):  # conditions read back by id

@@ -162,13 +162,13 @@ def _setup(params: dict[str, Any], device: torch.device):
     b = _operand(k, n, op[1] == "T", generator, dtype)
     d = torch.empty(m, n, device=device, dtype=dtype)
 
-    def kernel() -> None:
+    def mm_kernel() -> None:
         torch.mm(a, b, out=d)
 
-    def sample() -> tuple[torch.Tensor, torch.Tensor]:
+    def mm_sample() -> tuple[torch.Tensor, torch.Tensor]:
         return d[rows][:, cols], _host(a[rows]) @ _host(b[:, cols])
 
-    return kernel, sample, dtype.itemsize * (m * k + k * n + m * n), (m, n, k)
+    return mm_kernel, mm_sample, dtype.itemsize * (m * k + k * n + m * n), (m, n, k)
 
 
 def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:

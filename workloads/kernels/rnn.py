@@ -58,7 +58,7 @@ Imports torch: the worker process only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -128,6 +128,13 @@ def recurrence(cell: str, xw: torch.Tensor, u: torch.Tensor, branches: torch.Ten
     return torch.stack(states)
 
 
+class _Placement(TypedDict):
+    """Where and in what type every buffer of a run lives: the input's, passed to each allocation."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+
 class Recurrence:
     """One layer's recurrence over fixed inputs, with every buffer allocated up front.
 
@@ -146,7 +153,7 @@ class Recurrence:
         self.cell, self.xw, self.u, self.training = cell, xw.detach(), u.detach(), training
         self.steps, self.batch, self.hidden = steps, batch, hidden
         saved = steps if training else 1
-        new = dict(device=xw.device, dtype=xw.dtype)
+        new: _Placement = {"device": xw.device, "dtype": xw.dtype}
         self.h = torch.zeros(steps + 1, batch, hidden, **new)
         """h[0] is the initial state (zero, never written); h[t + 1] the state after step t."""
         self.c = torch.zeros(steps + 1, batch, hidden, **new) if cell == "lstm" else None

@@ -226,6 +226,7 @@ def _run_command(params: dict[str, Any], ctx: RunContext, parsers: list[Parser],
     process = subprocess.Popen(command, shell=params["shell"], cwd=params["cwd"] or None,
                                env=_environment(params["env"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
+    assert process.stdout is not None  # stdout=PIPE
     for line in bounded_lines(stream_chunks(process.stdout), MAX_LINE_BYTES):
         lines += 1
         tail.append(line)

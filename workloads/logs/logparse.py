@@ -49,7 +49,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from sixdim.workloads.logs import mlperf_targets
 
@@ -286,9 +286,6 @@ class MlperfRun:
         if self.stopped:
             return self.end
         return None if self.result_at is None or self.begin is None else self.begin + self.result_at
-
-    def finished_ok(self) -> bool:
-        return self.ended and self.status in (None, "success")
 
 
 @dataclass
@@ -684,7 +681,7 @@ def _odd_run_stop(log: TrainingLog, stamp: Any) -> None:
             run.odd_stop_times.append(shown)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -826,6 +823,7 @@ def _run_stop(log: TrainingLog, seconds: float | None, metadata: dict[str, Any])
     that run's end: the same one again is ignored, a different one is noted; the first stands."""
     status = metadata.get("status")
     status = status if isinstance(status, str) or status is None else str(status)
+    run: MlperfRun | None
     if log.runs and log.runs[-1].stopped:
         run = log.runs[-1]
         if (seconds, status) != (run.end, run.status):
@@ -944,9 +942,8 @@ def _evaluation(log: TrainingLog, value: Any, seconds: float | None, metadata: d
         number = reading(log, _numeric(raw), "MLPerf eval_accuracy" + (f" {name}" if name else ""))
         if number is None:
             continue
-        key = (name, position, number, json.dumps(step, default=str) if step is not None else seconds)
-        if step is None and seconds is None:
-            key = None
+        key = ((name, position, number, json.dumps(step, default=str) if step is not None else seconds)
+               if step is not None or seconds is not None else None)
         if key is not None and key in run.seen:
             continue
         if key is not None:

@@ -58,7 +58,8 @@ class NvmlEnergy:
         self.available, self.reason = False, ""
         try:
             if module is None:
-                import pynvml as module
+                import pynvml
+                module = pynvml
             self._nv = module
             self._nv.nvmlInit()
             mig = [u for u in uuids if u.startswith("MIG-")]

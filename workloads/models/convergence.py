@@ -129,7 +129,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     converged = [r["accuracies"][-1] for r in runs]
     speeds = [deepspark_mean(r["throughputs"][1:]) if len(r["throughputs"]) > 3 else statistics.fmean(r["throughputs"])
               for r in runs]
-    details = {"runs": [{k: v for k, v in r.items() if k != "epoch_end_unix"} for r in runs],
+    details: dict[str, Any] = {"runs": [{k: v for k, v in r.items() if k != "epoch_end_unix"} for r in runs],
                "dataset": "scikit-learn digits (1797 samples, 80/20 split, seed 1234)",
                "ai_rank_log": ai_rank_log(runs[0], begin_unix, params["target_accuracy"])}
     figures = {"accuracy": statistics.median(converged), "samples_per_second": statistics.median(speeds),

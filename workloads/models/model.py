@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -173,7 +174,7 @@ def build(name: str, size: str, device: torch.device, batch: int, generator: tor
             model: nn.Module = torchvision.models.resnet50(num_classes=s["classes"])
         except ImportError:
             model = ResNet50(s["classes"], s["base_width"])
-        inputs = (on(torch.randn(batch, 3, s["image"], s["image"], generator=generator)),
+        inputs: tuple[torch.Tensor, ...] = (on(torch.randn(batch, 3, s["image"], s["image"], generator=generator)),
                   on(torch.randint(0, s["classes"], (batch,), generator=generator)))
         return model, inputs, lambda out, b: F.cross_entropy(out, b[1])
     if name in ("bert_large", "gpt"):
@@ -204,8 +205,20 @@ SEQUENCE_MODELS = ("bert_large", "gpt")
 """The models whose samples are sequences of tokens: their throughput is also given in tokens/s."""
 
 
+@dataclass(frozen=True)
+class TrainingStep:
+    """One step of a model on its synthetic batch, and the autocast dtype it runs in (None without amp):
+    a run that its precision fails says which dtype failed."""
+
+    step: Callable[[], None]
+    amp_dtype: str | None
+
+    def __call__(self) -> None:
+        self.step()
+
+
 def training_step(params: dict[str, Any], device: torch.device, training: bool,
-                  wrap: Callable[[nn.Module], nn.Module] | None = None) -> tuple[Callable[[], None], int, nn.Module]:
+                  wrap: Callable[[nn.Module], nn.Module] | None = None) -> tuple[TrainingStep, int, nn.Module]:
     """A step of the model on its synthetic batch (training or inference), its batch size, and the model.
 
     ``wrap`` (DistributedDataParallel, for linearity) is applied to the model on its device.
@@ -232,13 +245,13 @@ def training_step(params: dict[str, Any], device: torch.device, training: bool,
                     _forward(model, name, batch)
                 return
             loss = loss_of(_forward(model, name, batch), batch)
+        assert optimizer is not None  # made when training
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
 
-    step.amp_dtype = str(amp_dtype).replace("torch.", "") if amp else None  # type: ignore[attr-defined]
-    return step, batch_size, model
+    return TrainingStep(step, str(amp_dtype).replace("torch.", "") if amp else None), batch_size, model
 
 
 ONEDNN_NO_KERNEL = "could not create a primitive descriptor"
@@ -286,10 +299,10 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
         for _ in range(max(1, params["warmup_steps"])):  # one at least: an unsupported precision fails here
             step()
     except RuntimeError as exc:
-        reason = cpu_precision_unsupported(exc, device, step.amp_dtype, name)  # type: ignore[attr-defined]
+        reason = cpu_precision_unsupported(exc, device, step.amp_dtype, name)
         if reason is None:
             raise
-        return WorkloadOutput({}, {"amp_dtype": step.amp_dtype, "error": str(exc)[:400]},  # type: ignore[attr-defined]
+        return WorkloadOutput({}, {"amp_dtype": step.amp_dtype, "error": str(exc)[:400]},
                               status="unsupported", reason=reason)
     sync()
     settle_memory(device)

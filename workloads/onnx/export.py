@@ -41,7 +41,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -74,7 +74,7 @@ class Serving(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.name == "resnet50":
             return self.model(x)
-        encoder = self.model
+        encoder = cast(models.Encoder, self.model)  # bert_large and gpt: the only other models served
         hidden = encoder.embed(x)
         mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device, dtype=hidden.dtype) \
             if encoder.causal else None

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 import sixdim
-from sixdim import cli, config
+from sixdim import cli
+from sixdim.config.schema import DEFAULT_PORT
 from sixdim.monitoring import options as monitoring_options
 from tests.conftest import required_tool
 
@@ -134,7 +135,7 @@ def test_every_host_path_the_compose_file_mounts_exists_in_the_repository():
 
 
 def test_the_agent_listens_on_its_default_port_and_keeps_its_history_on_a_volume():
-    assert container_port("sixdim", config.DEFAULT_PORT) == config.DEFAULT_PORT
+    assert container_port("sixdim", DEFAULT_PORT) == DEFAULT_PORT
     assert isinstance(mounts("sixdim").get("/var/lib/sixdim"), str)
 
 
@@ -179,7 +180,7 @@ def test_the_mounted_rules_are_what_sixdim_rules_writes(tmp_path):
 def test_prometheus_scrapes_the_agent_service_on_its_default_port_and_alerts_the_alertmanager_service():
     job = sixdim_job()
     targets = [t for group in job["static_configs"] for t in group["targets"]]
-    assert targets == [f"sixdim:{config.DEFAULT_PORT}"]
+    assert targets == [f"sixdim:{DEFAULT_PORT}"]
     alertmanagers = [t for am in prometheus_config()["alerting"]["alertmanagers"] for group in am["static_configs"]
                      for t in group["targets"]]
     assert alertmanagers == [f"alertmanager:{container_port('alertmanager', 9093)}"]

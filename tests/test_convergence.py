@@ -9,7 +9,8 @@ import pytest
 
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext
-from sixdim.workloads.logs.logparse import TrainingLog, parse_ai_rank
+from sixdim.workloads.logs.airank import parse_ai_rank
+from sixdim.workloads.logs.training_log import TrainingLog
 from sixdim.workloads.measure.dimensions import stability
 from sixdim.workloads.measure.stats import deepspark_mean
 from sixdim.workloads.models.convergence import run

@@ -27,9 +27,10 @@ from sixdim.run.executor import Executor
 from sixdim.store.history import History
 from sixdim.workloads import registry
 from sixdim.workloads.context import RunContext, Unsupported
-from sixdim.workloads.logs import command, log_files, logparse
+from sixdim.workloads.logs import command, log_files
 from sixdim.workloads.logs.framework_lines import LINE_FORMATS, parse_hf_trainer, parse_mindspore, step_seconds
-from sixdim.workloads.logs.logparse import parse_lines
+from sixdim.workloads.logs.model import MAX_READING
+from sixdim.workloads.logs.parsers import FORMATS, parse_lines
 from sixdim.workloads.measure.stats import deepspark_mean
 from sixdim.workloads.spec import ParamError
 
@@ -477,7 +478,7 @@ def test_framework_readers_leave_mlperf_and_ai_rank_logs_alone():
 
 def test_formats_are_every_reader_and_the_file_parameters_are_checked():
     spec = registry.get("command")
-    names = set(logparse.FORMATS) | set(LINE_FORMATS) | set(log_files.FILE_FORMATS)
+    names = set(FORMATS) | set(LINE_FORMATS) | set(log_files.FILE_FORMATS)
     assert set(spec.param("formats").choices) == names == set(spec.param("formats").cpu_default)
     [case] = spec.cases({"log_files": ["out/runs/"]}, "cpu")  # no argv: a replay
     assert case.shape == "runs"
@@ -566,7 +567,7 @@ def test_the_line_readers_never_raise_and_read_only_finite_numbers():
         log = parse_lines(text_lines, parsers)
         assert not [w for w in log.warnings if w.startswith("a parser failed")], log.warnings
         numbers = log.throughputs + step_seconds(log) + [e.value for _, s in log.series.values() for e in s]
-        assert all(0 <= n <= logparse.MAX_READING for n in numbers), numbers
+        assert all(0 <= n <= MAX_READING for n in numbers), numbers
 
     check()
 

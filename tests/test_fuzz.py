@@ -49,7 +49,9 @@ from sixdim.config.schema import MAX_SECONDS, MIN_SECONDS, OPTIONS  # noqa: E402
 from sixdim.http import webconfig  # noqa: E402
 from sixdim.workloads import registry  # noqa: E402
 from sixdim.workloads.logs import command  # noqa: E402
-from sixdim.workloads.logs.logparse import MAX_READING, Metric, TrainingLog, make_parsers, parse_lines  # noqa: E402
+from sixdim.workloads.logs.model import MAX_READING, Metric  # noqa: E402
+from sixdim.workloads.logs.parsers import make_parsers, parse_lines  # noqa: E402
+from sixdim.workloads.logs.training_log import TrainingLog  # noqa: E402
 from sixdim.workloads.measure.dimensions import KEYS, OUTPUT_KEYS  # noqa: E402
 from sixdim.workloads.spec import ParamError  # noqa: E402
 from tests.certs import encrypt_key, issue, make_ca  # noqa: E402

@@ -24,16 +24,12 @@ from sixdim.config.schema import MAX_SECONDS
 from sixdim.config.suites import is_device_selector
 from sixdim.workloads import registry
 from sixdim.workloads.logs import command
-from sixdim.workloads.logs.logparse import (
-    MAX_READING,
-    RegexParser,
-    TrainingLog,
-    make_parsers,
-    parse_ai_rank,
-    parse_lines,
-    parse_mlperf,
-    read_line,
-)
+from sixdim.workloads.logs.airank import parse_ai_rank
+from sixdim.workloads.logs.mlperf import parse_mlperf
+from sixdim.workloads.logs.model import MAX_READING
+from sixdim.workloads.logs.parsers import make_parsers, parse_lines, read_line
+from sixdim.workloads.logs.training_log import TrainingLog
+from sixdim.workloads.logs.user_regex import RegexParser
 from sixdim.workloads.measure.dimensions import DimensionsError, compute
 from sixdim.workloads.spec import MAX_MAGNITUDE, ParamError
 from tests.helpers import call_sixdim

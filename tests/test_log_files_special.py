@@ -13,7 +13,7 @@ import time
 import pytest
 
 from sixdim.workloads.logs import log_files
-from sixdim.workloads.logs.logparse import TrainingLog
+from sixdim.workloads.logs.training_log import TrainingLog
 
 FORMATS = ("hf_trainer", "lightning_csv")
 

@@ -7,19 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.workloads.logs.logparse import (
-    HIGHER_IS_BETTER,
-    LOWER_IS_BETTER,
-    MLPERF_BENCHMARKS,
-    Metric,
-    RegexParser,
-    TrainingLog,
-    make_parsers,
-    parse_ai_rank,
-    parse_lines,
-    parse_mlperf,
-    read_line,
-)
+from sixdim.workloads.logs.airank import parse_ai_rank
+from sixdim.workloads.logs.mlperf import parse_mlperf
+from sixdim.workloads.logs.model import HIGHER_IS_BETTER, LOWER_IS_BETTER, MLPERF_BENCHMARKS, Metric
+from sixdim.workloads.logs.parsers import make_parsers, parse_lines, read_line
+from sixdim.workloads.logs.training_log import TrainingLog
+from sixdim.workloads.logs.user_regex import RegexParser
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

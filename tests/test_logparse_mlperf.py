@@ -15,18 +15,9 @@ from sixdim.run.executor import Executor
 from sixdim.store.history import History
 from sixdim.workloads import registry
 from sixdim.workloads.logs import mlperf_targets
-from sixdim.workloads.logs.logparse import (
-    FORMATS,
-    HIGHER_IS_BETTER,
-    LOG_CLOCK,
-    LOWER_IS_BETTER,
-    Metric,
-    TrainingLog,
-    describe_formats,
-    make_parsers,
-    parse_lines,
-    read_line,
-)
+from sixdim.workloads.logs.model import HIGHER_IS_BETTER, LOG_CLOCK, LOWER_IS_BETTER, Metric
+from sixdim.workloads.logs.parsers import FORMATS, describe_formats, make_parsers, parse_lines, read_line
+from sixdim.workloads.logs.training_log import TrainingLog
 from tests.bench.training_logs_survey import survey
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "mlperf_real"

@@ -28,7 +28,9 @@ from sixdim.run.devices import cpu_device
 from sixdim.run.executor import Executor
 from sixdim.store.history import History
 from sixdim.workloads import registry
-from sixdim.workloads.logs.logparse import Metric, TrainingLog, make_parsers, parse_lines
+from sixdim.workloads.logs.model import Metric
+from sixdim.workloads.logs.parsers import make_parsers, parse_lines
+from sixdim.workloads.logs.training_log import TrainingLog
 from tests.helpers import run_sixdim
 
 R = REDACTED

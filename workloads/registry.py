@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sixdim.workloads.kernels import shapes
-from sixdim.workloads.logs import logparse
+from sixdim.workloads.logs.model import UNITS
 from sixdim.workloads.onnx import ONNX_MODELS
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
@@ -354,7 +354,7 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
 COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore")
 COMMAND_FILE_FORMATS = ("tensorboard", "hf_trainer", "lightning_csv")
 COMMAND_FORMATS = tuple(dict.fromkeys(COMMAND_LINE_FORMATS + COMMAND_FILE_FORMATS))
-"""What the command workload reads: its output's line formats (logparse and framework_lines) and the
+"""What the command workload reads: its output's line formats (parsers and framework_lines) and the
 formats of the files it writes (log_files); ``hf_trainer`` is both (printed dicts and trainer_state.json)."""
 
 
@@ -438,7 +438,7 @@ COMMAND = WorkloadSpec(
         Param("accuracy_unit", str, "how that metric is logged: ratio (0-1), percent (0-100, reported as a ratio), "
               "score (its own scale: never rescaled, never the accuracy figure), or auto (a value with a % sign is "
               "percent; a higher-is-better series within [0, 1] a ratio, within [0, 100] percent; else a score)",
-              "auto", "auto", choices=logparse.UNITS),
+              "auto", "auto", choices=UNITS),
         Param("target_accuracy", float, "quality value that ends time to train, for logs that do not say, in the "
               "reported unit (a ratio for accuracies); met at or above it, or at or below with higher_is_better = "
               "false; 0: none", 0.0, 0.0, minimum=0.0),

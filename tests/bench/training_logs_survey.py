@@ -23,7 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sixdim.workloads.logs.logparse import TrainingLog, make_parsers, parse_lines
+from sixdim.workloads.logs.parsers import make_parsers, parse_lines
+from sixdim.workloads.logs.training_log import TrainingLog
 
 FIELDS = ("benchmark", "metrics", "time_to_train", "status", "target_reached", "evaluations")
 

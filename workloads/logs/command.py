@@ -5,7 +5,7 @@ working directory and environment.  It runs inside the worker's process group, s
 per-case timeout stops it, and everything it started, like any other workload.  The daemon
 samples power and memory over the command's whole run.  Its output is read as AI-Rank log
 lines, MLPerf logs (training v0.5 to today, inference detail logs) and/or the user's regular
-expressions (:mod:`sixdim.workloads.logs.logparse`), the Hugging Face Trainer's printed dicts and
+expressions (:mod:`sixdim.workloads.logs.parsers`), the Hugging Face Trainer's printed dicts and
 MindSpore's monitor lines (:mod:`sixdim.workloads.logs.framework_lines`); then the files the run wrote
 (``log_files``: TensorBoard event files, trainer_state.json, Lightning's metrics.csv;
 :mod:`sixdim.workloads.logs.log_files`) are read into the same log.  With no ``argv``, only the files are
@@ -54,17 +54,10 @@ from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.logs import log_files
 from sixdim.workloads.logs.framework_lines import LINE_FORMATS, step_seconds
 from sixdim.workloads.logs.lines import bounded_lines, stream_chunks
-from sixdim.workloads.logs.logparse import (
-    INFERENCE_CHECKS,
-    INFERENCE_RATES,
-    Metric,
-    Parser,
-    Quality,
-    TrainingLog,
-    describe_formats,
-    make_parsers,
-    read_line,
-)
+from sixdim.workloads.logs.mlperf import INFERENCE_CHECKS, INFERENCE_RATES
+from sixdim.workloads.logs.model import Metric, Quality
+from sixdim.workloads.logs.parsers import describe_formats, make_parsers, read_line
+from sixdim.workloads.logs.training_log import Parser, TrainingLog
 from sixdim.workloads.measure.stats import deepspark_mean
 
 DEEPSPARK_MINIMUM = 5
@@ -178,8 +171,8 @@ command printing without newlines must not grow the worker's memory."""
 
 
 def parsers_for(params: dict[str, Any]) -> list[Parser]:
-    """logparse's parsers for ``formats`` and the regexes, and the framework line formats named in
-    ``formats`` that are not among them already (logparse may include them itself)."""
+    """The parsers for ``formats`` and the regexes (:func:`~sixdim.workloads.logs.parsers.make_parsers`), and
+    the framework line formats named in ``formats`` that are not among them already (it may include them itself)."""
     parsers = make_parsers(params["formats"], params["throughput_regex"], params["accuracy_regex"])
     for name in params["formats"]:
         if name in LINE_FORMATS and LINE_FORMATS[name][1] not in parsers:
@@ -295,7 +288,7 @@ def _step_throughputs(log: TrainingLog, params: dict[str, Any], details: dict[st
 
 
 def _drop_non_finite(log: TrainingLog, figures: dict[str, float]) -> None:
-    """The parsers read only finite figures below :data:`sixdim.workloads.logs.logparse.MAX_READING`, so every
+    """The parsers read only finite figures below :data:`sixdim.workloads.logs.model.MAX_READING`, so every
     figure is finite; should one ever not be, it is dropped with a warning, never exported."""
     for key in [k for k, v in figures.items() if not math.isfinite(v)]:
         log.warn(f"figure {key!r} is not finite ({figures.pop(key)}): not reported")

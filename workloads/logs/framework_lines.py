@@ -1,7 +1,7 @@
 """Framework output lines: Hugging Face Trainer's printed metric dicts, MindSpore's monitors and results.
 
 Torch-free, standard library only.  Each parser reads one line of a command's output into a
-:class:`~sixdim.workloads.logs.logparse.TrainingLog`, as logparse's own parsers do; :data:`LINE_FORMATS`
+:class:`~sixdim.workloads.logs.training_log.TrainingLog`, as sixdim's own parsers do; :data:`LINE_FORMATS`
 names them for the command workload's ``formats``.  The rules are in docs/TRAINING_LOGS.md; in short:
 
 - ``hf_trainer``: the dicts the Trainer prints when it logs (``{'eval_loss': 0.49, 'eval_accuracy':
@@ -28,7 +28,8 @@ import ast
 import re
 from typing import Any
 
-from sixdim.workloads.logs.logparse import Evaluation, Metric, Parser, TrainingLog, reading
+from sixdim.workloads.logs.model import Evaluation, Metric
+from sixdim.workloads.logs.training_log import Parser, TrainingLog, reading
 
 # --- Names: which way is better, which names are evaluations or speeds -----------------------------
 
@@ -103,7 +104,7 @@ dtype=Float32, value= 2.30252)`` (the number after ``value=``, never the 32 of `
 
 def number(log: TrainingLog, raw: Any, what: str) -> float | None:
     """A printed or stored value as a figure: a number or a numeric string (transformers 5 prints
-    ``'0.4882'``), judged by :func:`sixdim.workloads.logs.logparse.reading` (a boolean, a non-finite,
+    ``'0.4882'``), judged by :func:`sixdim.workloads.logs.training_log.reading` (a boolean, a non-finite,
     negative or absurd value is ignored with a warning)."""
     if isinstance(raw, str):
         try:

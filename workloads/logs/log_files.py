@@ -1,7 +1,7 @@
 """Files a training run writes: TensorBoard event files, Hugging Face's trainer_state.json, Lightning's metrics.csv.
 
 Torch-free.  The command workload reads them after its command ends, or instead of running one (a
-run that already happened), into the same :class:`~sixdim.workloads.logs.logparse.TrainingLog` as the
+run that already happened), into the same :class:`~sixdim.workloads.logs.training_log.TrainingLog` as the
 command's output.  The rules are in docs/TRAINING_LOGS.md; in short:
 
 - ``log_files`` entries are paths or globs, relative to the command's ``cwd``.  A folder is searched
@@ -50,7 +50,8 @@ from sixdim.workloads.logs.framework_lines import (
     number,
     tokens,
 )
-from sixdim.workloads.logs.logparse import Evaluation, TrainingLog
+from sixdim.workloads.logs.model import Evaluation
+from sixdim.workloads.logs.training_log import TrainingLog
 
 FILE_FORMATS = {
     "tensorboard": "TensorBoard event files (events.out.tfevents.*: PyTorch's SummaryWriter, Lightning, Keras, "

@@ -14,7 +14,8 @@ v0.6 changes were written in by commits 424aeb7, "SSD Quality change (21.2 to 23
 results' own logs (github.com/mlcommons/training_results_v0.6: SSD runs stop at 0.23 mAP, GNMT at 24.0
 BLEU, MiniGo at a 0.5 win rate, ResNet logs ``eval_target: 0.759``).
 
-Torch-free and free of logparse (which imports this module): the check works on plain numbers.
+Torch-free and free of the training log (training_log and mlperf import this module): the check works on
+plain numbers.
 """
 
 from __future__ import annotations

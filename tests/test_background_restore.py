@@ -11,6 +11,8 @@ import re
 import time
 from collections import Counter
 
+import pytest
+
 from tests.bench.scale_bench import SUITE, realistic_history
 from tests.conftest import free_port
 from tests.daemon import Daemon, write_config
@@ -27,6 +29,7 @@ def restored(text: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+@pytest.mark.slow  # a real daemon restoring 20,000 runs (the size is the point: it outlasts the first scrape): 12 s
 def test_serve_answers_before_the_restore_and_counts_every_run_once(tmp_path, cli_env):
     db = tmp_path / "history.db"
     statuses = realistic_history(db, RUNS, SERIES)

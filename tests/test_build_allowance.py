@@ -7,12 +7,15 @@ case's timeout for the allowance and starts it afresh after the build.
 
 from __future__ import annotations
 
+import pytest
+
 from sixdim.run.protocol import MAX_BUILD_SECONDS
 from sixdim.run.runner import _OutputReader, run_worker
 
 ENTRY = "tests.fault_workloads:builds"
 
 
+@pytest.mark.slow  # a real worker whose build outlasts the cases' 1.5 s timeout: about 3 s
 def test_a_build_longer_than_the_cases_timeout_finishes_within_its_allowance():
     outcome = run_worker(ENTRY, [{"allowance": 20.0, "build_seconds": 2.5, "after": 0.2}], "cpu", 1.5,
                          uses_torch=False)
@@ -20,6 +23,7 @@ def test_a_build_longer_than_the_cases_timeout_finishes_within_its_allowance():
     assert [c.status for c in outcome.cases.values()] == ["ok"]
 
 
+@pytest.mark.slow  # a real worker timed out 1.5 s after its build: about 2 s
 def test_the_cases_timeout_starts_afresh_after_the_build():
     outcome = run_worker(ENTRY, [{"allowance": 20.0, "build_seconds": 0.5, "after": 4.0}], "cpu", 1.5,
                          uses_torch=False)

@@ -76,6 +76,7 @@ def _kill(pids: list[int]) -> None:
             pass
 
 
+@pytest.mark.slow  # a real daemon whose worker's escaped child must be found and ended: about 5 s
 def test_a_timeout_leaves_no_setsid_child_that_cleared_its_environment(tmp_path, cli_env):
     seconds = 1002
     assert _sleeping(seconds) == [], "a sleep 1002 from elsewhere would make this test meaningless"
@@ -92,6 +93,7 @@ def test_a_timeout_leaves_no_setsid_child_that_cleared_its_environment(tmp_path,
         _kill(_sleeping(seconds))
 
 
+@pytest.mark.slow  # a real daemon whose worker's escaped child must be found and ended: about 5 s
 def test_a_stop_of_the_daemon_leaves_no_setsid_child_that_cleared_its_environment(tmp_path, cli_env):
     seconds = 1003  # not the other test's: each looks for its own
     assert _sleeping(seconds) == []

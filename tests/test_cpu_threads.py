@@ -129,6 +129,7 @@ def _matmuls(count: int) -> float:
     return time.perf_counter() - started
 
 
+@pytest.mark.slow  # torch timed alone and beside real busy-loop processes: about 4 s
 def test_under_a_real_cpu_hog_the_scaled_timeout_holds_where_the_fixed_one_is_too_short():
     """A CPU run sized to the usable CPUs takes T0 on this host as it is; a fixed timeout of 2 x T0 is
     generous there.  With 2 busy-loop processes per thread beside it, the same work takes 3 x T0 (a fair

@@ -10,6 +10,7 @@ suite's summaries instead where the catalog has them, or its description says ex
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -48,8 +49,15 @@ NOT_ON_A_PANEL = {
 """Catalog metrics deliberately on no panel, and why; no alert or runbook reads them."""
 
 
+@functools.cache
+def _rule_groups() -> list[dict[str, Any]]:
+    """The committed rules file's groups, parsed once: every recorded series' lookup reads them, and parsing the
+    file for each cost seconds."""
+    return yaml.safe_load(RULES.read_text())["groups"]
+
+
 def _alert_rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
+    groups = _rule_groups()
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
 
 
@@ -59,7 +67,7 @@ def _recorded_inputs(name: str, seen: set[str] | None = None) -> set[str]:
     if name in seen:
         return set()
     seen.add(name)
-    rule = next((r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+    rule = next((r for g in _rule_groups() for r in g["rules"]
                  if r.get("record") == name), None)
     if rule is None:
         return {name}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from sixdim.verdicts import detector as rg
 from sixdim.verdicts.detector import SeriesTracker, Settings
 from sixdim.verdicts.live import Verdicts
@@ -92,6 +94,7 @@ def test_the_agent_does_not_blame_a_drift_on_a_driver_change():
         assert offline.state != rg.REGRESSION, (seed, offline)
 
 
+@pytest.mark.slow  # 40 noisy series through the live detector and the reference: about 2 s
 def test_on_noisy_series_a_drift_that_comes_and_goes_is_still_taken_out():
     """At 2% noise the named drift comes and goes with its test against a single step (18 of these 40
     series had none at the change): the trend the tracker had named stays known while the line through

@@ -227,6 +227,7 @@ def test_guard_never_skips_a_case_because_of_sixdims_own_workers(tmp_path):
     assert live.listings_with_ours > 0  # the guard looked while our processes were listed
 
 
+@pytest.mark.slow  # real workers stopped by the guard's check every 2 s: about 2.5 s
 def test_a_job_starting_mid_suite_stops_the_run_within_seconds(tmp_path, foreign_process):
     fake = FakeNvml([FakeGpu()])
     executor = make_executor(tmp_path, fake)
@@ -252,6 +253,7 @@ def test_a_job_starting_mid_suite_stops_the_run_within_seconds(tmp_path, foreign
     assert [r.status for r in stored] == ["ok", "skipped", "skipped", "skipped"]
 
 
+@pytest.mark.slow  # real workers stopped by the guard's check between cases: about 2.5 s
 def test_a_foreign_job_between_cases_skips_the_rest_and_the_next_worker(tmp_path, foreign_process):
     fake = FakeNvml([FakeGpu()])
     executor = make_executor(tmp_path, fake)

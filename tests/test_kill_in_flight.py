@@ -74,6 +74,7 @@ def _worker_pid(state: Path, daemon: Daemon, timeout: float = 30.0) -> int:
     raise AssertionError(f"no worker record within {timeout} s: {daemon.log_path.read_text()}")
 
 
+@pytest.mark.slow  # a real daemon SIGKILLed mid-case and started again, three times: about 4 s each
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_case_in_flight_when_the_daemon_is_sigkilled_is_interrupted_not_failed(tmp_path, cli_env, attempt):
     """Three times over, as the race (the worker's parent watch against its next write) is one of timing."""

@@ -100,6 +100,7 @@ def _rows(history: Path, sql: str) -> list[tuple]:
         db.close()
 
 
+@pytest.mark.slow  # a real daemon stopped on a full disk and started again: about 5 s each
 @pytest.mark.parametrize(("sig", "mid_suite"), [(signal.SIGTERM, True), (signal.SIGKILL, False),
                                                 (signal.SIGKILL, True)],
                          ids=["SIGTERM-mid-suite", "SIGKILL-after-the-suite", "SIGKILL-mid-suite"])

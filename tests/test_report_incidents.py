@@ -39,7 +39,9 @@ class Daemon:
     """A history and the daemon's board with its live verdicts, fed one run at a time as the agent feeds them."""
 
     def __init__(self, path):
-        self.history = History(path)
+        # a twentieth of a second's wait for another process's lock, not the agent's quarter: the one lock taken in
+        # this file is held until released, so a longer wait for it only cost each locked run 0.75 s
+        self.history = History(path, busy_timeout=0.05)
         self.board = Board.from_history(self.history, Verdicts())
         self.rnd = random.Random(42)
         self.t0 = time.time() - (BEFORE + SLOW + 40) * INTERVAL

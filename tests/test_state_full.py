@@ -131,6 +131,7 @@ def _until(what: str, check, daemon: Daemon, timeout: float = 10.0, during=None)
     raise AssertionError(f"{what} within {timeout} s: {daemon.log_path.read_text()[-3000:]}")
 
 
+@pytest.mark.slow  # a real daemon on a state folder that fills and frees: about 6 s
 def test_a_full_state_folder_fails_healthz_and_the_gauge_and_the_next_run_works_once_space_returns(
         tmp_path, cli_env, small_state):
     env = {**cli_env, "SIXDIM_STATE_DIR": str(small_state), "SIXDIM_LOG_LEVEL": "info"}

@@ -108,6 +108,25 @@ def test_sampler_reads_at_its_rate():
     assert ran >= 0.5  # it did read for a good part of the two seconds it was given
 
 
+def test_a_sampler_slower_than_the_wait_does_not_make_its_caller_wait():
+    """A sample every 100 s and a caller that would wait 2 s for one after its window: no read can come
+    before its deadline, so it gets the samples so far at once instead of sleeping the 2 s in vain (the
+    executor's REPORTED_WAIT_SECONDS wait, which a slow test sampler used to spend on every case)."""
+    class CountingProbe:
+        def read(self):
+            return TelemetrySample(time=time.monotonic(), power_watts=1.0)
+
+    sampler = Sampler(CountingProbe(), hz=0.01).start()
+    try:
+        asked = time.monotonic()
+        samples = sampler.samples_after(asked, most=2.0)
+        waited = time.monotonic() - asked
+    finally:
+        sampler.stop()
+    assert len(samples) == 1 and samples[0].time < asked  # start()'s read only: nothing after the moment
+    assert waited < 2.0 / 4  # a quarter of the wait it would have slept through, whatever the load
+
+
 # ---------------------------------------------------------------------------- a missing reading is never 0
 
 def exited_child() -> subprocess.Popen:

@@ -217,6 +217,7 @@ def _nothing(params, context):  # a workload for the worker above: nothing to do
 
 # --------------------------------------------------------------------------- real processes under umask 000
 
+@pytest.mark.slow  # a real sixdim run in a fresh interpreter and its worker: about 2 s
 def test_sixdim_run_under_umask_000_makes_private_folders_and_files(tmp_path):
     base, state, history = places(tmp_path)
     env = env_for(tmp_path, history, state)
@@ -236,6 +237,7 @@ SLEEPER = (
 )
 
 
+@pytest.mark.slow  # a real sixdim serve running a case: about 3 s
 def test_sixdim_serve_under_umask_000_makes_private_folders_and_files(tmp_path):
     base, state, history = places(tmp_path)
     env = env_for(tmp_path, history, state)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sixdim.workloads.kernels import shapes
-from sixdim.workloads.logs.model import UNITS
+from sixdim.workloads.logs.model import COMMAND_FILE_FORMATS, COMMAND_FORMATS, UNITS
 from sixdim.workloads.onnx import ONNX_MODELS
 from sixdim.workloads.spec import Case, DeviceType, Param, ParamError, WorkloadSpec
 
@@ -330,7 +330,7 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
                          "log_files = [\"runs/\"])")
     if argv and params["shell"] and len(argv) != 1:
         raise ParamError("workload 'command': with shell = true, argv must be one string (the shell command line)")
-    for key in ("throughput_regex", "accuracy_regex"):
+    for key in ("throughput_regex", "accuracy_regex", "time_regex"):
         try:
             re.compile(params[key])
         except re.error as exc:
@@ -351,11 +351,6 @@ def _command_cases(spec: WorkloadSpec, params: dict[str, Any], device_type: Devi
     return [Case(dict(params), "", label, "training", "command")]
 
 
-COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore")
-COMMAND_FILE_FORMATS = ("tensorboard", "hf_trainer", "lightning_csv")
-COMMAND_FORMATS = tuple(dict.fromkeys(COMMAND_LINE_FORMATS + COMMAND_FILE_FORMATS))
-"""What the command workload reads: its output's line formats (parsers and framework_lines) and the
-formats of the files it writes (log_files); ``hf_trainer`` is both (printed dicts and trainer_state.json)."""
 
 
 def _check_file_params(params: dict[str, Any]) -> None:
@@ -431,6 +426,11 @@ COMMAND = WorkloadSpec(
         Param("throughput_regex", str, "regex whose first group is a throughput in samples/s", "", ""),
         Param("accuracy_regex", str, "regex whose first group is an evaluation of the quality metric (an accuracy, or "
               "e.g. a loss with higher_is_better = false)", "", ""),
+        Param("time_regex", str, "regex whose first group (or whole match) is a line's own timestamp: seconds "
+              "since the epoch, or a date such as 2023-05-12 10:11:12; evaluations are then timed by the log's "
+              "clock, not by when sixdim read the line (a replayed log). Empty: the common formats are "
+              "recognised ([2023-05-12 10:11:12,345], 2023-05-12 10:11:12, ISO 8601 with T and a zone, glog's "
+              "I0512 10:11:12.345678)", "", ""),
         Param("quality_metric", str, "name of the quality metric accuracy_regex, AI-Rank's eval_accuracy and an MLPerf "
               "log of an unknown benchmark report (the exported metric label)", "accuracy", "accuracy"),
         Param("higher_is_better", bool, "that metric's direction: false for a loss, perplexity or error rate "
@@ -453,7 +453,7 @@ COMMAND = WorkloadSpec(
     label_params=("target_accuracy",),  # time to train is the time to reach it
     # how the run's output and files are read, not what runs (argv, shell, cwd and env are in the label)
     method_params=frozenset({"formats", "log_files", "quality_tags", "throughput_tag", "batch_size",
-                             "throughput_regex", "accuracy_regex", "quality_metric", "higher_is_better",
+                             "throughput_regex", "accuracy_regex", "time_regex", "quality_metric", "higher_is_better",
                              "accuracy_unit", "warmup_throughputs"}),
     uses_torch=False,
 )

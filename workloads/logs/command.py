@@ -55,9 +55,10 @@ from sixdim.workloads.logs import log_files
 from sixdim.workloads.logs.framework_lines import LINE_FORMATS, step_seconds
 from sixdim.workloads.logs.lines import bounded_lines, stream_chunks
 from sixdim.workloads.logs.mlperf import INFERENCE_CHECKS, INFERENCE_RATES
-from sixdim.workloads.logs.model import Metric, Quality
+from sixdim.workloads.logs.model import COMMAND_FORMATS, Metric, Quality
 from sixdim.workloads.logs.parsers import describe_formats, make_parsers, read_line
 from sixdim.workloads.logs.training_log import Parser, TrainingLog
+from sixdim.workloads.logs.user_regex import RegexParser
 from sixdim.workloads.measure.stats import deepspark_mean
 
 DEEPSPARK_MINIMUM = 5
@@ -173,7 +174,9 @@ command printing without newlines must not grow the worker's memory."""
 def parsers_for(params: dict[str, Any]) -> list[Parser]:
     """The parsers for ``formats`` and the regexes (:func:`~sixdim.workloads.logs.parsers.make_parsers`), and
     the framework line formats named in ``formats`` that are not among them already (it may include them itself)."""
-    parsers = make_parsers(params["formats"], params["throughput_regex"], params["accuracy_regex"])
+    parsers = make_parsers(params["formats"])
+    if params["throughput_regex"] or params["accuracy_regex"]:  # with the log's own clock (time_regex)
+        parsers.append(RegexParser(params["throughput_regex"], params["accuracy_regex"], params.get("time_regex", "")))
     for name in params["formats"]:
         if name in LINE_FORMATS and LINE_FORMATS[name][1] not in parsers:
             parsers.append(LINE_FORMATS[name][1])
@@ -187,8 +190,11 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     if (patterns and "tensorboard" in params["formats"] and log_files.may_hold_event_files(patterns)
             and not log_files.tensorboard_available()):
         raise Unsupported(log_files.TENSORBOARD_MISSING)  # said before a run of hours, not after it
+    # the framework line formats read beside MLPerf's only where the user chose the formats (not the default)
+    chosen = () if set(params["formats"]) == set(COMMAND_FORMATS) else tuple(params["formats"])
     log = TrainingLog(user_metric=Metric(params["quality_metric"].strip(), params["higher_is_better"],
-                                         params["accuracy_unit"]), target_accuracy=params["target_accuracy"] or None)
+                                         params["accuracy_unit"]), target_accuracy=params["target_accuracy"] or None,
+                      read_beside_mlperf=chosen)
     printed: list[int] = []  # the throughputs read from the Trainer's printed dicts
     elapsed, lines, started = 0.0, 0, None
     if argv:
@@ -262,7 +268,8 @@ def dimensions(log: TrainingLog, elapsed: float, lines: int, params: dict[str, A
     _speed(log, params["warmup_throughputs"], figures, details, stepped)
     qualities = log.qualities()
     details.update(log.details)  # MLPerf: the runs, the round, the quality target and whether it was met
-    _quality(qualities, figures, details)
+    finals = _finals(log, qualities, details.pop(log_files.BEST_MODEL, {}))
+    _quality(qualities, figures, details, finals)
     _time_to_train(log, qualities, params, figures, details)
     _latency(log, figures, details)
     _inference_details(log, details)
@@ -367,16 +374,41 @@ def _speed(log: TrainingLog, warmup: int, figures: dict[str, float], details: di
         details["speed_note"] = f"all {len(throughputs)} throughput readings were warm-up (warmup_throughputs)"
 
 
-def _quality(qualities: list[Quality], figures: dict[str, float], details: dict[str, Any]) -> None:
-    """Every metric's final value, named; ``accuracy`` only for the run's one higher-is-better ratio."""
+def _finals(log: TrainingLog, qualities: list[Quality], best: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """By metric, the final value where it is not the last evaluation, with the rule: the best model a
+    Trainer reloaded at the end (:func:`sixdim.workloads.logs.log_files.best_model`).  Its place is among
+    the evaluations as logged, so it is used only where every one of them was kept in the reported unit."""
+    finals: dict[str, tuple[float, str]] = {}
+    for quality in qualities:
+        entry = best.get(quality.metric.name)
+        logged = log.series.get(quality.metric.name, (None, []))[1]
+        if entry is None or len(logged) != len(quality.values) or not 0 <= entry["index"] < len(logged):
+            continue
+        if logged[entry["index"]].value == entry["value"]:
+            finals[quality.metric.name] = (quality.values[entry["index"]], entry["rule"])
+    return finals
+
+
+def _quality(qualities: list[Quality], figures: dict[str, float], details: dict[str, Any],
+             finals: dict[str, tuple[float, str]] | None = None) -> None:
+    """Every metric's final value, named (the model the run ended with: its last evaluation, or where
+    ``finals`` says otherwise, that value, with the rule); ``accuracy`` only for the run's one
+    higher-is-better ratio."""
     if not qualities:
         return
-    details["quality"] = [q.describe() for q in qualities]
+    finals = finals or {}
+    described = []
     for quality in qualities:
-        figures[quality_figure(quality)] = quality.final
+        entry = quality.describe()
+        if quality.metric.name in finals:
+            value, rule = finals[quality.metric.name]
+            entry.update(final=value, last_evaluation=quality.final, final_rule=rule)
+        described.append(entry)
+        figures[quality_figure(quality)] = entry["final"]
+    details["quality"] = described
     accuracies = [q for q in qualities if q.metric.higher_is_better and q.metric.unit == "ratio"]
     if len(accuracies) == 1:
-        figures["accuracy"] = accuracies[0].final
+        figures["accuracy"] = finals.get(accuracies[0].metric.name, (accuracies[0].final, ""))[0]
         details["accuracy_metric"] = accuracies[0].metric.name
     elif accuracies:
         details["accuracy_note"] = ("no accuracy figure: the run has several accuracy ratios ("
@@ -398,7 +430,7 @@ def _time_to_train(log: TrainingLog, qualities: list[Quality], params: dict[str,
         return
     quality = _target_metric(log, qualities)
     if quality is None:
-        details["target_note"] = f"target_accuracy {target:g}: no quality metric to check it against"
+        details["target_note"] = _no_target_metric(log, qualities, target)
         return
     if quality.metric.unit == "ratio" and target > 1:
         details["target_note"] = (f"target_accuracy {target:g} is above 1 but {quality.metric.name!r} is reported as a "
@@ -429,6 +461,18 @@ def _target_metric(log: TrainingLog, qualities: list[Quality]) -> Quality | None
         return qualities[0]
     accuracies = [q for q in qualities if q.metric.higher_is_better and q.metric.unit == "ratio"]
     return accuracies[0] if len(accuracies) == 1 else None
+
+
+def _no_target_metric(log: TrainingLog, qualities: list[Quality], target: float) -> str:
+    """Why a target has no metric to be checked against, and how to give it one: the candidates by name."""
+    if not qualities:
+        return f"target_accuracy {target:g}: the run reported no quality metric to check it against"
+    accuracies = [q.metric.name for q in qualities if q.metric.higher_is_better and q.metric.unit == "ratio"]
+    names = accuracies if len(accuracies) > 1 else [q.metric.name for q in qualities]
+    kind = "accuracy-like metrics (higher-is-better ratios)" if len(accuracies) > 1 else "quality metrics"
+    return (f"target_accuracy {target:g}: the run has several {kind} ({', '.join(names)}) and quality_metric "
+            f"{log.user_metric.name!r} is none of them: set quality_metric to the one the target is for "
+            f"(e.g. quality_metric = \"{names[0]}\")")
 
 
 def _latency(log: TrainingLog, figures: dict[str, float], details: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ import glob
 import io
 import json
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -421,7 +422,47 @@ def _read_trainer_state(path: Path, options: Options, part: TrainingLog, report:
         report.read["train_runtime"] = part.total_time
     if not any(totals.values()):
         notes.append(_names_note(names))
+    best = best_model(state, records, quality)
+    if best:
+        part.details[BEST_MODEL] = best
+        report.read["best_model_checkpoint"] = state.get("best_model_checkpoint")
     report.note = "; ".join(notes)
+
+
+BEST_MODEL = "best_model"
+"""The key of :attr:`TrainingLog.details` that holds, by metric, the evaluation of the model a Trainer's run
+ended with when that is not its last evaluation (:func:`best_model`); the command workload reports it."""
+
+
+def best_model(state: dict[str, Any], records: list[dict[str, Any]], quality: Sequence[str]) -> dict[str, Any]:
+    """The evaluation of the model a Trainer's run ended with, by metric, where it is not the last one:
+    with ``load_best_model_at_end`` the Trainer reloads its best checkpoint when training ends, and
+    trainer_state.json names it (``best_model_checkpoint``, ``best_metric``; ``best_global_step`` from
+    transformers 4.51).  The flag itself is not in the file: a best model named there is taken as the one
+    reloaded (``metric_for_best_model``, which names it, is set by default only with that flag).  Each
+    entry: the evaluation's place among the metric's evaluations (``index``), its value as logged, and
+    the rule, in words.  Empty where the file names no best model, or its evaluation is not found."""
+    checkpoint = state.get("best_model_checkpoint")
+    best = state.get("best_metric")
+    if not isinstance(checkpoint, str) or isinstance(best, bool) or not isinstance(best, (int, float)):
+        return {}
+    step = state.get("best_global_step")
+    if not isinstance(step, int):
+        found = re.search(r"checkpoint-(\d+)", checkpoint)
+        step = int(found.group(1)) if found else None
+    evaluations = [r for r in records if any(k in r for k in quality)]
+    chosen = next((r for r in evaluations if r.get("step") == step
+                   and any(r.get(k) == best for k in quality)), None)
+    if chosen is None or chosen is evaluations[-1]:
+        return {}
+    by = next(k for k in quality if chosen.get(k) == best)
+    place = evaluations.index(chosen)
+    said = (f"the best model (trainer_state.json's best_model_checkpoint {checkpoint}, best_metric {by} {best:g} at "
+            f"step {step}): the Trainer reloads it at the end with load_best_model_at_end, so the run ended with it, "
+            "not with its last evaluation")
+    return {key: {"index": sum(1 for r in evaluations[:place] if isinstance(r.get(key), (int, float))),
+                  "value": chosen[key], "rule": said}
+            for key in quality if isinstance(chosen.get(key), (int, float)) and not isinstance(chosen.get(key), bool)}
 
 
 # --- Lightning metrics.csv ---------------------------------------------------------------------
@@ -492,6 +533,12 @@ def read(patterns: Sequence[str], options: Options, log: TrainingLog, printed: S
     return reports
 
 
+def _carry_best_model(log: TrainingLog, part: TrainingLog, offsets: dict[str, int]) -> None:
+    """A file's best model into the run's log, its places counted after the evaluations already there."""
+    for name, entry in part.details.get(BEST_MODEL, {}).items():
+        log.details.setdefault(BEST_MODEL, {})[name] = {**entry, "index": entry["index"] + offsets.get(name, 0)}
+
+
 def _part(log: TrainingLog) -> TrainingLog:
     """A fresh log for one file's readings, with the run's user metric."""
     return TrainingLog(user_metric=log.user_metric)
@@ -500,6 +547,8 @@ def _part(log: TrainingLog) -> TrainingLog:
 def merge(log: TrainingLog, part: TrainingLog) -> None:
     """A file's readings after the output's: evaluations appended to each metric's series (a new
     metric after the others), throughputs after the output's; its duration where the output had none."""
+    offsets = {name: len(log.series[name][1]) if name in log.series else 0 for name in part.series}
+    _carry_best_model(log, part, offsets)
     for name, (metric, evaluations) in part.series.items():
         known = log.series.get(name)
         if known is None:
@@ -522,6 +571,7 @@ def merge_trainer_state(log: TrainingLog, part: TrainingLog, printed: Sequence[i
     if not log.recognised.get("hf_trainer"):
         merge(log, part)
         return
+    _carry_best_model(log, part, {})  # the file's series replace the printed ones: its places stand
     for name, (metric, evaluations) in part.series.items():
         known = log.series.get(name)
         if known is not None and len(known[1]) == len(evaluations):

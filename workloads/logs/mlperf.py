@@ -365,8 +365,11 @@ def _evaluation(log: TrainingLog, value: Any, seconds: float | None, metadata: d
     """``eval_accuracy``: a number (named by ``metadata.metric``, else by the benchmark once the whole
     log is read), a number written as a string (v0.6's ``"25.33"``), a dict of named numbers (Mask
     R-CNN's BBOX and SEGM), nested (v0.6's ``{"accuracy": {"BBOX": ..., "SEGM": ...}}``), or a list (Mask
-    R-CNN v0.6, in the benchmark's order).  The same reading twice (a line printed by two loggers, a
-    value logged again at the same step) is counted once; one after ``run_stop`` is only counted."""
+    R-CNN v0.6, in the benchmark's order).  A reading equal to its metric's latest (same value, same
+    step: a line printed by two loggers, or by every rank) is counted once; a repeat of an *earlier*
+    evaluation after others is read again, as the one the run ended with (Google's v4.1 Stable Diffusion
+    logs the checkpoint that met the target once more just before ``run_stop``).  One after ``run_stop``
+    is only counted."""
     run = _open_run(log, new_after_stop=False)
     if run is None:
         log.runs[-1].after_stop += 1
@@ -382,10 +385,10 @@ def _evaluation(log: TrainingLog, value: Any, seconds: float | None, metadata: d
             continue
         key = ((name, position, number, json.dumps(step, default=str) if step is not None else seconds)
                if step is not None or seconds is not None else None)
-        if key is not None and key in run.seen:
-            continue
         if key is not None:
-            run.seen.add(key)
+            if run.latest.get((name, position)) == key:
+                continue  # a twin line
+            run.latest[(name, position)] = key
         run.readings.append(MlperfReading(number, name, position, width, seconds, log.elapsed, step))
     return run
 

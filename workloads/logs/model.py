@@ -184,7 +184,9 @@ class MlperfRun:
     the end of the run."""
     last: tuple[str, float | None, Any] | None = None
     """The last training record read in this run (key, time, step), for a cut log's reason."""
-    seen: set = field(default_factory=set, repr=False)
+    latest: dict = field(default_factory=dict, repr=False)
+    """Each metric's (name, position) latest reading, as (name, position, value, step or time): a
+    reading equal to it is a twin line, counted once."""
     seen_throughputs: set = field(default_factory=set, repr=False)
 
     @property
@@ -216,3 +218,9 @@ def resolve_unit(metric: Metric, evaluations: list[Evaluation]) -> tuple[str, li
         return "ratio", [v / 100.0 for v in raw], "percent (values up to 100, divided by 100)"
     return "score", raw, "score (as logged)"
 
+
+COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore")
+COMMAND_FILE_FORMATS = ("tensorboard", "hf_trainer", "lightning_csv")
+COMMAND_FORMATS = tuple(dict.fromkeys(COMMAND_LINE_FORMATS + COMMAND_FILE_FORMATS))
+"""What the command workload reads: its output's line formats (parsers and framework_lines) and the
+formats of the files it writes (log_files); ``hf_trainer`` is both (printed dicts and trainer_state.json)."""

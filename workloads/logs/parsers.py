@@ -8,6 +8,11 @@ status.  This module names the formats, makes their parsers and feeds them the l
 :mod:`~sixdim.workloads.logs.user_regex` and :mod:`~sixdim.workloads.logs.framework_lines`.  The rules
 are written out in docs/TRAINING_LOGS.md.
 
+A log that is MLPerf is read as MLPerf: once an MLPerf line is read, the framework line formats
+(framework_lines) stop reading, but for those the user asked for by name
+(:attr:`~sixdim.workloads.logs.training_log.TrainingLog.read_beside_mlperf`).  Lines they read before
+the first MLPerf line stay read.
+
 A line a parser cannot read (JSON nested too deeply, a ``metadata`` that is not an object, an
 expression's group that matched nothing, or a parser failing outright) does not end the run: it is
 ignored with a warning, and :attr:`~sixdim.workloads.logs.training_log.TrainingLog.ignored_lines`
@@ -55,11 +60,25 @@ def describe_formats(formats: Sequence[str], throughput_regex: str = "", accurac
     return tried
 
 
+def yields_to_mlperf(parse: Parser, log: TrainingLog) -> bool:
+    """Whether a parser is to skip this log's lines: a framework format the user did not ask for by
+    name (:attr:`TrainingLog.read_beside_mlperf`), once an MLPerf line has been read.  A log that is
+    MLPerf is read as MLPerf: the Python dicts NVIDIA's BERT prints among its records are not the
+    Trainer's, and its ``{'final_loss': 0.0}`` is a placeholder."""
+    if not log.recognised.get("mlperf"):
+        return False
+    name = next((name for name, (_, framework) in LINE_FORMATS.items() if framework is parse), None)
+    return name is not None and name not in log.read_beside_mlperf
+
+
 def read_line(line: str, parsers: Sequence[Parser], log: TrainingLog) -> None:
-    """Feed one line to every parser; a parser that fails on odd input costs a warning, not the run.
-    A line that cost any warning is counted in :attr:`TrainingLog.ignored_lines`."""
+    """Feed one line to every parser (but those that yield to MLPerf: :func:`yields_to_mlperf`); a parser
+    that fails on odd input costs a warning, not the run.  A line that cost any warning is counted in
+    :attr:`TrainingLog.ignored_lines`."""
     before = log.warning_count
     for parse in parsers:
+        if yields_to_mlperf(parse, log):
+            continue
         try:
             parse(line, log)
         except Exception as exc:  # never let a strange line end the case

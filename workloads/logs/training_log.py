@@ -17,7 +17,10 @@ themselves are read by :mod:`sixdim.workloads.logs.mlperf`.
 
 A quality value is the one the run *ended* with: the last evaluation logged before ``run_stop``
 (in the order of the lines, not of their timestamps: MLPerf Stable Diffusion evaluates its
-checkpoints offline and logs them with later times than its ``run_stop``).  Taking the best would
+checkpoints offline and logs them with later times than its ``run_stop``), repeats included: Google's
+v4.1 Stable Diffusion logs the checkpoint that met the target once more just before ``run_stop``, and
+that is the one the run ended with (only a twin line, equal to its metric's latest reading, is counted
+once: :func:`sixdim.workloads.logs.mlperf._evaluation`).  Taking the best would
 report the worst evaluation for a lower-is-better metric (word error rate, loss, FID).
 
 A figure that is not a finite, non-negative number (NaN, infinity, a boolean, a negative
@@ -94,6 +97,10 @@ class TrainingLog:
     target_accuracy: float | None = None
     """The user's ``target_accuracy``, checked in the user's direction (``user_metric``); it overrides
     an MLPerf benchmark's own target.  None: the benchmark's target, if sixdim knows it."""
+    read_beside_mlperf: tuple[str, ...] = ()
+    """The framework line formats the user asked to read even in an MLPerf log.  Others stop reading
+    once an MLPerf line is seen (:func:`~sixdim.workloads.logs.parsers.read_line`): NVIDIA's BERT prints
+    Python dicts (``{'eval_loss': ...}``, a placeholder ``{'final_loss': 0.0}``) among its MLPerf lines."""
     details: dict[str, Any] = field(default_factory=dict)
     """What :meth:`finish` found that belongs in the result's details: the MLPerf runs and which one is
     reported, the round, the target and whether it was reached (``target_reached``, ``target_note``)."""

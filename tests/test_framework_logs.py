@@ -489,7 +489,7 @@ def test_formats_are_every_reader_and_the_file_parameters_are_checked():
         ({"log_files": ["runs"], "formats": ["mlperf"]}, "none of the file formats"),
         ({"log_files": [" "]}, "an entry is empty"),
         ({"argv": ["x"], "batch_size": -1}, ">= 0"),
-        ({"argv": ["x"], "formats": ["keras"]}, "'tensorboard'"),
+        ({"argv": ["x"], "formats": ["caffe"]}, "'tensorboard'"),
     ]:
         with pytest.raises(ParamError, match=re.escape(fragment)):
             spec.cases(params, "cpu")

@@ -409,12 +409,13 @@ COMMAND = WorkloadSpec(
         Param("shell", bool, "run argv[0] as a shell command line instead", False, False),
         Param("cwd", str, "working directory (default: the agent's)", "", ""),
         Param("env", str, "extra environment, KEY=VALUE items", [], [], many=True, allow_empty=True),
-        Param("formats", str, "log formats to read: of the output's lines (ai_rank, mlperf, hf_trainer, mindspore) "
-              "and of log_files (tensorboard, hf_trainer's trainer_state.json, lightning_csv); empty: only the "
-              "regexes", list(COMMAND_FORMATS), list(COMMAND_FORMATS), choices=COMMAND_FORMATS, many=True,
-              allow_empty=True),
+        Param("formats", str, "log formats to read: of the output's lines (ai_rank, mlperf, hf_trainer, mindspore, "
+              "keras, megatron, deepspeed) and of log_files (tensorboard, mindspore_summary, hf_trainer's "
+              "trainer_state.json, lightning_csv); empty: only the regexes",
+              list(COMMAND_FORMATS), list(COMMAND_FORMATS), choices=COMMAND_FORMATS, many=True, allow_empty=True),
         Param("log_files", str, "files the run writes, read after it ends: paths or globs, relative to cwd (a folder "
-              "is searched for TensorBoard event files, trainer_state.json and metrics.csv)", [], [], many=True,
+              "is searched for TensorBoard event files, MindSpore summaries, trainer_state.json and metrics.csv)",
+              [], [], many=True,
               allow_empty=True),
         Param("quality_tags", str, "which TensorBoard tags, metrics.csv columns or trainer_state.json keys are "
               "quality metrics (default: the evaluations' metrics, e.g. val_acc, eval/loss, eval_accuracy)", [], [],

@@ -52,7 +52,7 @@ from typing import Any
 from sixdim.core.redact import redact_argv, redact_shell, scrub, secret_values
 from sixdim.workloads.context import RunContext, Unsupported, WorkloadOutput
 from sixdim.workloads.logs import log_files
-from sixdim.workloads.logs.framework_lines import LINE_FORMATS, step_seconds
+from sixdim.workloads.logs.framework_lines import LINE_FORMATS, step_seconds, unread_notes
 from sixdim.workloads.logs.lines import bounded_lines, stream_chunks
 from sixdim.workloads.logs.mlperf import INFERENCE_CHECKS, INFERENCE_RATES
 from sixdim.workloads.logs.model import COMMAND_FORMATS, Metric, Quality
@@ -187,7 +187,7 @@ def run(params: dict[str, Any], ctx: RunContext) -> WorkloadOutput:
     parsers = parsers_for(params)
     argv = params["argv"]
     patterns = params["log_files"]
-    if (patterns and "tensorboard" in params["formats"] and log_files.may_hold_event_files(patterns)
+    if (patterns and "tensorboard" in params["formats"] and log_files.may_hold_event_files(patterns, params["cwd"])
             and not log_files.tensorboard_available()):
         raise Unsupported(log_files.TENSORBOARD_MISSING)  # said before a run of hours, not after it
     # the framework line formats read beside MLPerf's only where the user chose the formats (not the default)
@@ -330,6 +330,7 @@ def _nothing_read(log: TrainingLog, lines: int, params: dict[str, Any], files: l
     hint = ""
     if step_seconds(log) and not params.get("batch_size"):
         hint = "; MindSpore's per step time was read: set batch_size to turn it into samples/s"
+    hint += "".join("; " + note for note in unread_notes(log))  # a format seen but not readable: what to do
     if files is not None:
         said = "; ".join(f"{f['path']}: {f.get('note') or 'nothing selected'}" for f in files[:5])
         if replay or not lines:

@@ -1,4 +1,4 @@
-"""Framework output lines: Hugging Face Trainer's printed metric dicts, MindSpore's monitors and results.
+"""Framework output lines: the Hugging Face Trainer, MindSpore, Keras fit(), Megatron-LM and DeepSpeed.
 
 Torch-free, standard library only.  Each parser reads one line of a command's output into a
 :class:`~sixdim.workloads.logs.training_log.TrainingLog`, as sixdim's own parsers do; :data:`LINE_FORMATS`
@@ -8,13 +8,25 @@ names them for the command workload's ``formats``.  The rules are in docs/TRAINI
   0.88, ...}``; transformers 5 prints the values as strings, ``{'eval_loss': '0.4882', ...}``).  Every
   ``eval_*`` metric is a quality metric under its own name (``eval_runtime`` and the eval speeds are
   not), ``train_samples_per_second`` is a throughput reading, ``train_runtime`` the run's duration.
-  The per-step training ``loss`` is not read: it is not an evaluation.
+  The per-step training ``loss`` is not read: it is not an evaluation.  The example scripts' tables
+  (``***** eval metrics *****``, ``  eval_accuracy = 0.8456``) are read the same way; the train table's
+  speed only when no printed dict gave it (it is the same number).
 - ``mindspore``: LossMonitor's ``epoch: 1 step: 1875, loss is 0.0343`` (the ``train_loss`` metric, its
   last value in each epoch), ModelZoo's ``epoch: [1/90] loss: 1.08, epoch time: ...``, TimeMonitor's
   ``[Train ]epoch time: 9143.2 ms, per step time: 4.876 ms`` (seconds per step, kept by
   :func:`step_seconds`: the command workload turns them into samples/s with its ``batch_size``), and
   ``Model.eval``'s printed results (``result: {'top_1_accuracy': 0.7368}``, or the bare
   ``'Accuracy': 0.9842`` of MindSpore's docs): each metric-like key a quality metric.
+- ``keras``: ``fit()``'s epoch-end progress line (Keras 2 and 3 bars, redrawn with backspaces and
+  carriage returns or not, and ``verbose=2``): each ``val_*`` figure a quality metric, one per epoch.
+- ``megatron``: Megatron-LM's iteration line (throughput: the global batch over the time per iteration,
+  or Megatron-DeepSpeed's own ``samples per second``) and its validation line (``val_lm_loss``,
+  ``val_lm_loss_ppl``, lower-is-better).
+- ``deepspeed``: the engine's ``step=`` line and its ThroughputTimer's samples per second.
+
+Where a value's step is known (an epoch, an iteration), the details' ``quality_steps`` hold it, one per
+value.  :func:`unread_notes` says what a recognised format printed that could not be read, and what to
+use instead (a Keras run without validation: ``validation_data``, or ``accuracy_regex``).
 
 A metric's direction comes from its name (:func:`metric_direction`: a loss, error rate, perplexity or
 FID is lower-is-better; an accuracy, F1, mAP, AUC, BLEU higher-is-better); a name that says neither
@@ -180,19 +192,83 @@ def hf_record(record: dict[str, Any], log: TrainingLog, quality: list[str] | Non
 
 def parse_hf_trainer(line: str, log: TrainingLog) -> bool:
     """The Trainer's printed log dicts (``{'eval_loss': 0.4882, 'eval_accuracy': 0.8803, ...}``),
-    found anywhere in the line (a progress bar may precede one)."""
-    if "{" not in line or _foreign(line):
+    found anywhere in the line (a progress bar may precede one), and the example scripts' metric
+    tables (:func:`_hf_table_line`)."""
+    if _foreign(line):
         return False
     found = False
-    for match in DICT.finditer(line):
+    for match in DICT.finditer(line) if "{" in line else ():
         record = literal_dict(match.group())
         if record is None or not is_hf_record(record):
             continue
         found = True
-        hf_record(record, log)
+        if hf_record(record, log)["throughput"]:
+            _state(log)["hf_summary_speed"] = True
+    if not found and ("=" in line or "metrics" in line):
+        found = _hf_table_line(line, log)
     if found:
         log.recognised["hf_trainer"] += 1
     return found
+
+
+HF_TABLE_HEADER = re.compile(r"\*{5} (\w+) metrics \*{5}")
+"""``trainer.log_metrics``' header, ``***** eval metrics *****``: logged (stderr, maybe behind a logger's
+prefix), while its rows are printed (stdout): the two may arrive apart."""
+HF_TABLE_ROW = re.compile(r"\s{1,8}([A-Za-z_][\w./-]{0,80}?)\s*=\s*(\S{1,40})\s*")
+HOURS = re.compile(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)")
+"""``train_runtime = 1:08:59.29``: ``metrics_format`` prints durations as h:mm:ss.ff."""
+
+
+def _table_number(log: TrainingLog, text: str, what: str) -> float | None:
+    hours = HOURS.fullmatch(text)
+    if hours:
+        return int(hours.group(1)) * 3600 + int(hours.group(2)) * 60 + float(hours.group(3))
+    return number(log, text, what)
+
+
+def _hf_table_line(line: str, log: TrainingLog) -> bool:
+    """A line of the tables the Trainer's example scripts print at the end (``trainer.log_metrics``):
+    ``***** eval metrics *****`` then ``  eval_accuracy = 0.8456`` rows.  An ``eval_*`` row is an
+    evaluation wherever it comes (the header may arrive apart from the rows); an unprefixed metric
+    (``perplexity``, run_clm's) only inside an eval table.  The train table's speed is read unless the
+    run's printed summary dict gave it already (the same number); ``predict``/``test``/``best`` tables are
+    not the evaluation the run reports, and are not read."""
+    state = _state(log)
+    header = HF_TABLE_HEADER.search(line)
+    if header:
+        state["hf_table"] = header.group(1).lower()
+        return True
+    row = HF_TABLE_ROW.fullmatch(line)
+    if not row:
+        if line.strip():
+            state["hf_table"] = None
+        return False
+    key, raw = row.groups()
+    table = state.get("hf_table")
+    if key == "epoch":
+        if table is not None:
+            state["hf_table_epoch"] = _table_number(log, raw, "Hugging Face epoch")
+        return table is not None
+    if key.startswith("eval_") and not hf_quality_keys({key: 0}):
+        return True  # the evaluation's duration, speed or count
+    if key.startswith("eval_") or (table == "eval" and metric_direction(key) is not None):
+        value = _table_number(log, raw, f"Hugging Face {key}")
+        if value is not None:
+            log.add_quality(metric_for(key, log), value)
+            _note_step(log, key, state.get("hf_table_epoch") if table == "eval" else None)
+        return True
+    if key == "train_samples_per_second":
+        value = _table_number(log, raw, "Hugging Face train_samples_per_second")
+        if value is not None and not state.get("hf_summary_speed"):
+            log.add_throughput(value)
+            state["hf_summary_speed"] = True
+        return True
+    if key == "train_runtime":
+        value = _table_number(log, raw, "Hugging Face train_runtime")
+        if value is not None:
+            log.total_time = value
+        return True
+    return table is not None
 
 
 # --- MindSpore --------------------------------------------------------------------------------------
@@ -213,6 +289,17 @@ def _state(log: TrainingLog) -> dict[str, Any]:
     plain function shared by every run): the seconds per step read, the epoch of the last loss."""
     state: dict[str, Any] = vars(log).setdefault("framework_lines", {})
     return state
+
+
+def _note_step(log: TrainingLog, metric: str, step: Any) -> None:
+    """The step (epoch, iteration) of a quality value just added, in the details' ``quality_steps``,
+    one per value of the metric."""
+    values = len(log.series.get(metric, (None, []))[1])
+    steps = log.details.setdefault("quality_steps", {}).setdefault(metric, [])
+    if len(steps) >= values:  # the value was not added (logged after an MLPerf run_stop)
+        return
+    steps.extend([None] * (values - 1 - len(steps)))
+    steps.append(step)
 
 
 def step_seconds(log: TrainingLog) -> list[float]:
@@ -301,10 +388,226 @@ def parse_mindspore(line: str, log: TrainingLog) -> bool:
     return found
 
 
+# --- Keras fit() -----------------------------------------------------------------------------------
+
+KERAS_EPOCH = re.compile(r"\s*Epoch (\d{1,9})/\d{1,9}\s*")
+KERAS_BAR = re.compile(r"\d{1,12}/(?:\d{1,12}|Unknown) (?:\[[=>.]{0,200}\]|[━─╸╺]{1,200}|- )")
+"""Where a progress line starts: ``422/422 [====...]`` (Keras 2), ``782/782 ━━━━`` (Keras 3), or
+``8/8 - 5s - ...`` (``verbose=2``).  A bar pasted without its carriage returns holds several: the last
+is read."""
+KERAS_VERBOSE2_OLD = re.compile(r"\s*\d{1,6}s - [A-Za-z_]\w{0,80}: ")
+"""Keras 1's ``verbose=2`` line, ``0s - loss: 0.0396 - acc: 0.0021``, with no step count."""
+FIGURE = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+"""A printed number; its digits can be given back one way only, so a failed match costs time linear in them."""
+KERAS_PAIR = re.compile(r"(?:^|\s)-\s([A-Za-z_][\w./@-]{0,100}?):\s*(" + FIGURE + r"|nan|inf)(?=\s|$)",
+                        re.IGNORECASE)
+KERAS_STEP_TIME = re.compile(r"(?:^|\s)(\d+(?:\.\d+)?)(s|ms|us|µs)/(step|sample)\b")
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
+
+
+def _keras_segment(line: str) -> str | None:
+    """The progress line's last bar (from its step count on), or None when the line is no Keras
+    progress line.  Backspaces (Keras 2's redraws) are dropped first."""
+    line = line.replace("\b", "")
+    starts = [m.start() for m in KERAS_BAR.finditer(line)]
+    if starts:
+        return line[starts[-1]:]
+    if KERAS_VERBOSE2_OLD.match(line):
+        return line
+    return None
+
+
+def parse_keras(line: str, log: TrainingLog) -> bool:
+    """Keras ``fit()``'s output: ``Epoch 3/15`` and each epoch's progress line, whose last redraw
+    (the epoch's end) carries the validation figures (``... - val_loss: 0.03 - val_accuracy: 0.992``).
+    Every ``val_*`` figure is a quality metric under its own name, one value per epoch (a redraw of
+    the same epoch replaces it); training figures (``loss``, ``accuracy``) are not evaluations.  Keras
+    prints time per step, not samples/s: kept as the details' ``keras_seconds_per_step``; a ``us/sample``
+    time (Keras 2.1 on arrays) is a throughput, 1 / seconds."""
+    if _foreign(line) or ("/" not in line and " - " not in line):
+        return False
+    state = _state(log)
+    epoch = KERAS_EPOCH.fullmatch(line)
+    if epoch:  # noted, not counted as recognised: other scripts print "Epoch 3/15" too
+        state["keras_epoch"] = int(epoch.group(1))
+        return False
+    segment = _keras_segment(line)
+    if segment is None:
+        return False
+    pairs = [(name, raw) for name, raw in KERAS_PAIR.findall(segment) if name.lower() != "eta"]
+    timed = KERAS_STEP_TIME.search(segment)
+    if not pairs and not timed:
+        return False
+    log.recognised["keras"] += 1
+    state["keras_progress"] = state.get("keras_progress", 0) + 1
+    for name, raw in pairs:
+        if name.startswith("val_"):
+            _keras_value(log, name, raw, state.get("keras_epoch"))
+        elif metric_direction(name):
+            state.setdefault("keras_training_metric", name)  # for the hint when no val_ figure comes
+    count = re.match(r"(\d+)/(\d+|Unknown)", segment)
+    if timed and "ETA" not in segment and (count is None or count.group(1) == count.group(2)):
+        # the epoch's end: a redraw before it gives its ETA (Keras 3 without the word) beside its pace
+        seconds = float(timed.group(1)) * TIME_UNITS[timed.group(2)]
+        if seconds > 0 and timed.group(3) == "sample":
+            log.add_throughput(1.0 / seconds)
+        elif seconds > 0:
+            log.details.setdefault("keras_seconds_per_step", []).append(seconds)
+    return True
+
+
+def _keras_value(log: TrainingLog, name: str, raw: str, epoch: int | None) -> None:
+    value = number(log, raw, f"Keras {name}")
+    if value is None:
+        return
+    state = _state(log)
+    read_at = state.setdefault("keras_read_epoch", {})
+    known = log.series.get(name)
+    if known is not None and known[1] and epoch is not None and read_at.get(name) == epoch and not log.stopped:
+        known[1][-1] = Evaluation(value, False, log.elapsed)
+        return
+    log.add_quality(metric_for(name, log), value)
+    _note_step(log, name, epoch)
+    read_at[name] = epoch
+
+
+# --- Megatron-LM ------------------------------------------------------------------------------------
+
+MEGATRON_ITERATION = re.compile(r"\biteration\s{0,40}(\d{1,12})\s{0,40}/\s{0,40}\d{1,12}\s{0,40}\|")
+MEGATRON_FIELD = re.compile(r"\|\s{0,40}([^|:]{1,100}?):\s{0,40}(" + FIGURE + r")\s{0,40}(?=\|)")
+MEGATRON_VALIDATION = re.compile(r"\b(?:validation|valid) loss at ([^|]{1,200}?)\s{0,40}\|(.{0,8000})")
+MEGATRON_VALUE = re.compile(r"([^|]{1,100}?) (value|PPL):\s{0,40}(" + FIGURE + r")\s{0,40}(?=\|)")
+MEGATRON_SPEED = {"elapsed time per iteration (ms)": 1e-3, "elapsed time per iteration (s)": 1.0}
+
+
+def _slug(text: str) -> str:
+    return "_".join(word for word in re.split(r"[^a-z0-9]+", text.lower()) if word)
+
+
+def parse_megatron(line: str, log: TrainingLog) -> bool:
+    """Megatron-LM's ``training_log`` line (`` iteration 100/ 500000 | consumed samples: ... | elapsed
+    time per iteration (ms): 657.0 | ... | global batch size: 512 | lm loss: 5.36E+00 | ...``) and its
+    ``evaluate_and_print_results`` line (`` validation loss at iteration 1000 | lm loss value: 5.31E+00 |
+    lm loss PPL: 2.03E+02 |``; Megatron-DeepSpeed writes ``valid loss``).  Throughput: the line's
+    ``samples per second`` where it prints one (Megatron-DeepSpeed), else the global batch size over the
+    time per iteration.  Each validation ``<name> value`` is the quality metric ``val_<name>`` (``test_``
+    for the test set), its ``PPL`` ``val_<name>_ppl``, lower-is-better, at its iteration; the training
+    ``lm loss`` is not an evaluation."""
+    if _foreign(line) or "|" not in line or "iteration" not in line:
+        return False
+    line = " ".join(line.split())
+    validation = MEGATRON_VALIDATION.search(line)
+    if validation:
+        return _megatron_validation(log, validation.group(1), validation.group(2))
+    iteration = MEGATRON_ITERATION.search(line)
+    if not iteration:
+        return False
+    log.recognised["megatron"] += 1
+    step = int(iteration.group(1))
+    _state(log)["megatron_iteration"] = step
+    log.details["megatron_last_iteration"] = step
+    fields = {name.strip().lower(): raw for name, raw in MEGATRON_FIELD.findall(line[iteration.end() - 1:] + "|")}
+    if "samples per second" in fields:
+        value = number(log, fields["samples per second"], "Megatron samples per second")
+        if value is not None:
+            log.add_throughput(value)
+        return True
+    batch = fields.get("global batch size")
+    for name, scale in MEGATRON_SPEED.items():
+        if name in fields and batch is not None:
+            seconds = number(log, fields[name], f"Megatron {name}")
+            samples = number(log, batch, "Megatron global batch size")
+            if seconds and samples is not None:
+                log.add_throughput(samples / (seconds * scale))
+    return True
+
+
+def _megatron_validation(log: TrainingLog, where: str, fields: str) -> bool:
+    """`` validation loss at iteration 1000 [on validation set] | lm loss value: ... | lm loss PPL: ... |``;
+    also ``at the end of training for val data`` and ``... on test set`` / ``for test data``."""
+    values = MEGATRON_VALUE.findall(fields.rstrip() + ("" if fields.rstrip().endswith("|") else "|"))
+    if not values:
+        return False
+    log.recognised["megatron"] += 1
+    split = "test" if "test" in where.lower() else "val"
+    at = re.search(r"iteration (\d+)", where)
+    step = int(at.group(1)) if at else _state(log).get("megatron_iteration")
+    for name, kind, raw in values:
+        metric = f"{split}_{_slug(name)}" + ("_ppl" if kind == "PPL" else "")
+        value = number(log, raw, f"Megatron {metric}")
+        if value is not None:
+            log.add_quality(Metric(metric, False, "score"), value)
+            _note_step(log, metric, step)
+    return True
+
+
+# --- DeepSpeed --------------------------------------------------------------------------------------
+
+DEEPSPEED_STEP = re.compile(r"\[Rank \d+\] step=(\d{1,12}), skipped=(\d{1,12}), lr=")
+DEEPSPEED_TIMER = re.compile(r"(?:\bCurrSamplesPerSec|(?<![A-Za-z])SamplesPerSec)=\s{0,4}(" + FIGURE + r"|nan|inf)")
+DEEPSPEED_PIPE = re.compile(r"\bsteps: (\d{1,12}) loss: \S{1,40} iter time \(s\): \S{1,40} samples/sec: (" + FIGURE
+                            + r"|nan|inf)")
+
+
+def parse_deepspeed(line: str, log: TrainingLog) -> bool:
+    """DeepSpeed's engine lines: ``[Rank 0] step=40, skipped=2, lr=[...], mom=[...]`` (the step and the
+    skipped steps, as details), its ThroughputTimer's ``CurrSamplesPerSec=16.8`` (each a throughput
+    reading; older versions print ``SamplesPerSec=``, the running mean since the timer's start step, read
+    as printed; ``RunningAvgSamplesPerSec`` is not read beside ``CurrSamplesPerSec``), and the pipeline
+    engine's ``steps: 10 loss: ... iter time (s): ... samples/sec: 97.8``.  These are the global batch's
+    samples per second.  DeepSpeed prints no evaluation."""
+    if _foreign(line) or ("step" not in line and "SamplesPerSec" not in line):
+        return False
+    found = False
+    stepped = DEEPSPEED_STEP.search(line)
+    if stepped:
+        log.details["deepspeed_last_step"] = int(stepped.group(1))
+        log.details["deepspeed_skipped_steps"] = int(stepped.group(2))
+        found = True
+    rate = DEEPSPEED_TIMER.search(line) or DEEPSPEED_PIPE.search(line)
+    if rate:
+        value = number(log, rate.group(rate.lastindex or 1), "DeepSpeed samples per second")
+        if value is not None:
+            log.add_throughput(value)
+        if rate.re is DEEPSPEED_PIPE:
+            log.details["deepspeed_last_step"] = int(rate.group(1))
+        found = True
+    if found:
+        log.recognised["deepspeed"] += 1
+    return found
+
+
+# --- What was recognised but not read ---------------------------------------------------------------
+
+KERAS_HINT = ("Keras fit() printed no validation figure: pass validation_data (or validation_split) to fit(), or "
+              "set accuracy_regex to read a training figure (e.g. ' - {name}: ([0-9.]+)'), or write the "
+              "TensorBoard callback's files and name them in log_files")
+
+
+def unread_notes(log: TrainingLog) -> list[str]:
+    """What a recognised format printed that sixdim could not turn into a figure, and what to use
+    instead: for a failure's reason (nothing read) and the details."""
+    notes = []
+    if _state(log).get("keras_progress") and not any(name.startswith("val_") for name in log.series):
+        notes.append(KERAS_HINT.format(name=_state(log).get("keras_training_metric", "accuracy")))
+    if log.recognised.get("deepspeed") and "deepspeed_last_step" in log.details and not log.throughputs:
+        notes.append("DeepSpeed printed its steps but no throughput: its ThroughputTimer line ('SamplesPerSec=') "
+                     "comes every steps_per_print steps; or set throughput_regex")
+    if log.recognised.get("megatron") and not log.throughputs and not log.series:
+        notes.append("Megatron lines without a time per iteration and a global batch size: set throughput_regex")
+    return notes
+
+
 LINE_FORMATS: dict[str, tuple[str, Parser]] = {
     "hf_trainer": ("Hugging Face Trainer (its printed metric dicts, {'eval_loss': ..., "
                    "'train_samples_per_second': ...})", parse_hf_trainer),
     "mindspore": ("MindSpore ('epoch: N step: N, loss is X', '[Train ]epoch time: X ms, per step time: X ms' and "
                   "Model.eval's printed {'metric': value})", parse_mindspore),
+    "keras": ("Keras fit() ('Epoch 3/15' and each epoch's last progress line: its val_* figures; without "
+              "validation_data there are none: pass validation_data, or set accuracy_regex)", parse_keras),
+    "megatron": ("Megatron-LM (' iteration N/ M | ... elapsed time per iteration (ms): X | global batch size: N |' "
+                 "and ' validation loss at iteration N | lm loss value: X | lm loss PPL: X |')", parse_megatron),
+    "deepspeed": ("DeepSpeed ('[Rank 0] step=N, skipped=N, ...' and its ThroughputTimer's 'CurrSamplesPerSec=X' "
+                  "or 'SamplesPerSec=X')", parse_deepspeed),
 }
 """The framework line formats, by the name ``formats`` gives them: (what they read, the parser)."""

@@ -1,31 +1,36 @@
-"""Files a training run writes: TensorBoard event files, Hugging Face's trainer_state.json, Lightning's metrics.csv.
+"""Files a training run writes: TensorBoard event files, MindSpore's summary files, Hugging Face's
+trainer_state.json, Lightning's metrics.csv.
 
 Torch-free.  The command workload reads them after its command ends, or instead of running one (a
 run that already happened), into the same :class:`~sixdim.workloads.logs.training_log.TrainingLog` as the
 command's output.  The rules are in docs/TRAINING_LOGS.md; in short:
 
 - ``log_files`` entries are paths or globs, relative to the command's ``cwd``.  A folder is searched
-  (to :data:`MAX_DEPTH` levels) for event files (``*tfevents*``: every one, each folder a run), and for
+  (to :data:`MAX_DEPTH` levels) for event files (``*tfevents*``, and MindSpore's
+  ``*.out.events.summary.*``: every one, each folder a run), and for
   the most recently written ``trainer_state.json`` and ``metrics.csv`` (a Trainer's output folder holds
   one per checkpoint, a Lightning log folder one per version: older ones are skipped, and said so).
   When a command ran, a file last written before it started is an earlier run's: skipped, and said so.
-- A file's format comes from its name (``*tfevents*``, ``trainer_state.json``, ``metrics.csv``), else
-  its content (a JSON object with ``log_history``, a CSV with a ``step`` or ``epoch`` column); it is read
+- A file's format comes from its name (``*tfevents*``, ``*.out.events.summary.*`` but a ``_lineage`` or
+  ``_explain`` file, ``trainer_state.json``, ``metrics.csv``), else its content (a MindSpore version event,
+  a JSON object with ``log_history``, a CSV with a ``step`` or ``epoch`` column); it is read
   only if ``formats`` allows that format.
 - Quality metrics are the user's ``quality_tags``, else the evaluations' metrics by their names
   (``val_acc``, ``eval/loss``, ``validation/epoch_accuracy``; Hugging Face's ``eval_*``); the
   throughput is ``throughput_tag``, else the one rate named like samples per second.  Each keeps its
   name (a TensorBoard tag in a sub-folder run is ``<run>/<tag>``) and takes the direction its name says.
-- TensorBoard scalars carry their wall time: an evaluation's time is measured from the command's start
+- TensorBoard and MindSpore scalars carry their wall time: an evaluation's time is measured from the command's start
   (from the first event, for a replayed log), so ``target_accuracy`` gives a time to train.  Values
   stored as float32 are read back as the shortest decimal that is the same float32 (0.6, not
   0.6000000238418579).  The two other files carry no clock.
 - A trainer_state.json replaces the Trainer's printed dicts of the same run where both were read
   (:func:`merge_trainer_state`); any other file's readings come after the output's (:func:`merge`).
 
-TensorBoard files are read with the ``tensorboard`` package (its ``plugin_event_accumulator``, which
-TensorBoard itself uses, and reads TF1 ``simple_value`` and TF2 tensor scalars alike), an optional
-dependency (the ``tensorboard`` extra) imported here only when an event file is read.
+MindSpore's summary files are decoded by :mod:`~sixdim.workloads.logs.mindspore_summary` (no MindSpore
+needed); every scalar tag that names a direction (``loss``, ``accuracy``) is a quality metric there, the
+others are details.  TensorBoard files are read with the ``tensorboard`` package (its
+``plugin_event_accumulator``, which TensorBoard itself uses, and reads TF1 ``simple_value`` and TF2 tensor
+scalars alike), an optional dependency (the ``tensorboard`` extra) imported here only when an event file is read.
 """
 
 from __future__ import annotations
@@ -47,16 +52,20 @@ from sixdim.workloads.logs.framework_lines import (
     hf_record,
     is_evaluation_metric,
     is_throughput_name,
+    metric_direction,
     metric_for,
     number,
     tokens,
 )
+from sixdim.workloads.logs.mindspore_summary import VERSION_MARK, Scalar, is_summary_name, read_summary
 from sixdim.workloads.logs.model import Evaluation
 from sixdim.workloads.logs.training_log import TrainingLog
 
 FILE_FORMATS = {
     "tensorboard": "TensorBoard event files (events.out.tfevents.*: PyTorch's SummaryWriter, Lightning, Keras, "
                    "TensorFlow, the Hugging Face Trainer)",
+    "mindspore_summary": "MindSpore's summary files (events.out.events.summary.*_MS: SummaryRecord, "
+                         "SummaryCollector)",
     "hf_trainer": "Hugging Face Trainer's trainer_state.json",
     "lightning_csv": "PyTorch Lightning CSVLogger's metrics.csv",
 }
@@ -117,10 +126,29 @@ def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-def may_hold_event_files(patterns: Sequence[str]) -> bool:
+def may_hold_event_files(patterns: Sequence[str], base: str = "") -> bool:
     """Whether a ``log_files`` entry may name TensorBoard event files: anything but an explicit
-    trainer_state.json, JSON or CSV file."""
-    return any(not os.path.basename(p.rstrip("/")).endswith((".json", ".csv")) for p in patterns)
+    trainer_state.json, JSON, CSV or MindSpore summary file, and an existing folder or glob that holds
+    MindSpore summaries and no event file (read without the tensorboard package).  A folder not written
+    yet may come to hold anything.  ``base``: the folder relative entries are taken from."""
+    for pattern in patterns:
+        name = os.path.basename(pattern.rstrip("/"))
+        if name.endswith((".json", ".csv")) or is_summary_name(name):
+            continue
+        present = _formats_present(pattern, base)
+        if "tensorboard" in present or "mindspore_summary" not in present:
+            return True
+    return False
+
+
+def _formats_present(pattern: str, base: str) -> set[str]:
+    """The formats, by file name, of the files an entry names now (searched as :func:`find` does)."""
+    text = os.path.expanduser(pattern)
+    if not os.path.isabs(text) and base:
+        text = os.path.join(base, text)
+    matches = sorted(glob.glob(text, recursive=True)) if glob.has_magic(text) else [text]
+    paths = [p for m in matches[:MAX_FILES] for p in (_walk(Path(m)) if os.path.isdir(m) else [Path(m)])]
+    return {kind for kind in (detect(p, sniff=False) for p in paths[:MAX_FILES]) if kind}
 
 
 # --- Finding and recognising files --------------------------------------------------------------
@@ -130,6 +158,8 @@ def detect(path: Path, sniff: bool = True) -> str | None:
     name = path.name
     if "tfevents" in name:
         return "tensorboard"
+    if is_summary_name(name):
+        return "mindspore_summary"
     if name == "trainer_state.json":
         return "hf_trainer"
     if name == "metrics.csv":
@@ -140,6 +170,8 @@ def detect(path: Path, sniff: bool = True) -> str | None:
         head = read_limited(path, SNIFF_BYTES, whole=False).decode("utf-8", "replace")
     except (OSError, ValueError):
         return None
+    if VERSION_MARK in head[:64].lower():  # a summary's first record: the version event
+        return "mindspore_summary"
     if name.endswith(".json") and '"log_history"' in head:
         return "hf_trainer"
     if name.endswith(".csv"):
@@ -178,7 +210,8 @@ def read_limited(path: Path, limit: int = MAX_BYTES, *, whole: bool = True) -> b
             size += len(chunk)
         if size > limit:
             if whole:
-                raise ValueError(f"larger than {limit // 2**20} MiB")
+                raise ValueError(f"larger than {limit // 2**20} MiB" if limit >= 2**20
+                                 else f"larger than {limit} bytes")
             return b"".join(chunks)[:limit]
         return b"".join(chunks)
     finally:
@@ -305,14 +338,7 @@ def _names_note(names: Sequence[str]) -> str:
     return f"names present: {shown}" if names else "no scalar in it"
 
 
-# --- TensorBoard ---------------------------------------------------------------------------------
-
-@dataclass
-class Scalar:
-    wall: float
-    step: int
-    value: float
-
+# --- Event files: TensorBoard's and MindSpore's ----------------------------------------------------
 
 def _tensorboard_scalars(path: Path) -> tuple[dict[str, list[Scalar]], float | None]:
     """Every scalar of one event file, by tag, in the order written, and the file's first event time."""
@@ -342,22 +368,56 @@ def _tensorboard_scalars(path: Path) -> tuple[dict[str, list[Scalar]], float | N
     return scalars, first
 
 
-def _read_tensorboard(found: list[Found], options: Options, part: TrainingLog, reports: list[Report]) -> None:
-    """The event files of every entry: their scalars by tag (``<run>/<tag>`` where an entry's event
-    files lie in several folders, a run each, named from their common folder), selected, into ``part``."""
+def _mindspore_scalars(path: Path) -> tuple[dict[str, list[Scalar]], float | None, dict[str, Any]]:
+    """Every scalar of one MindSpore summary file, by tag, its earliest event time, and what it held
+    besides (:func:`~sixdim.workloads.logs.mindspore_summary.read_summary`)."""
+    summary = read_summary(read_limited(path, MAX_BYTES))
+    info: dict[str, Any] = {"events": summary.events, "tags": {t: _describe_tag(v) for t, v in summary.scalars.items()},
+                            "skipped": dict(summary.skipped)}
+    if summary.rewritten:
+        info["rewritten"] = summary.rewritten
+    return summary.scalars, summary.first_wall, info
+
+
+def _describe_tag(values: list[Scalar]) -> dict[str, Any]:
+    """A tag's readings for the details: how many, its first and last steps and wall times, its final value."""
+    return {"readings": len(values), "steps": [values[0].step, values[-1].step],
+            "wall": [values[0].wall, values[-1].wall], "final": values[-1].value}
+
+
+def _has_direction(name: str) -> bool:
+    """A MindSpore tag read as a quality metric by default: one whose name says which way is better
+    (SummaryCollector's only scalar is the training loss, ``loss/auto``)."""
+    return metric_direction(name) is not None
+
+
+EVENT_FILES = {"tensorboard": ("TensorBoard", is_evaluation_metric), "mindspore_summary": ("MindSpore", _has_direction)}
+"""Each event-file format: how its readings are named in warnings, and which names are quality metrics by default."""
+
+
+def _read_event_files(kind: str, found: list[Found], options: Options, part: TrainingLog,
+                      reports: list[Report]) -> None:
+    """The event files (``kind``: TensorBoard's or MindSpore's) of every entry: their scalars by tag
+    (``<run>/<tag>`` where an entry's files lie in several folders, a run each, named from their common
+    folder), selected, into ``part``."""
+    label, default_quality = EVENT_FILES[kind]
     series: dict[str, list[Scalar]] = {}
     firsts: list[float] = []
     read: list[Report] = []
     for entry in found:
-        paths = [p for p, kind in entry.files if kind == "tensorboard"]
+        paths = [p for p, k in entry.files if k == kind]
         root = os.path.commonpath([str(p.parent) for p in paths]) if paths else ""
         for path in paths:
-            report = Report(str(path), "tensorboard")
+            report = Report(str(path), kind)
             reports.append(report)
             try:
-                scalars, first = _tensorboard_scalars(path)
+                if kind == "tensorboard":
+                    scalars, first = _tensorboard_scalars(path)
+                    report.read["tags"] = len(scalars)
+                else:
+                    scalars, first, report.read = _mindspore_scalars(path)
             except Exception as exc:  # a truncated or foreign file: said, never the run's end
-                report.note = f"could not be read ({type(exc).__name__}: {str(exc)[:120]})"
+                report.note = f"could not be read ({type(exc).__name__}: {str(exc)[:160]})"
                 continue
             read.append(report)
             if first is not None:
@@ -365,21 +425,20 @@ def _read_tensorboard(found: list[Found], options: Options, part: TrainingLog, r
             run = Path(os.path.relpath(path.parent, root)).as_posix()
             for tag, values in scalars.items():
                 series.setdefault(tag if run == "." else f"{run}/{tag}", []).extend(values)
-            report.read["tags"] = len(scalars)
     if not read:
         return
-    quality, throughput, notes = _select(list(series), options, is_evaluation_metric)
+    quality, throughput, notes = _select(list(series), options, default_quality)
     origin = options.started if options.started is not None else min(firsts, default=None)
     for name in quality:
         metric = metric_for(name, part)
         for scalar in series[name]:
             part.elapsed = max(0.0, scalar.wall - origin) if origin is not None else None
-            value = number(part, scalar.value, f"TensorBoard {name}")
+            value = number(part, scalar.value, f"{label} {name}")
             if value is not None:
                 part.add_quality(metric, value)
     for name in throughput:
         for scalar in series[name]:
-            value = number(part, scalar.value, f"TensorBoard {name}")
+            value = number(part, scalar.value, f"{label} {name}")
             if value is not None:
                 part.add_throughput(value, marker=[name, scalar.step, scalar.wall])
     part.elapsed = None
@@ -391,8 +450,16 @@ def _read_tensorboard(found: list[Found], options: Options, part: TrainingLog, r
         notes.append(_names_note(list(series)))
     read[0].read.update({"quality": {n: len(series[n]) for n in quality},
                          "throughput": {n: len(series[n]) for n in throughput}})
+    if kind == "mindspore_summary":  # a tag that is neither a quality metric nor the throughput: a detail
+        others = [n for n in series if n not in quality and n not in throughput]
+        read[0].read["other_tags"] = {n: _describe_tag(series[n]) for n in others[:MAX_DETAIL_TAGS]}
+        if len(others) > MAX_DETAIL_TAGS:
+            notes.append(f"{len(others)} other tags: the first {MAX_DETAIL_TAGS} are described")
     if notes:
         read[0].note = "; ".join(notes)
+
+
+MAX_DETAIL_TAGS = 50
 
 
 # --- Hugging Face trainer_state.json ------------------------------------------------------------
@@ -502,10 +569,14 @@ def read(patterns: Sequence[str], options: Options, log: TrainingLog, printed: S
         reports += entry.skipped
         if not entry.files and not entry.skipped:
             reports.append(Report(entry.pattern, None, note="nothing matched this log_files entry"))
+    if any(kind == "mindspore_summary" for entry in found for _, kind in entry.files):
+        part = _part(log)
+        _read_event_files("mindspore_summary", found, options, part, reports)
+        merge(log, part)
     if any(kind == "tensorboard" for entry in found for _, kind in entry.files):
         if tensorboard_available():
             part = _part(log)
-            _read_tensorboard(found, options, part, reports)
+            _read_event_files("tensorboard", found, options, part, reports)
             merge(log, part)
         else:
             reports += [Report(str(p), k, note=TENSORBOARD_MISSING) for e in found for p, k in e.files
@@ -513,7 +584,7 @@ def read(patterns: Sequence[str], options: Options, log: TrainingLog, printed: S
             log.warn(TENSORBOARD_MISSING)
     for entry in found:
         for path, kind in entry.files:
-            if kind == "tensorboard":
+            if kind in EVENT_FILES:
                 continue
             report = Report(str(path), kind)
             reports.append(report)

@@ -219,8 +219,8 @@ def resolve_unit(metric: Metric, evaluations: list[Evaluation]) -> tuple[str, li
     return "score", raw, "score (as logged)"
 
 
-COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore")
-COMMAND_FILE_FORMATS = ("tensorboard", "hf_trainer", "lightning_csv")
+COMMAND_LINE_FORMATS = ("ai_rank", "mlperf", "hf_trainer", "mindspore", "keras", "megatron", "deepspeed")
+COMMAND_FILE_FORMATS = ("tensorboard", "mindspore_summary", "hf_trainer", "lightning_csv")
 COMMAND_FORMATS = tuple(dict.fromkeys(COMMAND_LINE_FORMATS + COMMAND_FILE_FORMATS))
 """What the command workload reads: its output's line formats (parsers and framework_lines) and the
 formats of the files it writes (log_files); ``hf_trainer`` is both (printed dicts and trainer_state.json)."""

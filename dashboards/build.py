@@ -147,7 +147,8 @@ ANNOTATION_MAY_BE_EMPTY = {
     "Software versions changed": "a host's driver, CUDA runtime or torch changed within the time range",
     "Version-change verdicts": "a verdict on a software change appeared or changed within the time range",
 }
-"""Annotations are events: each may be empty, and says when it is not (dashboards/queries.py)."""
+"""Annotations are events: each may be empty, and says when it is not (tests/dashboard_queries.py runs them
+against a real Prometheus)."""
 
 
 # ----------------------------------------------------------------------------- common parts

@@ -239,3 +239,27 @@ def test_run_after_a_kill_mid_suite_says_nothing_of_results_it_has(cli_env):
     assert "could not be written" not in result.stderr, result.stderr
     assert not folder.exists() and list((state / "workers").iterdir()) == []
     assert set(uids) <= _uids(path)
+
+
+def test_pruning_waits_while_the_ledger_holds_results_the_database_file_lacks(tmp_path):
+    """Review of issue 44's ledger: a prune that deleted runs still kept in the ledger (a reader held the
+    checkpoint back) let the next start write them again, counted twice beside their pruned counts.  The
+    prune waits for the checkpoint instead, and prunes once the ledger is gone."""
+    path = tmp_path / "h.db"
+    History(path).close()
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)  # holds the checkpoint back
+    history = History(path)
+    for i in range(3):
+        assert history.add(make_record(ended_at=1000.0 + i)) is not None
+    assert Path(f"{path}.accepted").exists()
+    waited = history.prune(keep_seconds=10, now=5000.0)
+    assert waited.runs_removed == 0 and len(list(history)) == 3
+    reader.execute("ROLLBACK")
+    reader.close()
+    pruned = history.prune(keep_seconds=10, now=5000.0)
+    assert pruned.runs_removed == 3 and list(history) == []
+    assert not Path(f"{path}.accepted").exists()
+    history.close()
+    assert list(History(path)) == []  # nothing comes back from a ledger

@@ -34,7 +34,7 @@ from sixdim.config.schema import DEFAULT_SOURCE
 from sixdim.config.suites import case_timeout
 from sixdim.daemon import cost
 from sixdim.daemon.series import SeriesCount, count_series
-from sixdim.daemon.serve import load_web_config, open_files_limits
+from sixdim.daemon.serve import load_web_config, open_files_limits, planned_devices
 from sixdim.http.server import connection_cap, open_files, reserve_for
 from sixdim.run import devices
 from sixdim.run.scheduler import suite_trigger
@@ -66,7 +66,7 @@ def check(config: Config, nvml: NvmlCollector | None = None) -> list[str]:
         counts = {device.name: _count_cases(config, index, device.type) for device in found}
         lines.append(f"suite {suite.name}: {_when(suite, now)}; {_plural(len(suite.workloads), 'workload')}, "
                      f"{_where(counts)}; {_timeouts(suite, found)}; export {suite.export}")
-    reserve = reserve_for(len({device.name for found in where for device in found}))
+    reserve = reserve_for(planned_devices([(suite, found) for suite, found in zip(config.suites, where)]))
     lines[5] = (f"connections:   {connection_cap(open_files_limits()[1], open_files(), reserve).describe()} "
                 "(estimated here; serve logs its own)")
     rapl = RaplReader()

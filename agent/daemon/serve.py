@@ -234,7 +234,7 @@ def raise_open_files_limit() -> int:
     kernel's ceiling (``fs.nr_open``), which is the most a process can have."""
     soft, target = open_files_limits()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    os.environ.setdefault(OPEN_FILES_VARIABLE, str(soft))  # the workers' own (a reload keeps the first)
+    os.environ[OPEN_FILES_VARIABLE] = str(soft)  # the workers' own: this daemon's start, not an outer sixdim's
     if target > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -343,7 +343,7 @@ class _FairTurn:
             if not wait:
                 if client in self._waiting.values():
                     return False
-                displaceable = [t for t in self._waiting if t not in self._displaced and not isinstance(t, _Patient)]
+                displaceable = [t for t in self._waiting if not isinstance(t, _Patient)]  # displaced ones left it
                 if len(self._waiting) >= FAIR_WAITERS:
                     if not displaceable:
                         return False

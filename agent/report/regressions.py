@@ -430,7 +430,7 @@ def _versions_said(vids: Any, unknown: frozenset[int]) -> Any:
 
 def version_breaks(vids: Sequence[int]) -> list[int]:
     """Positions whose version set differs from the run before: the known break points, as the
-    online detector's :func:`sixdim.verdicts.detector.version_breaks` finds them."""
+    online detector finds them (its own version breaks)."""
     import numpy as np
 
     ids = np.asarray(vids)

@@ -391,9 +391,6 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
             reason, busy = "busy", answer
         else:
             continue
-        if between_cases is not None and not busy and reader.cases_done > clear:
-            busy = _ask(between_cases) or ""  # the cases that ended since the last check, before a stop
-            clear = clear if busy else sys.maxsize
         _terminate(process.pid, tag)
         deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
         try:
@@ -403,6 +400,10 @@ def _wait(process: subprocess.Popen, timeout: float, stop: threading.Event | Non
             process.wait()
         else:
             _grace_for_the_rest(tag, deadline)
+        if between_cases is not None and not busy:
+            # the worker is gone: no case can end after this check, the ones that ended since the last included
+            busy = _ask(between_cases) or ""
+            clear = clear if busy else sys.maxsize
         return reason, busy, clear
 
 

@@ -298,7 +298,8 @@ class History:
         return self._conn
 
     def close(self) -> None:
-        """Close the database; its last connection's close checkpoints it, so the ledger goes too."""
+        """Close the database, checkpointing it first; the ledger goes only where that checkpoint copied every frame
+        (no result pending, no reader holding it back): otherwise the next open reconciles it."""
         with self._lock:
             if self._conn is not None:
                 if not self._pending:
@@ -681,6 +682,12 @@ class History:
         with as_store_error(), self._lock:
             if not self._pending:  # a pruned run must not come back from the ledger
                 self._settle_ledger_locked()
+            if self._pending or self.ledger_path.exists():
+                # results not yet in the database file: pruning now could delete a run the next start writes
+                # again from the ledger (counted twice); the next prune (a day later) tries again
+                log.info("history: pruning waits: results written since the last complete checkpoint are still "
+                         "kept in %s", self.ledger_path)
+                return PruneResult(0, 0, time.perf_counter() - started)
             if max_runs is not None:
                 total = self._db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
                 if total > max_runs:

@@ -229,7 +229,7 @@ def case_times(db: sqlite3.Connection, suite: str, device: tuple[str, str, str, 
 
 conditions = conditions_by_id
 """The recorded conditions of the runs with these ids, by id: the daemon's own query
-(:func:`sixdim.store.history.conditions_by_id`), on the read-only connection."""
+(:func:`sixdim.store.rows.conditions_by_id`), on the read-only connection."""
 
 
 @dataclass(frozen=True)

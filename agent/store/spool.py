@@ -233,7 +233,7 @@ def spooled(record: Recorded) -> dict[str, Any]:
 
 
 def read_results(path: Path, what: str) -> list[Recorded]:
-    """The results in a spool or ledger file (JSON lines, :func:`_spooled`), each without its row id; none
+    """The results in a spool or ledger file (JSON lines, :func:`spooled`), each without its row id; none
     where there is no file.  Never through a link, nor from anything but a regular file; a line that cannot
     be read (cut by a crash) is skipped with a warning, the rest still count."""
     tighten(path)

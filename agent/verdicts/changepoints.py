@@ -15,7 +15,7 @@ module: numpy loads here, never in the daemon.
 The method (the passes are Otava's; the decisions are rank-based, for the spikes a GPU fleet sees):
 
 1. **Split.**  The series is cut at the *known* break points (version changes, as in
-   :func:`sixdim.verdicts.detector.version_breaks`), and each piece is covered by windows of ``window``
+   :func:`sixdim.report.regressions.version_breaks`), and each piece is covered by windows of ``window``
    points overlapping by half.  In each window, E-Divisive picks the split ``tau`` (with a right
    end ``kappa``) that maximises the energy statistic
 

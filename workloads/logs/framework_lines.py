@@ -147,7 +147,6 @@ def _foreign(line: str) -> bool:
 
 # --- Hugging Face Trainer ---------------------------------------------------------------------------
 
-HF_RUN_KEYS = ("train_samples_per_second", "train_runtime")
 HF_MARKERS = ("eval_", "train_")
 HF_STEP_KEYS = frozenset({"learning_rate", "grad_norm"})
 

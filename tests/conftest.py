@@ -84,3 +84,21 @@ def fresh_verified_credentials(monkeypatch) -> None:
     from sixdim.http import webconfig
 
     monkeypatch.setattr(webconfig, "_VERIFIED", webconfig._Verified(webconfig.VERIFIED_CACHE_SIZE))
+
+
+def nvml_or_skip(*, torch_cuda: bool = True):
+    """NVML's collector for the GPU tests, or a skip saying why there is none here: no NVML, no GPU listed, or
+    (``torch_cuda``) a torch without CUDA.  The one check every GPU test module's ``nvml`` fixture makes."""
+    from sixdim.collectors.nvml import NvmlCollector
+
+    collector = NvmlCollector("gpu-test")
+    if not collector.availability().available:
+        pytest.skip(f"no NVIDIA GPU here: {collector.availability().reason}")
+    if not collector.gpus:
+        pytest.skip("NVML works but lists no GPU")
+    if torch_cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip(f"torch {torch.__version__} has no CUDA support on this host")
+    return collector

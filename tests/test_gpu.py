@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.run.guard import Guard
 from sixdim.store.history import History
 from sixdim.workloads import registry
+from tests.conftest import nvml_or_skip
 
 pytestmark = pytest.mark.gpu
 
@@ -47,16 +47,7 @@ COLD = (1760, 128, 1760)
 
 @pytest.fixture(scope="module")
 def nvml():
-    collector = NvmlCollector("gpu-test")
-    if not collector.availability().available:
-        pytest.skip(f"no NVIDIA GPU here: {collector.availability().reason}")
-    if not collector.gpus:
-        pytest.skip("NVML works but lists no GPU")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} has no CUDA support on this host")
-    return collector
+    return nvml_or_skip()
 
 
 def _fast(name: str, params: dict, **timing) -> dict:

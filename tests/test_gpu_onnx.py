@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import pytest
 
-from sixdim.collectors.nvml import NvmlCollector
 from sixdim.run.devices import resolve
 from sixdim.run.executor import Executor, GuardSettings
 from sixdim.store.history import History
 from sixdim.workloads import registry
+from tests.conftest import nvml_or_skip
 
 pytestmark = pytest.mark.gpu
 
@@ -31,12 +31,7 @@ CUDA, CPU, TRT = "CUDAExecutionProvider", "CPUExecutionProvider", "TensorrtExecu
 
 @pytest.fixture(scope="module")
 def nvml():
-    collector = NvmlCollector("gpu-test")
-    if not collector.availability().available:
-        pytest.skip(f"no NVIDIA GPU here: {collector.availability().reason}")
-    if not collector.gpus:
-        pytest.skip("NVML works but lists no GPU")
-    return collector
+    return nvml_or_skip(torch_cuda=False)
 
 
 @pytest.fixture(scope="module")

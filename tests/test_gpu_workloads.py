@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sixdim.collectors.nvml import NvmlCollector
+from tests.conftest import nvml_or_skip
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,16 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def nvml():
-    collector = NvmlCollector("gpu-test")
-    if not collector.availability().available:
-        pytest.skip(f"no NVIDIA GPU here: {collector.availability().reason}")
-    if not collector.gpus:
-        pytest.skip("NVML works but lists no GPU")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} has no CUDA support on this host")
-    return collector
+    return nvml_or_skip()
 
 
 def _child(script: str, timeout: float = 120) -> dict:

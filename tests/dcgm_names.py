@@ -5,7 +5,7 @@ a dashboard's JSON, a promtool unit test or an exposition to the name dcgm-expor
 ``modelName``: catalog.DCGM_LABEL_NAMES), leaving alone what is not a label: a variable reference
 (``$hostname``, ``var-hostname``) and a metric name that ends in one (``sixdim_target:sixdim_build_info:hostname``).
 The dcgm variant of every generated file must be exactly its default variant so renamed; and a file written for
-the default names (deploy/prometheus/tests/sixdim-rules-test.yml) renamed is the same test for dcgm mode.
+the default names (deploy/prometheus/tests/sixdim-rules-test*.yml) renamed is the same test for dcgm mode.
 
 ``dcgm_labels(...)`` are the labels of a GPU's series as dcgm-exporter renders them
 (internal/pkg/rendermetrics/render_metrics.go, releases up to 4.5.3-4.8.2): its default labels,

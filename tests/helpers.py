@@ -84,7 +84,7 @@ def shortened_rules(text: str, speedup: int = TEST_SPEEDUP) -> str:
     (the default turns minutes into seconds: ``for: 5m`` becomes ``for: 5s``), for an end-to-end test whose
     Prometheus scrapes and evaluates every second.  Nothing else changes: the expressions (their windows
     included), labels and texts are the generator's; promtool tests the real durations
-    (deploy/prometheus/tests/sixdim-rules-test.yml)."""
+    (deploy/prometheus/tests/sixdim-rules-test*.yml)."""
     import yaml
 
     from sixdim.core.durations import whole_seconds

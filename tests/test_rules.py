@@ -19,7 +19,10 @@ from tests.dcgm_names import default_names_in, renamed
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / rules.COMMITTED
-UNIT_TESTS = ROOT / "deploy" / "prometheus" / "tests" / "sixdim-rules-test.yml"
+UNIT_TESTS = (ROOT / "deploy" / "prometheus" / "tests" / "sixdim-rules-test.yml",
+              ROOT / "deploy" / "prometheus" / "tests" / "sixdim-rules-test-days.yml")
+"""promtool's unit tests of the committed rules: those of minutes and hours (evaluated every minute), and those
+of days (evaluated every 5 minutes, the same windows and durations at a fifth of promtool's time)."""
 ALERTMANAGER = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 RUNBOOKS = ROOT / "docs" / "ALERTS.md"
 
@@ -97,15 +100,16 @@ def test_promtool_accepts_the_committed_rules(promtool):
 
 @pytest.mark.slow
 def test_promtool_unit_tests_pass(promtool):
-    """deploy/prometheus/tests/sixdim-rules-test.yml: every alert fires where it should, with its exact
+    """deploy/prometheus/tests/sixdim-rules-test*.yml: every alert fires where it should, with its exact
     labels and annotations, and stays silent where it should not (40 regressed shapes: one alert)."""
-    result = subprocess.run([promtool, "test", "rules", str(UNIT_TESTS)], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run([promtool, "test", "rules", *map(str, UNIT_TESTS)], capture_output=True, text=True,
+                            cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
+    assert result.stdout.count("SUCCESS") == len(UNIT_TESTS), result.stdout
 
 
 def test_every_alert_has_unit_tests_that_fire_and_stay_silent():
-    text = UNIT_TESTS.read_text()
+    text = "\n".join(path.read_text() for path in UNIT_TESTS)
     cases = re.findall(r"- eval_time: (\S+)\n\s+alertname: (\w+)\n\s+exp_alerts:( \[\])?", text)
     for alert in alerts():
         name = alert["alert"]
@@ -275,37 +279,22 @@ def test_the_dcgm_variant_is_the_default_with_dcgm_exporters_label_names():
     assert f"$labels.{catalog.HOSTNAME_DCGM} " in by_name["SixdimRegression"]["annotations"]["description"]
 
 
-LONG_UNIT_TEST = 86400
-"""A unit test whose evaluations reach past this many seconds costs promtool seconds (days of minutes)."""
-
-
-def fired(test: dict) -> set[str]:
-    return {case["alertname"] for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
-
-
-def dcgm_unit_tests(tmp_path: Path) -> Path:
-    """deploy/prometheus/tests/sixdim-rules-test.yml for the rules generated with --dcgm-label-names: every series,
-    expected label and query with dcgm-exporter's names (the annotations, which print label values, unchanged).
-    A test of days that fires only alerts another test fires too is left out (it proves durations, which the
-    names do not change, and costs most of promtool's time)."""
+def dcgm_unit_tests(tmp_path: Path) -> list[Path]:
+    """deploy/prometheus/tests/sixdim-rules-test*.yml for the rules generated with --dcgm-label-names: every
+    series, expected label and query with dcgm-exporter's names (the annotations, which print label values,
+    unchanged)."""
     rules_file = tmp_path / "sixdim-rules-dcgm.yml"
     rules_file.write_text(rules.render(rules.Options(dcgm_label_names=True)))
-    text = renamed(UNIT_TESTS.read_text())
-    assert default_names_in(text) == [] and text.count(catalog.HOSTNAME_DCGM) > 100
-    spec = yaml.safe_load(text)
-    spec["rule_files"] = [str(rules_file)]
-    kept = list(spec["tests"])
-    for test in spec["tests"]:
-        longest = max(0 if re.fullmatch(r"0[a-z]*", case["eval_time"]) else durations.whole_seconds(case["eval_time"])
-                      for case in test.get("alert_rule_test", []) + test.get("promql_expr_test", []))
-        others = set().union(*(fired(t) for t in kept if t is not test))
-        if longest > LONG_UNIT_TEST and fired(test) <= others:
-            kept.remove(test)
-    assert set().union(*map(fired, kept)) == {alert["alert"] for alert in alerts()} and len(kept) < len(spec["tests"])
-    spec["tests"] = kept
-    path = tmp_path / "sixdim-rules-dcgm-test.yml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    paths = []
+    for unit_tests in UNIT_TESTS:
+        text = renamed(unit_tests.read_text())
+        assert default_names_in(text) == [] and catalog.HOSTNAME_DCGM in text
+        spec = yaml.safe_load(text)
+        spec["rule_files"] = [str(rules_file)]
+        paths.append(tmp_path / unit_tests.name.replace("sixdim-rules", "sixdim-rules-dcgm"))
+        paths[-1].write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert sum(path.read_text().count(catalog.HOSTNAME_DCGM) for path in paths) > 100
+    return paths
 
 
 @pytest.mark.slow
@@ -313,10 +302,10 @@ def test_promtool_unit_tests_pass_for_the_dcgm_variant(tmp_path, promtool):
     """The same unit tests, every series named as agents with --dcgm-label-names export it, against the rules
     generated with --dcgm-label-names: each alert fires with the same labels (Hostname, modelName) and the same
     texts, whose host names and the queries they run read the dcgm names."""
-    result = subprocess.run([promtool, "test", "rules", str(dcgm_unit_tests(tmp_path))], capture_output=True,
+    result = subprocess.run([promtool, "test", "rules", *map(str, dcgm_unit_tests(tmp_path))], capture_output=True,
                             text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
-    assert "SUCCESS" in result.stdout
+    assert result.stdout.count("SUCCESS") == len(UNIT_TESTS), result.stdout
 
 
 def test_options_reach_the_expressions(tmp_path, promtool):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -93,10 +94,12 @@ BEFORE_RUNS, AFTER_RUNS = 12, 6
 """Runs of each series before the rollout (past min_baseline) and after it (enough for a version verdict)."""
 ROLLOUT_SLOWDOWN = 0.9
 FLAPPING_HOST, DOWN_HOST = ("eu-1", "cpu-a"), ("us-1", "cpu-b")
-STALE_MARGIN = 20
+STALE_MARGIN = 14
 """At the incident, the down host's newest ok run ended 2h minus this many seconds before: its stale alert
-fires this long after the incident, well after its agent-down alert (5 s after its last scrape, shortened),
-so Alertmanager has the inhibiting alert by then."""
+fires this long after the incident, after its agent-down alert (5 s after its last scrape, shortened: about
+8 s after the incident), so Alertmanager has the inhibiting alert by then (it must by the stale alert's
+group_wait later, 20 s after the incident), and that group_wait has passed about when the flapping host has
+flapped for 15 s (21 s after the incident), so the test waits little for a notification that must not come."""
 STALE_BEFORE = 600
 """Before the incident, the down host's newest ok run ended 2h minus this many seconds before the test
 started: not stale for longer than Prometheus and Alertmanager may take to start on a busy machine."""
@@ -316,7 +319,8 @@ def alertmanager_test_config(text: str, webhook: str, speedup: int = ALERTMANAGE
 def prometheus_config(fleet_port: int, alertmanager_port: int, rules_file: Path,
                       agents: list[tuple[str, str]]) -> str:
     """Every simulated agent as its own target of job sixdim, with its cluster as a target label (so that
-    ``up`` carries it too, as docs/ALERTS.md asks) and an instance named after its host, as a real fleet's."""
+    ``up`` carries it too, as docs/ALERTS.md asks) and an instance named after its host, as a real fleet's.
+    With no agents: Prometheus starting while the fleet is built, scraping nothing yet."""
     return yaml.safe_dump({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(rules_file)],
@@ -324,7 +328,7 @@ def prometheus_config(fleet_port: int, alertmanager_port: int, rules_file: Path,
         "scrape_configs": [{"job_name": "sixdim", "static_configs": [
             {"targets": [f"127.0.0.1:{fleet_port}"],
              "labels": {CLUSTER: cluster, "instance": f"{host}:9480", "__metrics_path__": f"/metrics/{cluster}/{host}"}}
-            for cluster, host in agents]}],
+            for cluster, host in agents]}] if agents else [],
     }, sort_keys=False)
 
 
@@ -404,9 +408,7 @@ def test_the_test_copies_change_only_the_timings_and_the_receivers():
 def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
     prometheus = required_tool("prometheus")
     alertmanager = alertmanager_binary()
-    fleet = build_fleet(tmp_path)
-    fleet_server, webhook = FleetServer(fleet), Webhook()
-    serve(fleet_server)
+    webhook = Webhook()
     serve(webhook)
     alertmanager_port, prometheus_port = free_port(), free_port()
     am_config, prom_config, rules_file = (tmp_path / "alertmanager.yml", tmp_path / "prometheus.yml",
@@ -414,8 +416,11 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
     am_config.write_text(alertmanager_test_config(ALERTMANAGER_EXAMPLE.read_text(),
                                                   f"http://127.0.0.1:{webhook.server_port}"))
     rules_file.write_text(shortened_rules(rules.render(Options())))
-    prom_config.write_text(prometheus_config(fleet_server.server_port, alertmanager_port, rules_file,
-                                             sorted(fleet.before)))
+    # Prometheus starts with no target, the fleet is built meanwhile, and the configuration with every agent
+    # is loaded once the fleet serves (SIGHUP, after Prometheus is ready): Prometheus hands its first targets
+    # to the scrapers only at its discovery's 5 s tick, so the build costs no time, and no agent is scraped
+    # before it serves (an early failed scrape would leave an agent-down alert pending on the quiet fleet).
+    prom_config.write_text(prometheus_config(0, alertmanager_port, rules_file, []))
     logs = [tmp_path / "alertmanager.log", tmp_path / "prometheus.log"]
     processes = [
         subprocess.Popen([alertmanager, f"--config.file={am_config}", f"--storage.path={tmp_path / 'am'}",
@@ -425,9 +430,19 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
                           f"--web.listen-address=127.0.0.1:{prometheus_port}"],
                          stdout=subprocess.DEVNULL, stderr=open(logs[1], "wb")),
     ]
+    fleet_server: FleetServer | None = None
+    fleet: Fleet | None = None
     try:
-        wait(lambda: urllib.request.urlopen(f"http://127.0.0.1:{alertmanager_port}/-/ready", timeout=5).status == 200,
-             30, "Alertmanager ready", logs, processes)
+        fleet = build_fleet(tmp_path)
+        fleet_server = FleetServer(fleet)
+        serve(fleet_server)
+        for ready_port, name in ((alertmanager_port, "Alertmanager"), (prometheus_port, "Prometheus")):
+            wait(lambda port=ready_port: urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready",
+                                                                 timeout=5).status == 200,
+                 30, f"{name} ready", logs, processes)
+        prom_config.write_text(prometheus_config(fleet_server.server_port, alertmanager_port, rules_file,
+                                                 sorted(fleet.before)))
+        processes[1].send_signal(signal.SIGHUP)
         # every agent scraped and the rules evaluated: each target's host name recorded, with its cluster
         recorded = wait(lambda: (r := query(prometheus_port, "sixdim_target:sixdim_build_info:hostname"))
                         and len(r) == len(fleet.before) and r, 60, "every target's host name recorded", logs,
@@ -461,9 +476,14 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
             fleet_server.flapping = fleet.flapping
         flapping_since = time.monotonic()
         states: list[tuple[str, str]] = []
+        seen_firing: dict[tuple, float] = {}
+        """When each firing alert was first seen (Prometheus sends it to Alertmanager at that evaluation)."""
 
         def settled() -> bool:
             alerts = prometheus_alerts(prometheus_port)
+            for a in alerts:
+                if a["state"] == "firing":
+                    seen_firing.setdefault(tuple(sorted(a["labels"].items())), time.monotonic())
             states.extend((a["state"], a["activeAt"]) for a in named(alerts, "SixdimRegression", FLAPPING_HOST))
             stale = named(alerts, "SixdimBenchmarkStale", DOWN_HOST)
             return (len(webhook.received()) >= 4 and bool(stale) and stale[0]["state"] == "firing"
@@ -471,8 +491,9 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
 
         wait(settled, STALE_MARGIN + NOTIFICATION_TIMEOUT, "four notifications, the stale alert, 15 s of flapping",
              logs)
-        # a group's notification would come group_wait after its first alert: wait that long for any more
-        time.sleep(30 / ALERTMANAGER_SPEEDUP + 2)
+        # a group's notification would come group_wait after its first alert: wait that long after the newest
+        # alert (the stale one, held back) for any more
+        time.sleep(max(0.0, max(seen_firing.values()) + 30 / ALERTMANAGER_SPEEDUP + 2 - time.monotonic()))
         alerts = prometheus_alerts(prometheus_port)
         notifications = webhook.received()
         flapped = query(prometheus_port, f'count_over_time(sixdim_regression_state{{{CLUSTER}="{FLAPPING_HOST[0]}",'
@@ -480,12 +501,13 @@ def test_a_driver_rollout_on_320_gpus_is_one_notification_per_group(tmp_path):
         groups = api(alertmanager_port, "api/v2/alerts/groups")
     finally:
         for process in processes:
-            process.terminate()
+            process.kill()  # everything is read: no need for their orderly shutdown (a second or two)
         for process in processes:
             process.wait(timeout=20)
-        fleet_server.shutdown()
+        if fleet_server is not None:
+            fleet_server.shutdown()
         webhook.shutdown()
-        for agent in fleet.agents:
+        for agent in fleet.agents if fleet is not None else []:
             agent.history.close()
 
     # --- Prometheus: the alerts of the incident, and nothing else

@@ -7,9 +7,9 @@ slower on everything.  One HTTP server serves every host's ``/metrics``; Prometh
 target every 2 seconds, first before the rollout (phase 0), then half done (phase 1), so the upgraded hosts' old
 series end in Prometheus as they would in a real fleet, and the paired comparison finds them.
 
-Prometheus loads the generated rules (their ``for`` shortened 60-fold, tests/helpers.py) and sends its alerts
-to Alertmanager running deploy/alertmanager/alertmanager.yml (receivers pointed at a local webhook, timings
-divided as tests/test_alertmanager_e2e.py divides them): the rollout recording rules, the versions dashboard's
+Prometheus loads the generated rules (their ``for`` shortened :data:`RULES_SPEEDUP`-fold, tests/helpers.py) and
+sends its alerts to Alertmanager running deploy/alertmanager/alertmanager.yml (receivers pointed at a local
+webhook, timings divided by :data:`ALERTMANAGER_SPEEDUP`): the rollout recording rules, the versions dashboard's
 Rollout panels (their queries read from the committed JSON) and SixdimRolloutSlower must say what
 ``sixdim fleet`` says.
 """
@@ -48,6 +48,12 @@ from tests.test_alertmanager_e2e import ALERTMANAGER_EXAMPLE, Webhook, alertmana
 pytestmark = pytest.mark.slow
 
 FLEET = Fleet()
+RULES_SPEEDUP = 120
+"""SixdimRolloutSlower's 30m ``for`` becomes 15 s: twice the time the recording rules' group takes to evaluate
+over this fleet on a 2-vCPU machine (about 7 s, ``prometheus_rule_group_last_duration_seconds``), so the alert
+still holds over more than one evaluation of the ratio it reads, and fires while the module's other tests run."""
+ALERTMANAGER_SPEEDUP = 30
+"""The example's group_wait 30s becomes 1 s: the one alert of its group needs no time for others to join."""
 
 
 class FleetServer(ThreadingHTTPServer):
@@ -58,6 +64,11 @@ class FleetServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.phase = 0
+        self.bodies: dict[tuple[str, int], bytes] = {}
+
+    def load(self) -> None:
+        """Every host's two expositions (about a second), built while Prometheus starts: it scrapes nothing
+        before its discovery's first 5 s tick, and a scrape before :meth:`serve_forever` waits in the backlog."""
         self.bodies = {(host.name, phase): FLEET.exposition(host, phase).encode()
                        for host in FLEET.hosts for phase in (0, 1)}
 
@@ -127,12 +138,12 @@ def rollout(tmp_path_factory):
     alertmanager = alertmanager_binary()
     folder = tmp_path_factory.mktemp("fleet")
     server, webhook = FleetServer(), Webhook()
-    for http in (server, webhook):
-        threading.Thread(target=http.serve_forever, daemon=True).start()
+    threading.Thread(target=webhook.serve_forever, daemon=True).start()
     port, alertmanager_port = free_port(), free_port()
     (folder / "alertmanager.yml").write_text(alertmanager_test_config(ALERTMANAGER_EXAMPLE.read_text(),
-                                                                      f"http://127.0.0.1:{webhook.server_port}"))
-    (folder / "rules.yml").write_text(shortened_rules(rules.render(Options())))
+                                                                      f"http://127.0.0.1:{webhook.server_port}",
+                                                                      ALERTMANAGER_SPEEDUP))
+    (folder / "rules.yml").write_text(shortened_rules(rules.render(Options()), RULES_SPEEDUP))
     (folder / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
         "rule_files": [str(folder / "rules.yml")],
@@ -152,10 +163,13 @@ def rollout(tmp_path_factory):
                           f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
                          stdout=subprocess.DEVNULL, stderr=open(log, "wb"))]
     try:
+        server.load()
+        threading.Thread(target=server.serve_forever, daemon=True).start()
         everyone = len(FLEET.hosts)
-        wait(lambda: (r := query(port, "count(up == 1)")) and int(float(r[0]["value"][1])) == everyone, 90,
-             "every host scraped", log)
-        time.sleep(5)  # a few scrapes of the fleet before the rollout
+        # The paired comparison reads the fleet before the rollout at most 2 s before it (``--before``): roll out
+        # once every host's last scrape 2 s ago had worked, so that each host's old series are there to read.
+        wait(lambda: (r := query(port, "count(up == 1)", time.time() - 2)) and int(float(r[0]["value"][1])) == everyone,
+             90, "every host scraped 2 s ago", log)
         server.phase, switched = 1, time.time()
         # An agent whose scrape failed has no series until its next scrape (Prometheus marks them stale), as in a
         # real fleet; the tests judge the fleet at a moment when every host's last scrape had worked, after the
@@ -174,7 +188,7 @@ def rollout(tmp_path_factory):
         yield Rollout(port, webhook, moment, switched)
     finally:
         for process in processes:
-            process.terminate()
+            process.kill()  # the tests have read everything: no need for their orderly shutdown
             process.wait(timeout=30)
         server.shutdown()
         webhook.shutdown()
@@ -397,7 +411,7 @@ def test_basic_auth_tls_and_bearer_tokens_as_promtool_takes_them(rollout, tmp_pa
 
 
 def test_the_rollout_alert_fires_for_the_slowed_group_only_and_reaches_alertmanager(rollout):
-    """SixdimRolloutSlower (its 30m ``for`` shortened to 30 s) fires for exactly the H100s' bf16 GEMM under the
+    """SixdimRolloutSlower (its 30m ``for`` shortened to 15 s) fires for exactly the H100s' bf16 GEMM under the
     new driver, naming its 60 hosts and the old driver as the fastest, and Alertmanager, with the example's
     routes, delivers it once to the chat receiver."""
     def firing() -> list[dict]:

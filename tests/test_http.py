@@ -41,6 +41,30 @@ def test_metrics_plain_and_gzip():
         server.shutdown()
 
 
+def voluntary_switches(thread: threading.Thread) -> int:
+    """How often ``thread`` has given up its CPU to wait (Linux counts each wake from a blocking call)."""
+    with open(f"/proc/self/task/{thread.native_id}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches:"))
+
+
+def test_the_accept_loop_sleeps_until_a_connection_or_its_stop():
+    """socketserver's loop woke every half second to look for a stop: an idle agent woke twice a second for
+    nothing, and every stop waited for the next wake.  The loop now sleeps until a connection or the stop
+    itself wakes it: idle, its thread does not run at all; a scrape and the stop each wake it."""
+    server = HttpServer("127.0.0.1", 0, make_app(Source(), lambda: (True, "ok")))
+    accepting = server._thread
+    try:
+        assert get(server.port)[0] == 200
+        time.sleep(0.2)  # back in its select
+        idle = voluntary_switches(accepting)
+        time.sleep(1.2)  # the old loop woke twice in this
+        assert voluntary_switches(accepting) == idle
+        assert get(server.port)[0] == 200  # a connection wakes it
+    finally:
+        server.shutdown()
+    assert not accepting.is_alive()  # the stop woke it and it returned
+
+
 @pytest.mark.slow
 def test_idle_connections_neither_multiply_threads_nor_delay_scrapes():
     """300 connections that send nothing wait in the waiting room, not on pool threads: the thread

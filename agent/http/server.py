@@ -698,8 +698,46 @@ class _PooledServer(WSGIServer):
         self.rejected = 0
         # before binding: a failed bind closes it
         self._room = _WaitingRoom(self._to_pool, self.read_timeout, self._count_refusal)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
+        # The accept loop sleeps in select until a connection arrives or this pair is poked (a stop)
+        self._stop_reader, self._stop_writer = socket.socketpair()
+        self._stop_requested = threading.Event()
+        self._serving_ended = threading.Event()
+        self._serving_ended.set()  # nothing to wait for until serve_forever runs
+        try:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # binds: may raise (address in use)
+        except BaseException:
+            self._stop_reader.close()
+            self._stop_writer.close()
+            raise
         self._room.start()
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept connections until :meth:`shutdown`, asleep in ``select`` in between.  socketserver's own loop
+        wakes every ``poll_interval`` to look for a stop: every stop of the agent (and of each test's server)
+        waited up to half a second for it, and an idle agent woke twice a second for nothing."""
+        self._serving_ended.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._stop_reader, selectors.EVENT_READ)
+                while not self._stop_requested.is_set():
+                    ready = selector.select()
+                    if self._stop_requested.is_set():
+                        break
+                    if any(key.fileobj is self for key, _ in ready):
+                        self._handle_request_noblock()  # type: ignore[attr-defined]
+                    self.service_actions()
+        finally:
+            self._serving_ended.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait until it has returned (at once: the stop wakes its ``select``)."""
+        self._stop_requested.set()
+        try:
+            self._stop_writer.send(b"\0")
+        except OSError:  # closed already: the loop has ended
+            pass
+        self._serving_ended.wait()
 
     def apply(self, cap: ConnectionCap) -> None:
         """Hold at most ``cap``'s connections (before the first is accepted)."""
@@ -755,6 +793,8 @@ class _PooledServer(WSGIServer):
     def server_close(self) -> None:
         self._room.stop()
         super().server_close()
+        self._stop_reader.close()
+        self._stop_writer.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -869,4 +909,5 @@ class HttpServer:
 
     def shutdown(self) -> None:
         self._server.shutdown()
+        self._thread.join()  # the accept loop is out of its selector before the listening socket closes
         self._server.server_close()

@@ -6,7 +6,11 @@ SixdimSlowerThanPeers fires on and what two fleet panels show.  Written out, it 
 the fleet joined back to each series, for FLOP/s and for samples/s; evaluated three times per rule
 round before, it is now recorded once per metric (``sixdim_peer_group:<summary>:ratio_to_median``
 and ``sixdim_peer_group:<summary>:count``) and read by both.  The names follow Prometheus's
-``level:metric:operations`` convention.
+``level:metric:operations`` convention.  A peer group's count counts the ratio series the rule before it
+recorded in the same evaluation (one per summary that covers the group's shapes), rather than filtering the
+summaries again: the coverage filter (:func:`~sixdim.monitoring.promql.covering_shapes`) is most of the
+group's cost, tests/bench/recording_cost.py measures it, and tests/test_recording_cost.py checks in a real
+Prometheus that the series recorded are those of the filter written out.
 
 The dashboards therefore need these rules loaded in the Prometheus they query, as the alerts do:
 the one rules file ``sixdim rules`` writes holds both.
@@ -144,7 +148,10 @@ def rules(options: Options | None = None) -> list[dict[str, Any]]:
         full = covering_shapes(metric.name, catalog.SUMMARY_SHAPES.name, peers)
         out.append({"record": peer_ratio(metric).name,
                     "expr": f"{full}\n/ on ({peers}) group_left ()\nquantile by ({peers}) (0.5, {full})"})
-        out.append({"record": peer_count(metric).name, "expr": f"count by ({peers}) (\n  {full}\n)"})
+        # the ratio just recorded has one series per covering summary: counting it counts them, without the
+        # coverage filter's join and quantile a third time (rules of a group run in order, at one time)
+        out.append({"record": peer_count(metric).name,
+                    "expr": f"count by ({peers}) (\n  {peer_ratio(metric).name}\n)"})
     return out + rollout_rules(options)
 
 

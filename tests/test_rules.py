@@ -98,6 +98,26 @@ def test_promtool_accepts_the_committed_rules(promtool):
     assert len(recording.rules()) + 1 + len(alerts()) == sum(len(group["rules"]) for group in rules.groups())
 
 
+def test_the_fleet_rules_get_their_own_interval_only_when_asked(tmp_path, promtool):
+    """--recording-interval: the fleet-wide recording group (the joins that cost Prometheus seconds at a thousand
+    hosts) evaluated less often; every other group keeps Prometheus's global interval, as all do by default."""
+    assert all("interval" not in group for group in rules.groups())
+    spaced = rules.groups(rules.Options(recording_interval=120))
+    assert [group.get("interval") for group in spaced] == ["2m"] + [None] * (len(spaced) - 1)
+    assert spaced[0]["name"] == recording.GROUP
+    path = tmp_path / "spaced.yml"
+    path.write_text(rules.render(rules.Options(recording_interval=120)))
+    result = promtool_check(promtool, path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "--recording-interval 2m" in path.read_text().splitlines()[3]  # the header names it
+    for seconds in (0, 300, 3600):  # at or past the 5-minute lookback, the recorded series would go missing
+        with pytest.raises(ValueError, match="recording_interval"):
+            rules.Options(recording_interval=seconds).validate()
+    done = subprocess.run([sys.executable, "-m", "sixdim", "rules", "--recording-interval", "10m"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "under 5m" in done.stderr
+
+
 @pytest.mark.slow
 def test_promtool_unit_tests_pass(promtool):
     """deploy/prometheus/tests/sixdim-rules-test*.yml: every alert fires where it should, with its exact

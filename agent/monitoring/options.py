@@ -45,6 +45,12 @@ class Options:
     version of the same GPU model and case by at least this fraction (docs/FLEET.md says how it was chosen)."""
     rollout_min_hosts: int = 3
     """Hosts a version needs before the rollout rules compare it (``sixdim fleet --min-hosts``'s default too)."""
+    recording_interval: int | None = None
+    """Seconds between evaluations of the fleet-wide recording rules (peer groups, rollout), written as their
+    group's ``interval``; None: Prometheus's global ``evaluation_interval``.  Each evaluation joins every summary
+    series of the fleet to its group's shape count: seconds of Prometheus's time per evaluation at a thousand
+    hosts (docs/BENCHMARKS.md, "The fleet rules' cost"), while the benchmarks they summarise run hourly.  Under
+    5 minutes: a recorded series is found only within Prometheus's 5-minute lookback of its last evaluation."""
     job: str = "sixdim"
     """The scrape job of the agents (SixdimAgentDown)."""
     cluster_label: str = "cluster"
@@ -74,6 +80,11 @@ class Options:
         if not isinstance(self.rollout_min_hosts, int) or self.rollout_min_hosts < 2:
             raise ValueError(f"rollout_min_hosts: expected a whole number of at least 2, got "
                              f"{self.rollout_min_hosts!r}")
+        if self.recording_interval is not None and (not isinstance(self.recording_interval, int)
+                                                    or not 0 < self.recording_interval < 300):
+            raise ValueError(f"recording_interval: expected a duration under 5m (Prometheus's lookback: a longer "
+                             f"one leaves the recorded series missing between evaluations), got "
+                             f"{self.recording_interval!r} s")
         if not isinstance(self.min_peers, int) or self.min_peers < 2:
             raise ValueError(f"min_peers: expected a whole number of at least 2, got {self.min_peers!r}")
         if not self.job or any(ch in self.job for ch in "\"\\\n"):
@@ -95,7 +106,9 @@ class Options:
             if isinstance(value, bool):
                 if value:
                     out.append(flag)
-            elif f.name in DURATIONS:
+            elif value is None:  # not set: Prometheus's own default
+                continue
+            elif f.name in DURATIONS or f.name == "recording_interval":
                 out.append(f"{flag} {format_duration(value)}")
             else:
                 out.append(f"{flag} {value}")
@@ -188,6 +201,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rollout-min-hosts", type=_arg(_whole(2), "count"), default=d.rollout_min_hosts,
                        metavar="N", help="compare a version only where at least N hosts run it (default: "
                                          f"{d.rollout_min_hosts})")
+    group.add_argument("--recording-interval", type=_arg(whole_seconds, "duration"), default=d.recording_interval,
+                       metavar="DURATION",
+                       help="evaluate the fleet-wide recording rules (peer groups, rollout) this often rather than "
+                            "at Prometheus's global evaluation_interval: each evaluation reads every summary series "
+                            "of the fleet, seconds of Prometheus's time at a thousand hosts; under 5m, Prometheus's "
+                            "lookback (2m suits hourly benchmarks; default: the global interval)")
     group.add_argument("--job", type=_arg(_checked("job"), "job name"), default=d.job, metavar="NAME",
                        help=f"the Prometheus scrape job of the agents, for SixdimAgentDown (default: {d.job})")
     group.add_argument("--cluster-label", type=_arg(_checked("cluster_label"), "label name"),

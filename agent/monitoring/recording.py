@@ -190,4 +190,7 @@ def target_hostname_rule(options: Options, fallback_seconds: int) -> dict[str, A
 
 
 def group(options: Options | None = None) -> dict[str, Any]:
-    return {"name": GROUP, "rules": rules(options)}
+    """The recording rules' group, with its own ``interval`` where the options set one."""
+    options = options or Options()
+    interval = {} if options.recording_interval is None else {"interval": format_duration(options.recording_interval)}
+    return {"name": GROUP, **interval, "rules": rules(options)}

@@ -274,7 +274,10 @@ def integral(points: Points, start: float, end: float) -> float:
 
 
 def time_average(points: Points, start: float, end: float) -> float:
-    return integral(points, start, end) / (end - start)
+    """The series' time-weighted mean over [start, end], held within the lowest and highest value over the span:
+    the trapezoids' sum rounds, and a constant series came out a last digit above itself (its own peak)."""
+    values = [v for _, v in _clip(points, start, end)]
+    return min(max(integral(points, start, end) / (end - start), min(values)), max(values))
 
 
 def _missing_reason(points: Points, taken: int, start: float, end: float, what: str,
@@ -349,9 +352,10 @@ def _memory(samples: list[TelemetrySample], start: float, end: float) -> dict[st
     note = _missing_reason(memory, len(samples), start, end, "memory")
     if note is not None:
         return {"memory_note": note}
-    # whole bytes: the window's edges are interpolated between two readings, a peak is a count of bytes
-    return {"memory_average_bytes": time_average(memory, start, end),
-            "memory_peak_bytes": float(round(max(v for _, v in _clip(memory, start, end))))}
+    # whole bytes: the window's edges are interpolated between two readings, a peak is a count of bytes (and the
+    # average no more than that peak, which rounding to whole bytes may have taken below an interpolated edge)
+    peak = float(round(max(v for _, v in _clip(memory, start, end))))
+    return {"memory_average_bytes": min(time_average(memory, start, end), peak), "memory_peak_bytes": peak}
 
 
 def _clocks(samples: list[TelemetrySample], start: float, end: float, span: str) -> dict[str, Any]:

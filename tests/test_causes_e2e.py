@@ -166,7 +166,10 @@ def test_a_daemon_names_a_new_hog_on_a_busy_host_from_the_first_regressed_scrape
     looks: list[tuple[dict[str, float], list[str]]] = []
     try:
         daemon.wait_ready()
-        deadline = time.monotonic() + 45
+        # Deadlines for a slow day, not the usual pace (about 20 s, then 10 s, here): under the hog a run took 4-6 s
+        # and the next started up to 5 s later (the daemon's own share of the CPUs shrinks with the worker's),
+        # so a machine busy with other work gave the detector too few runs within the 60 s this phase once had.
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:  # the baseline: its first runs settle, then 10 more and a verdict
             states, _ = _look(daemon)
             if states.get("samples_per_second") == 0 and (runs := daemon.samples("sixdim_workload_runs_total")) \
@@ -174,10 +177,10 @@ def test_a_daemon_names_a_new_hog_on_a_busy_host_from_the_first_regressed_scrape
                 break
             time.sleep(0.5)
         else:
-            raise AssertionError(f"no ok verdict within 45 s: {_look(daemon)}")
+            raise AssertionError(f"no ok verdict within 90 s: {_look(daemon)}")
         hogs = _spinners(4 * cpus)  # the new hog: four more spinning processes per CPU
         regressed_at = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
             looks.append(_look(daemon))
             states = looks[-1][0]
@@ -192,7 +195,7 @@ def test_a_daemon_names_a_new_hog_on_a_busy_host_from_the_first_regressed_scrape
                 break
             time.sleep(0.3)
         else:
-            raise AssertionError(f"not regressed and back within 60 s: {looks}")
+            raise AssertionError(f"not regressed and back within 150 s: {looks[-20:]}")
     finally:
         for process in busy + hogs:
             process.kill()

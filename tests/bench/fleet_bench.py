@@ -138,34 +138,26 @@ class Server:
 
 
 @contextmanager
-def running_prometheus(prometheus: str, tsdb: Path, work: Path, max_samples: int) -> Iterator[Server]:
-    """The real Prometheus on the backfilled TSDB, loopback only, no scrapes; yields once it is ready."""
-    port = free_port()
-    config = work / "prometheus.yml"
-    config.write_text("global: {}\n")
-    log = work / "prometheus.log"
-    argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-            "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
-            f"--query.max-samples={max_samples}"]
-    started = time.perf_counter()
+def prometheus_process(argv: list[str], log: Path, port: int) -> Iterator[subprocess.Popen]:
+    """The real Prometheus started with ``argv`` (listening on loopback ``port``, its stderr in ``log``); yields
+    once ``/-/ready`` answers 200 (raises if it exits or is not ready within 300 s), and stops it on exit."""
     with open(log, "wb") as err:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
         while True:
             if process.poll() is not None:
-                raise SystemExit(f"prometheus exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"prometheus exited ({process.returncode}):\n{log.read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as response:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as response:
                     if response.status == 200:
                         break
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"prometheus not ready in 300 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield Server(url, process.pid, time.perf_counter() - started)
+                raise RuntimeError(f"prometheus not ready in 300 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield process
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -173,6 +165,20 @@ def running_prometheus(prometheus: str, tsdb: Path, work: Path, max_samples: int
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def running_prometheus(prometheus: str, tsdb: Path, work: Path, max_samples: int) -> Iterator[Server]:
+    """The real Prometheus on the backfilled TSDB, loopback only, no scrapes; yields once it is ready."""
+    port = free_port()
+    config = work / "prometheus.yml"
+    config.write_text("global: {}\n")
+    argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
+            "--storage.tsdb.retention.time=30d", f"--web.listen-address=127.0.0.1:{port}",
+            f"--query.max-samples={max_samples}"]
+    started = time.perf_counter()
+    with prometheus_process(argv, work / "prometheus.log", port) as process:
+        yield Server(f"http://127.0.0.1:{port}", process.pid, time.perf_counter() - started)
 
 
 @dataclass

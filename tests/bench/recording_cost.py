@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +48,7 @@ from sixdim.core import catalog
 from sixdim.monitoring import recording
 from sixdim.monitoring.options import Options
 from sixdim.monitoring.promql import covering_shapes
-from tests.bench.fleet_bench import backfill, load_average, speed_cases
+from tests.bench.fleet_bench import backfill, load_average, prometheus_process, speed_cases
 from tests.conftest import free_port
 from tests.fleet_sim import Fleet, _help, _labels
 
@@ -173,35 +171,11 @@ def prometheus(tsdb: Path, work: Path, groups: dict[str, list[dict[str, Any]]], 
     config = work / "prometheus.yml"
     config.write_text(f"global: {{evaluation_interval: {interval}}}\nrule_files: [{json.dumps(str(rules))}]\n")
     port = free_port()
-    log = work / "prometheus.log"
     argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=30d",
             f"--web.listen-address=127.0.0.1:{port}", f"--query.lookback-delta={LOOKBACK}",
             "--web.enable-lifecycle"]
-    with open(log, "wb") as err:
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"prometheus exited ({process.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus not ready in 300 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield Server(url, process.pid, rules)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with prometheus_process(argv, work / "prometheus.log", port) as process:
+        yield Server(f"http://127.0.0.1:{port}", process.pid, rules)
 
 
 def reload(server: Server, groups: dict[str, list[dict[str, Any]]], interval: str) -> None:
